@@ -1,0 +1,32 @@
+# modforge — the two commands: `make demo` (the main job) and `make test` (the whole suite).
+# Both create .venv on first use: pip, torch pinned for dev/CI, modforge editable + dev extras.
+
+PYTHON  ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+TORCH   ?= torch==2.13.0
+STAMP   := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]" "$(TORCH)"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/modforge list
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadfile
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/startup.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,105 @@
+"""modforge: deep-learning models from registered, swappable parts.
+
+The public surface::
+
+    import modforge as mf
+
+    @mf.register_backbone("mine")
+    class Mine(torch.nn.Module): ...
+
+    mf.BACKBONES.list("res*"); "mine" in mf.BACKBONES; mf.BACKBONES.get("mine")
+    cfg = mf.load_config("configs/x.yaml", ["model.backbone.args.width=64"])
+"""
+
+from ._version import __version__
+from .core import (
+    ALGORITHMS,
+    BACKBONES,
+    CALLBACKS,
+    DATASETS,
+    ENGINES,
+    FRONTENDS,
+    HEADS,
+    LOSSES,
+    METRICS,
+    MODELS,
+    NECKS,
+    OPTIMIZERS,
+    REGISTRIES,
+    SCHEDULERS,
+    ArgSpec,
+    BuildError,
+    Config,
+    ConfigError,
+    DuplicateComponentError,
+    ModforgeError,
+    PluginError,
+    Registry,
+    UnknownComponentError,
+    UsageError,
+    load_config,
+    load_plugins,
+    register_algorithm,
+    register_backbone,
+    register_callback,
+    register_dataset,
+    register_engine,
+    register_frontend,
+    register_head,
+    register_loss,
+    register_metric,
+    register_model,
+    register_neck,
+    register_optimizer,
+    register_scheduler,
+    registry_for,
+    signature_of,
+)
+from .providers import wire_providers as _wire_providers
+
+_wire_providers()
+
+__all__ = [
+    "__version__",
+    "ALGORITHMS",
+    "BACKBONES",
+    "CALLBACKS",
+    "DATASETS",
+    "ENGINES",
+    "FRONTENDS",
+    "HEADS",
+    "LOSSES",
+    "METRICS",
+    "MODELS",
+    "NECKS",
+    "OPTIMIZERS",
+    "REGISTRIES",
+    "SCHEDULERS",
+    "ArgSpec",
+    "BuildError",
+    "Config",
+    "ConfigError",
+    "DuplicateComponentError",
+    "ModforgeError",
+    "PluginError",
+    "Registry",
+    "UnknownComponentError",
+    "UsageError",
+    "load_config",
+    "load_plugins",
+    "register_algorithm",
+    "register_backbone",
+    "register_callback",
+    "register_dataset",
+    "register_engine",
+    "register_frontend",
+    "register_head",
+    "register_loss",
+    "register_metric",
+    "register_model",
+    "register_neck",
+    "register_optimizer",
+    "register_scheduler",
+    "registry_for",
+    "signature_of",
+]

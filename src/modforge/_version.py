@@ -1,0 +1,3 @@
+"""The package version (single source for pyproject and ``modforge --version``)."""
+
+__version__ = "0.1.0"

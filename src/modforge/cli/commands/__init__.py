@@ -1,0 +1,1 @@
+"""One module per ``modforge`` sub-command, each with ``NAME``, ``HELP`` and ``run(argv)``."""

@@ -1,0 +1,272 @@
+"""Config-taking commands: ``CONFIG [key=value ...] [--backbone NAME --width 32 ...]``.
+
+Parsing happens in two phases, because a part's flags exist only once it is known
+which part is chosen (Mammoth style)::
+
+    modforge train cfg.yaml --backbone resnet18 --width 32 model.head.args.bias=false
+
+1. The fixed options are parsed leniently to find the config file, ``--plugins``,
+   the overrides and the part choices (``--backbone``...).  Plug-ins are imported, the
+   config is loaded, overrides and choices applied.
+2. A full parser is built: the fixed options plus, for every chosen part, one flag per
+   user argument (``--width``, and always the qualified ``--backbone.width``).  The
+   command line is parsed again, strictly; unknown flags are errors with suggestions.
+
+Flag values are coerced with the part's declared types and written into the config at
+``<slot>.args.<name>``, so the config that is printed or saved is the whole truth.
+
+Conflicts: a part argument whose flag already exists outside the part (``--seed``,
+``--plugins``, or a command's own ``--lr``) never replaces that flag — the outer flag
+wins and a warning says how to set the part's argument instead. Two chosen parts with
+an argument of the same name get only their qualified flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..core.arguments import REQUIRED, ArgSpec
+from ..core.coercion import coerce_cli, to_plain
+from ..core.config import Config, load_config
+from ..core.errors import ConfigError, UsageError
+from ..core.plugins import load_plugins
+from ..core.registries import REGISTRIES
+from ..core.specs import normalize_spec
+from ..experiment.schema import PART_SLOTS, PartSlot, validate_config
+from .common import CommandParser, add_plugins_option, load_cli_plugins
+
+__all__ = ["ResolvedConfig", "add_config_arguments", "resolve_config_from_cli"]
+
+log = logging.getLogger("modforge.cli")
+_PREFIX = "part__"
+_MAX_PASSES = 3
+
+
+@dataclasses.dataclass
+class ResolvedConfig:
+    """The outcome of parsing a config-taking command line.
+
+    Attributes:
+        config: loaded, overridden, flag-applied and validated.
+        args: the command's fixed options (``config``, ``overrides``, ``plugins``...).
+        plugins: every plug-in in force (config's and ``--plugins``).
+    """
+
+    config: Config
+    args: argparse.Namespace
+    plugins: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class _PartFlag:
+    slot: PartSlot
+    arg: ArgSpec
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, slots: Sequence[PartSlot] = PART_SLOTS) -> None:
+    """The fixed options every config-taking command has."""
+    parser.add_argument("config", metavar="CONFIG", help="YAML config file")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY.PATH=VALUE", help="set one config value, read as YAML (e.g. train.max_epochs=5)"
+    )
+    add_plugins_option(parser)
+    parser.add_argument("--seed", type=int, help="random seed (sets the config's 'seed')")
+    for slot in slots:
+        if slot.flag:
+            parser.add_argument(
+                f"--{slot.flag}", metavar="NAME", help=f"choose the {slot.kind} by name (sets {slot.path}); its arguments become flags"
+            )
+
+
+def _make_parser(name: str, description: str, add_fixed: Callable[[argparse.ArgumentParser], None], add_help: bool) -> CommandParser:
+    parser = CommandParser(name, description=description, add_help=add_help)
+    add_fixed(parser)
+    return parser
+
+
+def _selections(ns: argparse.Namespace, slots: Sequence[PartSlot]) -> dict[str, str]:
+    return {s.flag: getattr(ns, s.flag) for s in slots if s.flag and getattr(ns, s.flag, None) is not None}
+
+
+def _key(ns: argparse.Namespace, slots: Sequence[PartSlot]) -> tuple:
+    return (ns.config, tuple(ns.overrides or ()), tuple(ns.plugins or ()), tuple(sorted(_selections(ns, slots).items())))
+
+
+def _load(ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool) -> tuple[Config, list[str]]:
+    """Load plug-ins and config; apply overrides and part choices."""
+    cli_plugins = load_cli_plugins(list(ns.plugins or ()))
+    overrides = list(ns.overrides or ())
+    if not strict:  # phase 1 may mistake a flag's value for an override
+        overrides = [o for o in overrides if "=" in o]
+    cfg = load_config(ns.config)
+    load_plugins(cfg.plugins, base_dir=cfg.base_dir, origin=f"plugins: in {cfg.where('plugins')}")
+    cfg.apply_overrides(overrides)
+    load_plugins(cfg.plugins, base_dir=cfg.base_dir, origin="plugins: (after overrides)")
+    if cli_plugins:
+        merged = cfg.plugins + [p for p in cli_plugins if p not in cfg.plugins]
+        cfg.set("plugins", merged, "--plugins")
+    for slot in slots:
+        if not slot.many and cfg.get(slot.path, None) is not None:
+            spec = normalize_spec(cfg.get(slot.path), path=slot.path, kind=slot.kind, extras=slot.extras, origin_of=cfg.where)
+            _replace(cfg, slot.path, spec)
+    for flag, name in _selections(ns, slots).items():
+        _choose(cfg, next(s for s in slots if s.flag == flag), name)
+    return cfg, cli_plugins
+
+
+def _replace(cfg: Config, path: str, value: Any) -> None:
+    parent_path, _, key = path.rpartition(".")
+    parent = cfg.get(parent_path) if parent_path else cfg.data
+    parent[key] = value
+
+
+def _choose(cfg: Config, slot: PartSlot, name: str) -> None:
+    """``--backbone NAME``: switch the part, keeping the arguments the new one accepts."""
+    registry = REGISTRIES[slot.kind]
+    _obj, sig = registry.resolve(name, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), path=f"--{slot.flag}", source="command line")
+    current = cfg.get(slot.path, None) or {"type": name, "args": {}}
+    if current.get("type") == name:
+        return
+    kept = {k: v for k, v in current.get("args", {}).items() if k in sig}
+    dropped = sorted(set(current.get("args", {})) - set(kept))
+    if dropped:
+        log.warning(
+            "--%s %s: dropped config arguments of the previous %s '%s' that '%s' does not take: %s",
+            slot.flag, name, slot.kind, current.get("type"), name, ", ".join(dropped),
+        )
+    extras = {k: v for k, v in current.items() if k not in ("type", "args")}
+    cfg.set(slot.path, {"type": name, "args": kept, **extras}, f"flag --{slot.flag} {name}")
+
+
+def _default_text(arg: ArgSpec) -> str:
+    return "required" if arg.default is REQUIRED else f"default: {arg.default!r}"
+
+
+def _add_part_flags(parser: argparse.ArgumentParser, cfg: Config, slots: Sequence[PartSlot]) -> dict[str, _PartFlag]:
+    """One flag per user argument of every chosen part; returns dest → flag info."""
+    chosen: list[tuple[PartSlot, str, list[ArgSpec]]] = []
+    for slot in slots:
+        spec = cfg.get(slot.path, None)
+        if slot.many or not slot.flag or not isinstance(spec, dict):
+            continue
+        registry = REGISTRIES[slot.kind]
+        _obj, sig = registry.resolve(
+            spec["type"], allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), path=f"{slot.path}.type", source=cfg.where(f"{slot.path}.type")
+        )
+        chosen.append((slot, spec["type"], sig.user_args))
+    owners: dict[str, list[str]] = {}
+    for slot, _name, args in chosen:
+        for arg in args:
+            owners.setdefault(arg.name, []).append(slot.flag)
+    taken = set(parser._option_string_actions)  # noqa: SLF001 - argparse has no public accessor
+    flags: dict[str, _PartFlag] = {}
+    for slot, name, args in chosen:
+        group = parser.add_argument_group(f"{slot.kind} '{name}' arguments (--{slot.flag}.ARG always works)")
+        for arg in args:
+            dest = f"{_PREFIX}{slot.flag}__{arg.name}"
+            flags[dest] = _PartFlag(slot, arg)
+            dashed, plain = arg.name.replace("_", "-"), arg.name
+            strings = [f"--{slot.flag}.{dashed}"] + ([f"--{slot.flag}.{plain}"] if plain != dashed else [])
+            bare = [f"--{dashed}"] + ([f"--{plain}"] if plain != dashed else [])
+            if len(owners[arg.name]) > 1:
+                log.debug("--%s is taken by several parts (%s); use the qualified flags", dashed, ", ".join(owners[arg.name]))
+            elif any(s in taken for s in bare):
+                log.warning(
+                    "%s argument '%s' is shadowed by the command's own --%s; set it with %s.args.%s=VALUE or --%s.%s",
+                    slot.kind, arg.name, dashed, slot.path, arg.name, slot.flag, dashed,
+                )
+            else:
+                strings = bare + strings
+            strings = [s for s in strings if s not in taken]
+            taken.update(strings)
+            _add_flag(group, strings, dest, arg)
+    return flags
+
+
+def _add_flag(group: Any, strings: list[str], dest: str, arg: ArgSpec) -> None:
+    help_text = (arg.help + " " if arg.help else "") + f"[{arg.type_name}; {_default_text(arg)}]"
+    help_text = help_text.replace("%", "%%")
+    if arg.type is bool:
+        group.add_argument(*strings, dest=dest, action="append", nargs="?", const="true", default=argparse.SUPPRESS,
+                           metavar="BOOL", help=help_text)
+        negatives = [s.replace("--", "--no-", 1) if "." not in s else None for s in strings]
+        negatives = [n for n in negatives if n]
+        if negatives:
+            group.add_argument(*negatives, dest=dest, action="append_const", const="false", default=argparse.SUPPRESS,
+                               help=f"set {arg.name} to false")
+        return
+    group.add_argument(*strings, dest=dest, action="append", default=argparse.SUPPRESS, metavar="VALUE", help=help_text)
+
+
+def _apply_part_flags(cfg: Config, ns: argparse.Namespace, flags: dict[str, _PartFlag]) -> None:
+    for dest, flag in flags.items():
+        if not hasattr(ns, dest):
+            continue
+        raw = getattr(ns, dest)
+        shown = f"--{flag.slot.flag}.{flag.arg.name.replace('_', '-')}"
+        try:
+            value = coerce_cli(raw, flag.arg.type)
+        except ConfigError as exc:
+            raise exc.located(path=shown, source="command line") from None
+        cfg.set(f"{flag.slot.path}.args.{flag.arg.name}", to_plain(value), f"flag {shown}")
+
+
+def _help_requested(argv: Sequence[str]) -> bool:
+    return any(a in ("-h", "--help") for a in argv)
+
+
+def resolve_config_from_cli(
+    name: str,
+    argv: Sequence[str],
+    *,
+    description: str = "",
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    slots: Sequence[PartSlot] = PART_SLOTS,
+) -> ResolvedConfig:
+    """Parse a config-taking command line and return the validated config.
+
+    Args:
+        name: the sub-command (for ``prog`` and messages).
+        argv: the sub-command's arguments.
+        description: help text of the command.
+        add_arguments: adds the command's own options (beyond :func:`add_config_arguments`).
+        slots: the part slots that may be chosen by flag.
+
+    Raises:
+        SystemExit: after printing ``--help`` (status 0).
+        ConfigError / CliUsageError: any problem, as one clear message.
+    """
+    argv = list(argv)
+
+    def add_fixed(parser: argparse.ArgumentParser) -> None:
+        add_config_arguments(parser, slots)
+        if add_arguments is not None:
+            add_arguments(parser)
+
+    lenient = _make_parser(name, description, add_fixed, add_help=False)
+    if _help_requested(argv):
+        try:  # with a loadable config, --help lists the chosen parts' flags too
+            ns, _ = lenient.parse_known_args(argv)
+            _load(ns, slots, strict=False)
+        except UsageError:
+            _make_parser(name, description, add_fixed, add_help=True).parse_args(["--help"])
+    ns, _ = lenient.parse_known_args(argv)
+    strict = False
+    for _ in range(_MAX_PASSES):
+        cfg, cli_plugins = _load(ns, slots, strict=strict)
+        parser = _make_parser(name, description, add_fixed, add_help=True)
+        flags = _add_part_flags(parser, cfg, slots)
+        full = parser.parse_intermixed_args(argv)
+        if strict and _key(full, slots) == _key(ns, slots):
+            break
+        strict = True
+        ns = full
+    _apply_part_flags(cfg, full, flags)
+    if full.seed is not None:
+        cfg.set("seed", full.seed, "flag --seed")
+    validate_config(cfg, allowed_modules=cli_plugins)
+    return ResolvedConfig(cfg, full, cfg.plugins)

@@ -1,0 +1,131 @@
+"""``modforge`` entry point: dispatch to a sub-command and map errors to exit statuses.
+
+Exit statuses: 0 success; 2 bad usage, config or input (one clear line on stderr);
+1 any other failure (one line too, and the traceback with ``--debug`` or
+``MODFORGE_DEBUG=1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from .._version import __version__
+from ..core.errors import ModforgeError, UsageError
+
+__all__ = ["main", "COMMANDS"]
+
+COMMANDS: dict[str, str] = {
+    "list": "modforge.cli.commands.list_parts",
+    "describe": "modforge.cli.commands.describe_part",
+    "config": "modforge.cli.commands.show_config",
+}
+"""Sub-command name → module defining ``HELP`` and ``run(argv)``; imported on use."""
+
+_HELPS: dict[str, str] = {
+    "list": "list registered parts (all kinds, or one kind), optionally filtered by a wildcard",
+    "describe": "show one part's arguments, types, defaults, help and where it is defined",
+    "config": "resolve a config (_base_, overrides, part flags), validate it and print it",
+}
+
+
+class CliUsageError(UsageError):
+    """argparse found the command line malformed."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so every error path is ours."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise CliUsageError(f"{self.prog}: {message}")
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="modforge",
+        description="Build, train, test, export and compare deep-learning models made of registered parts.",
+        epilog="Run 'modforge COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"modforge {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks for unexpected errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        sub.add_parser(name, help=_HELPS[name], add_help=False)
+    return parser
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """(global options, command, the command's own arguments).
+
+    The command's arguments are handed over untouched: each command parses them
+    itself, because some add options only once they know which parts are chosen.
+    """
+    for i, token in enumerate(argv):
+        if not token.startswith("-"):
+            return argv[:i], token, argv[i + 1 :]
+    return argv, None, []
+
+
+def _setup_logging(debug: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    root = logging.getLogger("modforge")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    root.propagate = False
+    logging.captureWarnings(True)
+    logging.getLogger("py.warnings").handlers[:] = [handler]
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (never raises for user errors)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = bool(os.environ.get("MODFORGE_DEBUG"))
+    try:
+        parser = _top_parser()
+        options, command, rest = _split_command(argv)
+        try:
+            ns = parser.parse_args(options + ([command] if command else []))
+        except SystemExit as exc:  # --help / --version
+            return int(exc.code or 0)
+        debug = debug or ns.debug
+        _setup_logging(debug)
+        if command is None:
+            parser.print_help(sys.stderr)
+            return 2
+        module = importlib.import_module(COMMANDS[command])
+        try:
+            return int(module.run(rest) or 0)
+        except SystemExit as exc:  # a command's --help
+            return exc.code if isinstance(exc.code, int) else 0
+    except UsageError as exc:
+        _fail(str(exc))
+        return 2
+    except ModforgeError as exc:
+        _fail(str(exc))
+        if debug:
+            raise
+        return 1
+    except KeyboardInterrupt:
+        _fail("interrupted")
+        return 130
+    except BrokenPipeError:  # `modforge list | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
+        except OSError:
+            pass
+        return 0
+    except Exception as exc:  # noqa: BLE001 - one line, traceback on request
+        if debug:
+            raise
+        _fail(f"unexpected {type(exc).__name__}: {exc} (run with --debug or MODFORGE_DEBUG=1 for the traceback)")
+        return 1

@@ -1,0 +1,47 @@
+"""Printing for the command line: rich tables on a terminal, wide plain tables in pipes."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["console", "print_table"]
+
+_PIPE_WIDTH = 200
+
+
+def console(stderr: bool = False):
+    """A rich Console; when not writing to a terminal, wide and without colour codes."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    is_tty = hasattr(stream, "isatty") and stream.isatty()
+    width = None if is_tty else max(_PIPE_WIDTH, shutil.get_terminal_size((_PIPE_WIDTH, 24)).columns)
+    return Console(file=stream, width=width, no_color=not is_tty, highlight=False, soft_wrap=False)
+
+
+def print_table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    title: str | None = None,
+    stderr: bool = False,
+) -> None:
+    """Print ``rows`` under ``columns`` as one table (cells are converted with ``str``)."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, title_justify="left", pad_edge=False)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*(_cell(c) for c in row))
+    console(stderr).print(table)
+
+
+def _cell(value: Any) -> str:
+    from rich.markup import escape
+
+    return escape("" if value is None else str(value))

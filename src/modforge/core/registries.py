@@ -1,0 +1,133 @@
+"""One registry per kind of part, and the ``register_<kind>`` decorators.
+
+Each registry knows which constructor arguments its builder injects, so those are never
+asked of the user (and never become command-line flags):
+
+=========== ================================= ========================================
+kind        registry                          injected by the builder
+=========== ================================= ========================================
+frontend    ``FRONTENDS``                     ``in_dim``, ``sample_rate``
+backbone    ``BACKBONES``                     ``in_dim``, ``num_classes``
+neck        ``NECKS``                         ``in_dim``
+head        ``HEADS``                         ``in_dim``, ``num_classes``
+loss        ``LOSSES``                        ``in_dim``, ``num_classes``
+dataset     ``DATASETS``                      ``split``, ``seed``
+metric      ``METRICS``                       ``num_classes``
+optimizer   ``OPTIMIZERS``                    ``params``
+scheduler   ``SCHEDULERS``                    ``optimizer``
+engine      ``ENGINES``                       —
+callback    ``CALLBACKS``                     —
+algorithm   ``ALGORITHMS``                    ``model``, ``num_classes``
+model       ``MODELS``                        ``in_dim``, ``num_classes``
+=========== ================================= ========================================
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .errors import UnknownComponentError
+from .registry import Registry
+
+T = TypeVar("T")
+
+FRONTENDS = Registry("frontend", injected=("in_dim", "sample_rate"))
+BACKBONES = Registry("backbone", injected=("in_dim", "num_classes"))
+NECKS = Registry("neck", injected=("in_dim",))
+HEADS = Registry("head", injected=("in_dim", "num_classes"))
+LOSSES = Registry("loss", injected=("in_dim", "num_classes"))
+DATASETS = Registry("dataset", injected=("split", "seed"))
+METRICS = Registry("metric", injected=("num_classes",))
+OPTIMIZERS = Registry("optimizer", injected=("params",))
+SCHEDULERS = Registry("scheduler", injected=("optimizer",))
+ENGINES = Registry("engine")
+CALLBACKS = Registry("callback")
+ALGORITHMS = Registry("algorithm", injected=("model", "num_classes"))
+MODELS = Registry("model", injected=("in_dim", "num_classes"))
+
+REGISTRIES: dict[str, Registry] = {
+    r.kind: r
+    for r in (
+        FRONTENDS,
+        BACKBONES,
+        NECKS,
+        HEADS,
+        LOSSES,
+        DATASETS,
+        METRICS,
+        OPTIMIZERS,
+        SCHEDULERS,
+        ENGINES,
+        CALLBACKS,
+        ALGORITHMS,
+        MODELS,
+    )
+}
+"""Every registry, by kind (in the order ``modforge list`` shows them)."""
+
+
+def registry_for(kind: str) -> Registry:
+    """The registry of ``kind``; plurals (``backbones``) are accepted.
+
+    Raises:
+        UnknownComponentError: an unknown kind, with the closest ones.
+    """
+    if kind in REGISTRIES:
+        return REGISTRIES[kind]
+    singular = kind[:-1] if kind.endswith("s") else kind
+    if singular in REGISTRIES:
+        return REGISTRIES[singular]
+    close = difflib.get_close_matches(kind, list(REGISTRIES), n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    raise UnknownComponentError(f"no kind of part named {kind!r}{hint} (kinds: {', '.join(REGISTRIES)})")
+
+
+def _decorator_for(registry: Registry) -> Callable[..., Any]:
+    def register(name: str | Callable | None = None, *, force: bool = False) -> Any:
+        return registry.register(name, force=force)
+
+    register.__name__ = f"register_{registry.kind}"
+    register.__qualname__ = register.__name__
+    register.__doc__ = (
+        f"Register a class or function as a {registry.kind}.\n\n"
+        f"Use ``@register_{registry.kind}(\"name\")``, ``@register_{registry.kind}()`` or bare "
+        f"``@register_{registry.kind}``; the name defaults to the object's ``__name__``. "
+        "Pass ``force=True`` to replace an existing entry of another definition."
+    )
+    return register
+
+
+register_frontend = _decorator_for(FRONTENDS)
+register_backbone = _decorator_for(BACKBONES)
+register_neck = _decorator_for(NECKS)
+register_head = _decorator_for(HEADS)
+register_loss = _decorator_for(LOSSES)
+register_dataset = _decorator_for(DATASETS)
+register_metric = _decorator_for(METRICS)
+register_optimizer = _decorator_for(OPTIMIZERS)
+register_scheduler = _decorator_for(SCHEDULERS)
+register_engine = _decorator_for(ENGINES)
+register_callback = _decorator_for(CALLBACKS)
+register_algorithm = _decorator_for(ALGORITHMS)
+register_model = _decorator_for(MODELS)
+
+__all__ = [
+    "ALGORITHMS",
+    "BACKBONES",
+    "CALLBACKS",
+    "DATASETS",
+    "ENGINES",
+    "FRONTENDS",
+    "HEADS",
+    "LOSSES",
+    "METRICS",
+    "MODELS",
+    "NECKS",
+    "OPTIMIZERS",
+    "REGISTRIES",
+    "SCHEDULERS",
+    "registry_for",
+    *(f"register_{kind}" for kind in REGISTRIES),
+]

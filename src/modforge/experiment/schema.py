@@ -1,0 +1,113 @@
+"""What a modforge config may contain, and the check that runs before anything is built.
+
+The config is plain YAML; this module knows its layout: the top-level sections and the
+*part slots* — places where a config names a registered part (``model.backbone``,
+``model.losses``...).  :func:`validate_config` checks every slot against its registry
+(name, argument names, argument types, required arguments) and rewrites it in normal
+form (``{type, args}`` with coerced values), so a mistake is reported before any
+tensor is allocated, with the key path and the file it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from ..core.config import Config, check_keys, require_mapping
+from ..core.errors import ConfigValueError
+from ..core.registries import REGISTRIES
+
+__all__ = ["PART_SLOTS", "SECTIONS", "PartSlot", "validate_config"]
+
+SECTIONS = ("plugins", "seed", "task", "data", "model", "train")
+"""Top-level keys a config may have."""
+
+MODEL_KEYS = ("frontend", "backbone", "neck", "head", "losses")
+"""Keys of the ``model:`` section."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PartSlot:
+    """A place in the config that names a registered part.
+
+    Attributes:
+        path: dotted config path (``model.backbone``).
+        kind: registry kind (``backbone``).
+        flag: command-line option that selects the part (``backbone`` → ``--backbone``),
+            or ``None`` when it cannot be chosen by flag.
+        many: the slot holds a list of parts (``model.losses``).
+        extras: keys allowed beside ``type``/``args`` (a loss's ``weight``).
+    """
+
+    path: str
+    kind: str
+    flag: str | None = None
+    many: bool = False
+    extras: tuple[str, ...] = ()
+
+
+PART_SLOTS: tuple[PartSlot, ...] = (
+    PartSlot("model.frontend", "frontend", flag="frontend"),
+    PartSlot("model.backbone", "backbone", flag="backbone"),
+    PartSlot("model.neck", "neck", flag="neck"),
+    PartSlot("model.head", "head", flag="head"),
+    PartSlot("model.losses", "loss", many=True, extras=("weight",)),
+)
+
+
+def _check_seed(cfg: Config) -> None:
+    seed = cfg.data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigValueError(f"expected int or None, got {seed!r}", path="seed", source=cfg.where("seed"))
+
+
+def _check_weight(item: dict[str, Any], path: str, cfg: Config) -> None:
+    weight = item.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        raise ConfigValueError(f"expected a number, got {weight!r}", path=f"{path}.weight", source=cfg.where(f"{path}.weight"))
+
+
+def validate_config(cfg: Config, *, allowed_modules: Iterable[str] = (), slots: Iterable[PartSlot] = PART_SLOTS) -> Config:
+    """Check ``cfg`` and normalize every part slot in place; return ``cfg``.
+
+    Args:
+        cfg: the loaded config (overrides already applied).
+        allowed_modules: plug-in modules whose objects a ``type:`` may name by import path
+            (in addition to the config's own ``plugins:``).
+        slots: the part slots to check.
+
+    Raises:
+        ConfigError: the first problem found, located by key path and source.
+    """
+    where = cfg.where
+    check_keys(cfg.data, SECTIONS, what="section", origin_of=where)
+    _check_seed(cfg)
+    model = require_mapping(cfg.data.get("model"), path="model", origin_of=where)
+    check_keys(model, MODEL_KEYS, path="model", what="model key", origin_of=where)
+    allowed = [*cfg.plugins, *allowed_modules]
+    for slot in slots:
+        value = cfg.get(slot.path, None)
+        if value is None:
+            continue
+        registry = REGISTRIES[slot.kind]
+        common = dict(extras=slot.extras, origin_of=where, allowed_modules=allowed, base_dir=str(cfg.base_dir))
+        if slot.many:
+            items = value if isinstance(value, list) else [value]
+            normalized = []
+            for i, item in enumerate(items):
+                spec = registry.validate(item, path=f"{slot.path}.{i}", **common)
+                if "weight" in slot.extras:
+                    _check_weight(spec, f"{slot.path}.{i}", cfg)
+                normalized.append(spec)
+            _assign(cfg, slot.path, normalized)
+        else:
+            _assign(cfg, slot.path, registry.validate(value, path=slot.path, **common))
+    return cfg
+
+
+def _assign(cfg: Config, path: str, value: Any) -> None:
+    """Replace a value without touching the origins recorded for it."""
+    parent_path, _, key = path.rpartition(".")
+    parent = cfg.get(parent_path) if parent_path else cfg.data
+    parent[key] = value

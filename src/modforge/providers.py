@@ -1,0 +1,22 @@
+"""Which modules hold modforge's built-in parts, per registry.
+
+The registries (in :mod:`modforge.core`) import nothing from the layers above them;
+this table, at the package root, tells each registry which modules to import the first
+time its contents are asked for.  A new built-in family is one line here.
+"""
+
+from __future__ import annotations
+
+from .core.registries import REGISTRIES
+
+BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
+    "optimizer": ("modforge.train.optimizers",),
+    "scheduler": ("modforge.train.schedulers",),
+}
+
+
+def wire_providers() -> None:
+    """Tell every registry where its built-in parts are defined (idempotent)."""
+    for kind, modules in BUILTIN_PROVIDERS.items():
+        for module in modules:
+            REGISTRIES[kind].add_provider(module)

@@ -1,0 +1,1 @@
+"""Training: the Trainer, callbacks, checkpoints, metrics, optimizers and schedulers."""
