@@ -17,7 +17,21 @@ class CommandParser(argparse.ArgumentParser):
         super().__init__(prog=f"modforge {name}", **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        if message.startswith("unrecognized arguments:"):
+            message += self._suggest(message.split(":", 1)[1].split())
         raise CliUsageError(f"{self.prog}: {message}")
+
+    def _suggest(self, tokens: list[str]) -> str:
+        import difflib
+
+        known = [s for s in self._option_string_actions if s.startswith("--")]
+        hints = []
+        for token in tokens:
+            if token.startswith("--"):
+                close = difflib.get_close_matches(token.split("=", 1)[0], known, n=1, cutoff=0.6)
+                if close:
+                    hints.append(f"{token} → {close[0]}?")
+        return f" (did you mean: {'; '.join(hints)})" if hints else ""
 
 
 def add_plugins_option(parser: argparse.ArgumentParser) -> None:

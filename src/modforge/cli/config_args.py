@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..core.arguments import REQUIRED, ArgSpec
@@ -36,7 +37,7 @@ from ..core.errors import ConfigError, UsageError
 from ..core.plugins import load_plugins
 from ..core.registries import REGISTRIES
 from ..core.specs import normalize_spec
-from ..experiment.schema import PART_SLOTS, PartSlot, validate_config
+from ..experiment.schema import PART_SLOTS, PartSlot, apply_overrides, validate_config
 from .common import CommandParser, add_plugins_option, load_cli_plugins
 
 __all__ = ["ResolvedConfig", "add_config_arguments", "resolve_config_from_cli"]
@@ -96,7 +97,7 @@ def _key(ns: argparse.Namespace, slots: Sequence[PartSlot]) -> tuple:
     return (ns.config, tuple(ns.overrides or ()), tuple(ns.plugins or ()), tuple(sorted(_selections(ns, slots).items())))
 
 
-def _load(ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool) -> tuple[Config, list[str]]:
+def _load(ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool, notes: list[str]) -> tuple[Config, list[str]]:
     """Load plug-ins and config; apply overrides and part choices."""
     cli_plugins = load_cli_plugins(list(ns.plugins or ()))
     overrides = list(ns.overrides or ())
@@ -104,7 +105,7 @@ def _load(ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool) -> tu
         overrides = [o for o in overrides if "=" in o]
     cfg = load_config(ns.config)
     load_plugins(cfg.plugins, base_dir=cfg.base_dir, origin=f"plugins: in {cfg.where('plugins')}")
-    cfg.apply_overrides(overrides)
+    apply_overrides(cfg, overrides, slots)
     load_plugins(cfg.plugins, base_dir=cfg.base_dir, origin="plugins: (after overrides)")
     if cli_plugins:
         merged = cfg.plugins + [p for p in cli_plugins if p not in cfg.plugins]
@@ -114,7 +115,7 @@ def _load(ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool) -> tu
             spec = normalize_spec(cfg.get(slot.path), path=slot.path, kind=slot.kind, extras=slot.extras, origin_of=cfg.where)
             _replace(cfg, slot.path, spec)
     for flag, name in _selections(ns, slots).items():
-        _choose(cfg, next(s for s in slots if s.flag == flag), name)
+        _choose(cfg, next(s for s in slots if s.flag == flag), name, notes)
     return cfg, cli_plugins
 
 
@@ -124,7 +125,7 @@ def _replace(cfg: Config, path: str, value: Any) -> None:
     parent[key] = value
 
 
-def _choose(cfg: Config, slot: PartSlot, name: str) -> None:
+def _choose(cfg: Config, slot: PartSlot, name: str, notes: list[str]) -> None:
     """``--backbone NAME``: switch the part, keeping the arguments the new one accepts."""
     registry = REGISTRIES[slot.kind]
     _obj, sig = registry.resolve(name, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), path=f"--{slot.flag}", source="command line")
@@ -134,9 +135,9 @@ def _choose(cfg: Config, slot: PartSlot, name: str) -> None:
     kept = {k: v for k, v in current.get("args", {}).items() if k in sig}
     dropped = sorted(set(current.get("args", {})) - set(kept))
     if dropped:
-        log.warning(
-            "--%s %s: dropped config arguments of the previous %s '%s' that '%s' does not take: %s",
-            slot.flag, name, slot.kind, current.get("type"), name, ", ".join(dropped),
+        notes.append(
+            f"--{slot.flag} {name}: dropped config arguments of the previous {slot.kind} "
+            f"'{current.get('type')}' that '{name}' does not take: {', '.join(dropped)}"
         )
     extras = {k: v for k, v in current.items() if k not in ("type", "args")}
     cfg.set(slot.path, {"type": name, "args": kept, **extras}, f"flag --{slot.flag} {name}")
@@ -146,7 +147,9 @@ def _default_text(arg: ArgSpec) -> str:
     return "required" if arg.default is REQUIRED else f"default: {arg.default!r}"
 
 
-def _add_part_flags(parser: argparse.ArgumentParser, cfg: Config, slots: Sequence[PartSlot]) -> dict[str, _PartFlag]:
+def _add_part_flags(
+    parser: argparse.ArgumentParser, cfg: Config, slots: Sequence[PartSlot], notes: list[str]
+) -> dict[str, _PartFlag]:
     """One flag per user argument of every chosen part; returns dest → flag info."""
     chosen: list[tuple[PartSlot, str, list[ArgSpec]]] = []
     for slot in slots:
@@ -175,44 +178,72 @@ def _add_part_flags(parser: argparse.ArgumentParser, cfg: Config, slots: Sequenc
             if len(owners[arg.name]) > 1:
                 log.debug("--%s is taken by several parts (%s); use the qualified flags", dashed, ", ".join(owners[arg.name]))
             elif any(s in taken for s in bare):
-                log.warning(
-                    "%s argument '%s' is shadowed by the command's own --%s; set it with %s.args.%s=VALUE or --%s.%s",
-                    slot.kind, arg.name, dashed, slot.path, arg.name, slot.flag, dashed,
+                notes.append(
+                    f"{slot.kind} argument '{arg.name}' is shadowed by the command's own --{dashed}; "
+                    f"set it with {slot.path}.args.{arg.name}=VALUE or --{slot.flag}.{dashed}"
                 )
             else:
                 strings = bare + strings
             strings = [s for s in strings if s not in taken]
             taken.update(strings)
-            _add_flag(group, strings, dest, arg)
+            _add_flag(group, strings, dest, arg, taken)
     return flags
 
 
-def _add_flag(group: Any, strings: list[str], dest: str, arg: ArgSpec) -> None:
+class _Record(argparse.Action):
+    """Append ``(option string, value)`` so errors can name the flag as typed."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ARG002
+        items = list(getattr(namespace, self.dest, None) or [])
+        value = self.const if values is None or self.nargs == 0 else values
+        items.append((option_string, value))
+        setattr(namespace, self.dest, items)
+
+
+def _add_flag(group: Any, strings: list[str], dest: str, arg: ArgSpec, taken: set[str]) -> None:
     help_text = (arg.help + " " if arg.help else "") + f"[{arg.type_name}; {_default_text(arg)}]"
     help_text = help_text.replace("%", "%%")
     if arg.type is bool:
-        group.add_argument(*strings, dest=dest, action="append", nargs="?", const="true", default=argparse.SUPPRESS,
+        group.add_argument(*strings, dest=dest, action=_Record, nargs="?", const="true", default=argparse.SUPPRESS,
                            metavar="BOOL", help=help_text)
         negatives = [s.replace("--", "--no-", 1) if "." not in s else None for s in strings]
-        negatives = [n for n in negatives if n]
+        negatives = [n for n in negatives if n and n not in taken]
+        taken.update(negatives)
         if negatives:
-            group.add_argument(*negatives, dest=dest, action="append_const", const="false", default=argparse.SUPPRESS,
+            group.add_argument(*negatives, dest=dest, action=_Record, nargs=0, const="false", default=argparse.SUPPRESS,
                                help=f"set {arg.name} to false")
         return
-    group.add_argument(*strings, dest=dest, action="append", default=argparse.SUPPRESS, metavar="VALUE", help=help_text)
+    group.add_argument(*strings, dest=dest, action=_Record, default=argparse.SUPPRESS, metavar="VALUE", help=help_text)
 
 
 def _apply_part_flags(cfg: Config, ns: argparse.Namespace, flags: dict[str, _PartFlag]) -> None:
     for dest, flag in flags.items():
         if not hasattr(ns, dest):
             continue
-        raw = getattr(ns, dest)
-        shown = f"--{flag.slot.flag}.{flag.arg.name.replace('_', '-')}"
+        recorded = getattr(ns, dest)
+        shown = recorded[-1][0]
+        raw = [value for _option, value in recorded]
         try:
-            value = coerce_cli(raw, flag.arg.type)
+            value = coerce_cli(raw if len(raw) > 1 else raw[0], flag.arg.type)
         except ConfigError as exc:
-            raise exc.located(path=shown, source="command line") from None
+            raise exc.located(path=shown) from None
         cfg.set(f"{flag.slot.path}.args.{flag.arg.name}", to_plain(value), f"flag {shown}")
+
+
+def _lenient_parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Phase 1: the fixed options, ignoring part flags not yet known.
+
+    With a part flag before the config (``--width 8 cfg.yaml``) argparse takes ``8`` for
+    the config; the first YAML file or existing file among the positional-looking
+    tokens is then the config. The strict second phase confirms or corrects it.
+    """
+    ns, _ = parser.parse_known_args(argv)
+    if ns.config is not None and not Path(ns.config).is_file():
+        for token in argv:
+            if not token.startswith("-") and "=" not in token and (token.endswith((".yaml", ".yml")) or Path(token).is_file()):
+                ns.config = token
+                break
+    return ns
 
 
 def _help_requested(argv: Sequence[str]) -> bool:
@@ -250,21 +281,24 @@ def resolve_config_from_cli(
     lenient = _make_parser(name, description, add_fixed, add_help=False)
     if _help_requested(argv):
         try:  # with a loadable config, --help lists the chosen parts' flags too
-            ns, _ = lenient.parse_known_args(argv)
-            _load(ns, slots, strict=False)
+            ns = _lenient_parse(lenient, argv)
+            _load(ns, slots, strict=False, notes=[])
         except UsageError:
             _make_parser(name, description, add_fixed, add_help=True).parse_args(["--help"])
-    ns, _ = lenient.parse_known_args(argv)
+    ns = _lenient_parse(lenient, argv)
     strict = False
     for _ in range(_MAX_PASSES):
-        cfg, cli_plugins = _load(ns, slots, strict=strict)
+        notes: list[str] = []
+        cfg, cli_plugins = _load(ns, slots, strict=strict, notes=notes)
         parser = _make_parser(name, description, add_fixed, add_help=True)
-        flags = _add_part_flags(parser, cfg, slots)
+        flags = _add_part_flags(parser, cfg, slots, notes)
         full = parser.parse_intermixed_args(argv)
         if strict and _key(full, slots) == _key(ns, slots):
             break
         strict = True
         ns = full
+    for note in dict.fromkeys(notes):
+        log.warning(note)
     _apply_part_flags(cfg, full, flags)
     if full.seed is not None:
         cfg.set("seed", full.seed, "flag --seed")

@@ -70,9 +70,18 @@ def _split_command(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     return argv, None, []
 
 
+class _LowerLevelFormatter(logging.Formatter):
+    """``warning: ...`` like ``error: ...`` — the way command-line tools speak."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record = logging.makeLogRecord(record.__dict__)
+        record.levelname = record.levelname.lower()
+        return super().format(record)
+
+
 def _setup_logging(debug: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    handler.setFormatter(_LowerLevelFormatter("%(levelname)s: %(message)s"))
     root = logging.getLogger("modforge")
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)

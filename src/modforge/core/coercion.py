@@ -47,7 +47,8 @@ def parse_scalar(text: str) -> Any:
     """Read a command-line or override value as YAML would (``64`` → int, ``[1,2]`` → list).
 
     Text that is not valid YAML is returned unchanged as a string, so
-    ``name=foo: bar`` still sets the string ``'foo: bar'``.
+    ``name=[unclosed`` sets the string ``'[unclosed'``; quote a value to force a
+    string (``name="123"``).
     """
     try:
         return yaml.safe_load(text)

@@ -38,6 +38,8 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "modforge.plugins"
+PLUGIN_MODULE_PREFIX = "modforge_plugin_"
+"""Module names given to ``.py`` plug-in files (they are not importable by name)."""
 _entry_points_loaded = False
 _entry_points_lock = threading.RLock()
 
@@ -49,7 +51,7 @@ def _looks_like_file(spec: str) -> bool:
 def _module_name_for_file(path: Path) -> str:
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     stem = "".join(c if c.isalnum() else "_" for c in path.stem)
-    return f"modforge_plugin_{stem}_{digest}"
+    return f"{PLUGIN_MODULE_PREFIX}{stem}_{digest}"
 
 
 def load_plugin(spec: str, *, base_dir: str | os.PathLike | None = None, origin: str = "--plugins") -> ModuleType:

@@ -34,11 +34,13 @@ from .errors import (
     BuildError,
     ConfigError,
     DuplicateComponentError,
+    MissingArgumentError,
     RegistrationError,
     UnknownComponentError,
     UsageError,
 )
-from .plugins import import_object, is_import_path, load_entry_point_plugins
+from .config import display_path
+from .plugins import PLUGIN_MODULE_PREFIX, import_object, is_import_path, load_entry_point_plugins
 from .specs import normalize_spec
 
 __all__ = ["Entry", "Registry"]
@@ -77,6 +79,13 @@ class Entry:
     @property
     def qualname(self) -> str:
         return f"{self.module}.{getattr(self.obj, '__qualname__', self.name)}"
+
+    @property
+    def origin(self) -> str:
+        """Where the part comes from, for tables: its module, or the file of a ``.py`` plug-in."""
+        if self.module.startswith(PLUGIN_MODULE_PREFIX) and self.file != "?":
+            return display_path(self.file)
+        return self.module
 
     @property
     def location(self) -> str:
@@ -251,22 +260,26 @@ class Registry:
         return self.entry(name).obj
 
     def suggestions(self, name: str, n: int = 3) -> list[str]:
-        """Registered names close to ``name`` (case and ``_``/``-`` insensitive)."""
+        """Registered names close to ``name``, best first.
+
+        A name equal to ``name`` up to case and ``_``/``-``/``.`` is the only suggestion;
+        otherwise the fuzzy matches scoring within 0.1 of the best one (at least 0.6).
+        """
         self._ensure_loaded()
         if not isinstance(name, str):
             return []
-        by_norm: dict[str, list[str]] = {}
-        for known in self._entries:
-            by_norm.setdefault(_normalized(known), []).append(known)
         target = _normalized(name)
-        exact = by_norm.get(target, [])
-        close = difflib.get_close_matches(target, list(by_norm), n=n, cutoff=0.6)
-        out = list(exact)
-        for norm in close:
-            out.extend(k for k in by_norm[norm] if k not in out)
-        fuzzy_raw = difflib.get_close_matches(name, list(self._entries), n=n, cutoff=0.6)
-        out.extend(k for k in fuzzy_raw if k not in out)
-        return out[:n]
+        exact = [known for known in self._entries if _normalized(known) == target]
+        if exact:
+            return sorted(exact)[:n]
+        scored = sorted(
+            ((difflib.SequenceMatcher(None, target, _normalized(known)).ratio(), known) for known in self._entries),
+            key=lambda pair: (-pair[0], pair[1]),
+        )
+        if not scored or scored[0][0] < 0.6:
+            return []
+        best = scored[0][0]
+        return [known for score, known in scored if score >= max(0.6, best - 0.1)][:n]
 
     def _unknown(self, name: Any, *, path: str | None = None, source: str | None = None) -> UnknownComponentError:
         close = self.suggestions(name) if isinstance(name, str) else []
@@ -299,7 +312,7 @@ class Registry:
         if name in self._entries:
             entry = self._entries[name]
             return entry.obj, entry.signature
-        if isinstance(name, str) and is_import_path(name) and list(allowed_modules):
+        if isinstance(name, str) and is_import_path(name):
             obj = import_object(
                 name, kind=self.kind, allowed_modules=allowed_modules, base_dir=base_dir, path=path, source=source
             )
@@ -366,6 +379,14 @@ class Registry:
         spec, obj, sig = self._checked(spec, path, extras, origin_of, allowed_modules, base_dir)
         passed = {k: v for k, v in context.items() if k in sig}
         args = sig.validate(spec["args"], path=f"{label}.args", origin_of=origin_of, provided=passed)
+        for arg in sig.args:
+            if arg.injected and not arg.has_default and arg.name not in passed and arg.name not in args:
+                raise MissingArgumentError(
+                    f"required argument missing (expected {arg.type_name}); the builder wires it when "
+                    f"this {self.kind} follows another part, otherwise give it in args",
+                    path=f"{label}.args.{arg.name}",
+                    source=where(f"{label}.args"),
+                )
         for key, value in passed.items():
             if key in args and not _equal(args[key], value):
                 raise ConfigError(

@@ -18,7 +18,7 @@ from ..core.config import Config, check_keys, require_mapping
 from ..core.errors import ConfigValueError
 from ..core.registries import REGISTRIES
 
-__all__ = ["PART_SLOTS", "SECTIONS", "PartSlot", "validate_config"]
+__all__ = ["PART_SLOTS", "SECTIONS", "PartSlot", "apply_overrides", "normalize_slots", "validate_config"]
 
 SECTIONS = ("plugins", "seed", "task", "data", "model", "train")
 """Top-level keys a config may have."""
@@ -54,6 +54,36 @@ PART_SLOTS: tuple[PartSlot, ...] = (
     PartSlot("model.head", "head", flag="head"),
     PartSlot("model.losses", "loss", many=True, extras=("weight",)),
 )
+
+
+def normalize_slots(cfg: Config, slots: Iterable[PartSlot] = PART_SLOTS) -> Config:
+    """Expand shorthand part specs in place (``head: linear`` → ``{type: linear, args: {}}``),
+    so later overrides and flags can address ``model.head.args.*``. Values that are not
+    a string or a mapping are left for :func:`validate_config` to report."""
+    for slot in slots:
+        value = cfg.get(slot.path, None)
+        if slot.many:
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    if isinstance(item, str) and item.strip():
+                        value[i] = {"type": item.strip(), "args": {}}
+            continue
+        if isinstance(value, str) and value.strip():
+            _assign(cfg, slot.path, {"type": value.strip(), "args": {}})
+        elif isinstance(value, dict) and value.get("args") is None and "type" in value:
+            value["args"] = {}
+    return cfg
+
+
+def apply_overrides(cfg: Config, overrides: Iterable[str], slots: Iterable[PartSlot] = PART_SLOTS) -> Config:
+    """Apply ``key.path=value`` overrides one by one, expanding shorthand specs around each,
+    so ``model.head=mlp model.head.args.hidden=64`` works as written."""
+    slots = tuple(slots)
+    normalize_slots(cfg, slots)
+    for text in overrides:
+        cfg.apply_overrides([text])
+        normalize_slots(cfg, slots)
+    return cfg
 
 
 def _check_seed(cfg: Config) -> None:

@@ -26,7 +26,7 @@ def run(argv: list[str]) -> int:
         kind, pattern = None, kind  # `modforge list 'res*'`: a pattern over every kind
     registries = [registry_for(kind)] if kind else list(REGISTRIES.values())
     rows = [
-        (entry.kind, entry.name, entry.module, entry.summary)
+        (entry.kind, entry.name, entry.origin, entry.summary)
         for registry in registries
         for entry in registry.entries(pattern)
     ]
@@ -35,5 +35,5 @@ def run(argv: list[str]) -> int:
         suffix = f" matching '{pattern}'" if pattern else ""
         print(f"no registered {what}{suffix}")
         return 0
-    print_table(("kind", "name", "module", "description"), rows)
+    print_table(("kind", "name", "from", "description"), rows)
     return 0
