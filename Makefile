@@ -20,6 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/modforge list
 
 test: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m pytest -n 2 --dist loadfile
 
 lint: $(STAMP)

@@ -208,7 +208,9 @@ def test_validate_reports_unknown_missing_and_bad_values_with_paths():
     with pytest.raises(UnknownKeyError) as info:
         sig.validate({"depht": 3}, path="model.backbone.args")
     assert str(info.value).startswith("model.backbone.args.depht: unknown argument 'depht'; did you mean 'depth'?")
-    with pytest.raises(MissingArgumentError, match=r"^model.backbone.args.depth: required argument missing \(expected int\)"):
+    with pytest.raises(
+        MissingArgumentError, match=r"^model.backbone.args.depth: required argument missing \(expected int\)"
+    ):
         sig.validate({}, path="model.backbone.args")
     with pytest.raises(ConfigValueError, match=r"^model.backbone.args.depth: expected int, got 'abc' \(in x.yaml:3\)$"):
         sig.validate({"depth": "abc"}, path="model.backbone.args", origin_of=lambda p: "x.yaml:3")

@@ -51,12 +51,15 @@ def cli_head(in_dim: int, num_classes: int, dropout: float = 0.1):
 @pytest.fixture
 def project(write):
     write("parts.py", PARTS)
-    write("configs/base.yaml", """
+    write(
+        "configs/base.yaml",
+        """
         seed: 0
         model:
           backbone: {type: cli_mlp, args: {hidden_dims: [64, 64]}}
           head: cli_head
-    """)
+    """,
+    )
     return write("configs/exp.yaml", "_base_: base.yaml\nplugins: [../parts.py]\n")
 
 
@@ -131,8 +134,23 @@ def test_config_resolves_base_plugins_and_prints_yaml(cli, project):
 
 
 def test_part_flags_mammoth_style(cli, project):
-    cfg = resolved(cli("config", str(project), "--hidden-dims", "256,256", "--act", "gelu", "--pretrained", "0",
-                       "--extra", "7", "model.head.args.dropout=0.5", "--seed", "3"))
+    cfg = resolved(
+        cli(
+            "config",
+            str(project),
+            "--hidden-dims",
+            "256,256",
+            "--act",
+            "gelu",
+            "--pretrained",
+            "0",
+            "--extra",
+            "7",
+            "model.head.args.dropout=0.5",
+            "--seed",
+            "3",
+        )
+    )
     args = cfg["model"]["backbone"]["args"]
     assert args == {"hidden_dims": [256, 256], "act": "gelu", "pretrained": False, "extra": 7}
     assert cfg["model"]["head"]["args"] == {"dropout": 0.5}
@@ -140,8 +158,13 @@ def test_part_flags_mammoth_style(cli, project):
 
 
 def test_bool_flag_spellings(cli, project):
-    for argv, expected in [(["--pretrained"], True), (["--no-pretrained"], False), (["--pretrained", "no"], False),
-                           (["--pretrained", "1"], True), (["--backbone.pretrained", "false"], False)]:
+    for argv, expected in [
+        (["--pretrained"], True),
+        (["--no-pretrained"], False),
+        (["--pretrained", "no"], False),
+        (["--pretrained", "1"], True),
+        (["--backbone.pretrained", "false"], False),
+    ]:
         cfg = resolved(cli("config", str(project), *argv))
         assert cfg["model"]["backbone"]["args"]["pretrained"] is expected, argv
 
@@ -208,7 +231,11 @@ def test_missing_config_file_and_missing_plugin(cli, write):
 def test_help_lists_the_chosen_parts_flags(cli, project):
     res = cli("config", str(project), "--help")
     assert res.code == 0
-    assert "backbone 'cli_mlp' arguments" in res.out and "--hidden-dims" in res.out and "sizes of the hidden layers" in res.out
+    assert (
+        "backbone 'cli_mlp' arguments" in res.out
+        and "--hidden-dims" in res.out
+        and "sizes of the hidden layers" in res.out
+    )
     assert "head 'cli_head' arguments" in res.out
     assert cli("config", "--help").code == 0  # no config given: the fixed options only
 
@@ -237,11 +264,23 @@ def _venv_bin(name: str) -> str:
 
 @pytest.mark.slow
 def test_console_script_and_python_dash_m(tmp_path):
-    for cmd in ([_venv_bin("modforge"), "list", "optimizer", "sgd"], [sys.executable, "-m", "modforge", "list", "optimizer", "sgd"]):
+    for cmd in (
+        [_venv_bin("modforge"), "list", "optimizer", "sgd"],
+        [sys.executable, "-m", "modforge", "list", "optimizer", "sgd"],
+    ):
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
         assert proc.returncode == 0, proc.stderr
         assert "sgd" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "modforge", "describe", "optimizer", "nope"], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=120)
-    assert proc.returncode == 2 and proc.stderr.startswith("error: no optimizer named 'nope'") and "Traceback" not in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "modforge", "describe", "optimizer", "nope"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert (
+        proc.returncode == 2
+        and proc.stderr.startswith("error: no optimizer named 'nope'")
+        and "Traceback" not in proc.stderr
+    )
     assert mf.__version__ in subprocess.run([_venv_bin("modforge"), "--version"], capture_output=True, text=True).stdout

@@ -39,19 +39,25 @@ def tiny_parts():
 
 
 def test_base_inheritance_deep_merge_and_relative_paths(write):
-    write("configs/base/common.yaml", """
+    write(
+        "configs/base/common.yaml",
+        """
         seed: 1
         model:
           backbone: {type: tiny_net, args: {depth: 2, width: 16}}
           head: tiny_head
         train: {max_epochs: 10, optimizer: {type: adamw, args: {lr: 0.001}}}
-    """)
-    child = write("configs/exp/child.yaml", """
+    """,
+    )
+    child = write(
+        "configs/exp/child.yaml",
+        """
         _base_: ../base/common.yaml
         model:
           backbone: {args: {width: 64}}
         train: {max_epochs: 3}
-    """)
+    """,
+    )
     cfg = load_config(child)
     assert cfg.data["seed"] == 1
     assert cfg.data["model"]["backbone"] == {"type": "tiny_net", "args": {"depth": 2, "width": 64}}
@@ -64,12 +70,15 @@ def test_base_inheritance_deep_merge_and_relative_paths(write):
 def test_base_list_later_wins_lists_replace_and_delete_replaces(write):
     write("a.yaml", "x: {p: 1, q: [1, 2]}\nplugins: [pa]\n")
     write("b.yaml", "x: {p: 2, r: 3}\nplugins: [pb]\n")
-    top = write("top.yaml", """
+    top = write(
+        "top.yaml",
+        """
         _base_: [a.yaml, b.yaml]
         x: {q: [9]}
         y: {_delete_: true, only: 1}
         plugins: [pa, pc]
-    """)
+    """,
+    )
     cfg = load_config(top)
     assert cfg.data["x"] == {"p": 2, "q": [9], "r": 3}
     assert cfg.data["y"] == {"only": 1}
@@ -146,8 +155,18 @@ def test_not_utf8(tmp_path):
 
 def test_overrides_are_yaml_typed_and_reach_into_lists(write):
     path = write("x.yaml", "model: {losses: [{type: a, weight: 1.0}]}\n")
-    cfg = load_config(path, ["model.backbone.args.width=64", "train.dims=[1, 2]", "name=[unclosed", "quoted='123'",
-                             "model.losses.0.weight=2.5", "flag=false", "nothing="])
+    cfg = load_config(
+        path,
+        [
+            "model.backbone.args.width=64",
+            "train.dims=[1, 2]",
+            "name=[unclosed",
+            "quoted='123'",
+            "model.losses.0.weight=2.5",
+            "flag=false",
+            "nothing=",
+        ],
+    )
     assert cfg.get("model.backbone.args.width") == 64
     assert cfg.get("train.dims") == [1, 2]
     assert cfg.get("name") == "[unclosed" and cfg.get("quoted") == "123"
@@ -164,7 +183,9 @@ def test_malformed_overrides(bad):
 
 def test_override_through_a_scalar_or_bad_index(write):
     path = write("x.yaml", "seed: 1\nlst: [1]\n")
-    with pytest.raises(ConfigValueError, match=r"^seed.x: cannot set a key inside int value \(in override 'seed.x=1'\)"):
+    with pytest.raises(
+        ConfigValueError, match=r"^seed.x: cannot set a key inside int value \(in override 'seed.x=1'\)"
+    ):
         load_config(path, ["seed.x=1"])
     with pytest.raises(ConfigValueError, match=r"lst.5: '5' is not an index of this 1-item list"):
         load_config(path, ["lst.5=1"])
@@ -180,12 +201,15 @@ def test_config_from_mapping_and_yaml_round_trip():
 
 
 def test_validate_normalizes_shorthand_and_coerces(write, tiny_parts):
-    path = write("x.yaml", """
+    path = write(
+        "x.yaml",
+        """
         model:
           backbone: {type: tiny_net, args: {depth: "3"}}
           head: tiny_head
           losses: [tiny_loss, {type: tiny_loss, args: {scale: 2}, weight: 0.5}]
-    """)
+    """,
+    )
     cfg = validate_config(load_config(path))
     assert cfg.data["model"]["head"] == {"type": "tiny_head", "args": {}}
     assert cfg.data["model"]["backbone"]["args"] == {"depth": 3}
@@ -205,19 +229,43 @@ def test_validation_errors_name_path_expected_type_value_and_file(write, tiny_pa
 @pytest.mark.parametrize(
     ("text", "error", "pattern"),
     [
-        ("model: {backbone: {type: tiny_net, args: {depth: 1, widht: 2}}}", UnknownKeyError,
-         r"model.backbone.args.widht: unknown argument 'widht'; did you mean 'width'"),
-        ("model: {backbone: {type: tiny_nett, args: {depth: 1}}}", UnknownComponentError,
-         r"model.backbone.type: no backbone named 'tiny_nett'; did you mean 'tiny_net'"),
-        ("model: {backbone: {type: tiny_net}}", MissingArgumentError,
-         r"model.backbone.args.depth: required argument missing \(expected int\)"),
-        ("model: {backbone: {type: tiny_net, depth: 1}}", UnknownKeyError,
-         r"model.backbone.depth: unknown key 'depth' beside 'type'.*args.depth"),
+        (
+            "model: {backbone: {type: tiny_net, args: {depth: 1, widht: 2}}}",
+            UnknownKeyError,
+            r"model.backbone.args.widht: unknown argument 'widht'; did you mean 'width'",
+        ),
+        (
+            "model: {backbone: {type: tiny_nett, args: {depth: 1}}}",
+            UnknownComponentError,
+            r"model.backbone.type: no backbone named 'tiny_nett'; did you mean 'tiny_net'",
+        ),
+        (
+            "model: {backbone: {type: tiny_net}}",
+            MissingArgumentError,
+            r"model.backbone.args.depth: required argument missing \(expected int\)",
+        ),
+        (
+            "model: {backbone: {type: tiny_net, depth: 1}}",
+            UnknownKeyError,
+            r"model.backbone.depth: unknown key 'depth' beside 'type'.*args.depth",
+        ),
         ("model: {backbone: {args: {depth: 1}}}", ConfigValueError, r"model.backbone: missing 'type'"),
         ("model: {backbone: 3}", ConfigValueError, r"model.backbone: expected a backbone name or \{type"),
-        ("model: {backbone: {type: tiny_net, args: [1]}}", ConfigValueError, r"model.backbone.args: expected a mapping"),
-        ("model: {losses: [{type: tiny_loss, weight: heavy}]}", ConfigValueError, r"model.losses.0.weight: expected a number"),
-        ("model: {bakbone: tiny_net}", UnknownKeyError, r"model.bakbone: unknown model key 'bakbone'; did you mean 'backbone'"),
+        (
+            "model: {backbone: {type: tiny_net, args: [1]}}",
+            ConfigValueError,
+            r"model.backbone.args: expected a mapping",
+        ),
+        (
+            "model: {losses: [{type: tiny_loss, weight: heavy}]}",
+            ConfigValueError,
+            r"model.losses.0.weight: expected a number",
+        ),
+        (
+            "model: {bakbone: tiny_net}",
+            UnknownKeyError,
+            r"model.bakbone: unknown model key 'bakbone'; did you mean 'backbone'",
+        ),
         ("modle: {}", UnknownKeyError, r"modle: unknown section 'modle'; did you mean 'model'"),
         ("seed: abc", ConfigValueError, r"seed: expected int or None, got 'abc'"),
         ("model: [1]", ConfigValueError, r"model: expected a mapping"),
@@ -233,12 +281,15 @@ def test_bad_configs_give_one_located_error(write, tiny_parts, text, error, patt
 
 def test_type_import_path_only_inside_listed_plugins(write, tiny_parts, tmp_path, monkeypatch):
     write("mf_test_pkg/__init__.py", "")
-    write("mf_test_pkg/parts.py", """
+    write(
+        "mf_test_pkg/parts.py",
+        """
         import torch.nn as nn
         class Unregistered(nn.Module):
             def __init__(self, in_dim: int, depth: int = 1):
                 super().__init__()
-    """)
+    """,
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     text = "model: {backbone: {type: 'mf_test_pkg.parts:Unregistered', args: {depth: 2}}}\n"
     with pytest.raises(UnknownComponentError, match=r"import path is accepted only for modules listed in 'plugins:'"):
@@ -249,7 +300,9 @@ def test_type_import_path_only_inside_listed_plugins(write, tiny_parts, tmp_path
     cfg = validate_config(load_config(write("ok.yaml", "plugins: [mf_test_pkg]\n" + text)))
     assert cfg.data["model"]["backbone"]["args"] == {"depth": 2}
     with pytest.raises(UnknownComponentError, match="has no attribute 'Missing'"):
-        validate_config(load_config(write("bad.yaml", "plugins: [mf_test_pkg]\nmodel: {backbone: 'mf_test_pkg.parts.Missing'}\n")))
+        validate_config(
+            load_config(write("bad.yaml", "plugins: [mf_test_pkg]\nmodel: {backbone: 'mf_test_pkg.parts.Missing'}\n"))
+        )
 
 
 def test_apply_overrides_expands_shorthand_between_steps(write, tiny_parts):

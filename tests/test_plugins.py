@@ -44,7 +44,9 @@ def test_failing_plugins_name_the_plugin_and_the_cause(write, tmp_path):
     msg = str(info.value)
     assert "plug-in '" in msg and "broken.py" in msg and "(from plugins: in x.yaml)" in msg
     assert "ModuleNotFoundError: No module named 'not_a_real_module_xyz'" in msg
-    with pytest.raises(PluginError, match=r"plug-in 'no_such_plugin_mod' \(from --plugins\) failed to import: ModuleNotFoundError"):
+    with pytest.raises(
+        PluginError, match=r"plug-in 'no_such_plugin_mod' \(from --plugins\) failed to import: ModuleNotFoundError"
+    ):
         mf.load_plugins(["no_such_plugin_mod"])
     with pytest.raises(PluginError, match=r"plug-in file 'missing.py' not found"):
         mf.load_plugins(["missing.py"], base_dir=tmp_path)
@@ -58,7 +60,9 @@ def test_plugin_that_registers_a_duplicate_name(write):
     first = write("first.py", PART.format(name="dup_part"))
     second = write("second.py", PART.format(name="dup_part"))
     mf.load_plugins([str(first)])
-    with pytest.raises(PluginError, match=r"DuplicateComponentError: backbone 'dup_part' is already registered by .*first.py"):
+    with pytest.raises(
+        PluginError, match=r"DuplicateComponentError: backbone 'dup_part' is already registered by .*first.py"
+    ):
         mf.load_plugins([str(second)])
 
 

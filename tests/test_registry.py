@@ -160,7 +160,9 @@ def test_build_user_value_for_injected_argument_must_agree():
 
 def test_build_errors_are_located():
     reg = make_registry()
-    with pytest.raises(UnknownKeyError, match=r"model.backbone.args.widht: unknown argument 'widht'; did you mean 'width'"):
+    with pytest.raises(
+        UnknownKeyError, match=r"model.backbone.args.widht: unknown argument 'widht'; did you mean 'width'"
+    ):
         reg.build({"type": "resnet18", "args": {"widht": 1}}, path="model.backbone", in_dim=1)
     with pytest.raises(MissingArgumentError, match=r"model.backbone.args.in_dim: required argument missing"):
         reg.build("resnet18", path="model.backbone")
@@ -183,14 +185,25 @@ def test_constructor_failure_becomes_build_error_naming_the_part():
 
 def test_global_registries_and_public_decorators():
     assert set(mf.REGISTRIES) == {
-        "frontend", "backbone", "neck", "head", "loss", "dataset", "metric",
-        "optimizer", "scheduler", "engine", "callback", "algorithm", "model",
+        "frontend",
+        "backbone",
+        "neck",
+        "head",
+        "loss",
+        "dataset",
+        "metric",
+        "optimizer",
+        "scheduler",
+        "engine",
+        "callback",
+        "algorithm",
+        "model",
     }
     for kind, registry in mf.REGISTRIES.items():
         decorator = getattr(mf, f"register_{kind}")
 
         @decorator(f"probe_{kind}")
-        def probe():
+        def probe(kind=kind):
             return kind
 
         assert f"probe_{kind}" in registry

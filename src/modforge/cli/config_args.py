@@ -72,18 +72,25 @@ def add_config_arguments(parser: argparse.ArgumentParser, slots: Sequence[PartSl
     """The fixed options every config-taking command has."""
     parser.add_argument("config", metavar="CONFIG", help="YAML config file")
     parser.add_argument(
-        "overrides", nargs="*", metavar="KEY.PATH=VALUE", help="set one config value, read as YAML (e.g. train.max_epochs=5)"
+        "overrides",
+        nargs="*",
+        metavar="KEY.PATH=VALUE",
+        help="set one config value, read as YAML (e.g. train.max_epochs=5)",
     )
     add_plugins_option(parser)
     parser.add_argument("--seed", type=int, help="random seed (sets the config's 'seed')")
     for slot in slots:
         if slot.flag:
             parser.add_argument(
-                f"--{slot.flag}", metavar="NAME", help=f"choose the {slot.kind} by name (sets {slot.path}); its arguments become flags"
+                f"--{slot.flag}",
+                metavar="NAME",
+                help=f"choose the {slot.kind} by name (sets {slot.path}); its arguments become flags",
             )
 
 
-def _make_parser(name: str, description: str, add_fixed: Callable[[argparse.ArgumentParser], None], add_help: bool) -> CommandParser:
+def _make_parser(
+    name: str, description: str, add_fixed: Callable[[argparse.ArgumentParser], None], add_help: bool
+) -> CommandParser:
     parser = CommandParser(name, description=description, add_help=add_help)
     add_fixed(parser)
     return parser
@@ -94,10 +101,17 @@ def _selections(ns: argparse.Namespace, slots: Sequence[PartSlot]) -> dict[str, 
 
 
 def _key(ns: argparse.Namespace, slots: Sequence[PartSlot]) -> tuple:
-    return (ns.config, tuple(ns.overrides or ()), tuple(ns.plugins or ()), tuple(sorted(_selections(ns, slots).items())))
+    return (
+        ns.config,
+        tuple(ns.overrides or ()),
+        tuple(ns.plugins or ()),
+        tuple(sorted(_selections(ns, slots).items())),
+    )
 
 
-def _load(ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool, notes: list[str]) -> tuple[Config, list[str]]:
+def _load(
+    ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool, notes: list[str]
+) -> tuple[Config, list[str]]:
     """Load plug-ins and config; apply overrides and part choices."""
     cli_plugins = load_cli_plugins(list(ns.plugins or ()))
     overrides = list(ns.overrides or ())
@@ -112,7 +126,9 @@ def _load(ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool, notes
         cfg.set("plugins", merged, "--plugins")
     for slot in slots:
         if not slot.many and cfg.get(slot.path, None) is not None:
-            spec = normalize_spec(cfg.get(slot.path), path=slot.path, kind=slot.kind, extras=slot.extras, origin_of=cfg.where)
+            spec = normalize_spec(
+                cfg.get(slot.path), path=slot.path, kind=slot.kind, extras=slot.extras, origin_of=cfg.where
+            )
             _replace(cfg, slot.path, spec)
     for flag, name in _selections(ns, slots).items():
         _choose(cfg, next(s for s in slots if s.flag == flag), name, notes)
@@ -128,7 +144,9 @@ def _replace(cfg: Config, path: str, value: Any) -> None:
 def _choose(cfg: Config, slot: PartSlot, name: str, notes: list[str]) -> None:
     """``--backbone NAME``: switch the part, keeping the arguments the new one accepts."""
     registry = REGISTRIES[slot.kind]
-    _obj, sig = registry.resolve(name, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), path=f"--{slot.flag}", source="command line")
+    _obj, sig = registry.resolve(
+        name, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), path=f"--{slot.flag}", source="command line"
+    )
     current = cfg.get(slot.path, None) or {"type": name, "args": {}}
     if current.get("type") == name:
         return
@@ -158,7 +176,11 @@ def _add_part_flags(
             continue
         registry = REGISTRIES[slot.kind]
         _obj, sig = registry.resolve(
-            spec["type"], allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), path=f"{slot.path}.type", source=cfg.where(f"{slot.path}.type")
+            spec["type"],
+            allowed_modules=cfg.plugins,
+            base_dir=str(cfg.base_dir),
+            path=f"{slot.path}.type",
+            source=cfg.where(f"{slot.path}.type"),
         )
         chosen.append((slot, spec["type"], sig.user_args))
     owners: dict[str, list[str]] = {}
@@ -176,7 +198,9 @@ def _add_part_flags(
             strings = [f"--{slot.flag}.{dashed}"] + ([f"--{slot.flag}.{plain}"] if plain != dashed else [])
             bare = [f"--{dashed}"] + ([f"--{plain}"] if plain != dashed else [])
             if len(owners[arg.name]) > 1:
-                log.debug("--%s is taken by several parts (%s); use the qualified flags", dashed, ", ".join(owners[arg.name]))
+                log.debug(
+                    "--%s is taken by several parts (%s); use the qualified flags", dashed, ", ".join(owners[arg.name])
+                )
             elif any(s in taken for s in bare):
                 notes.append(
                     f"{slot.kind} argument '{arg.name}' is shadowed by the command's own --{dashed}; "
@@ -204,14 +228,29 @@ def _add_flag(group: Any, strings: list[str], dest: str, arg: ArgSpec, taken: se
     help_text = (arg.help + " " if arg.help else "") + f"[{arg.type_name}; {_default_text(arg)}]"
     help_text = help_text.replace("%", "%%")
     if arg.type is bool:
-        group.add_argument(*strings, dest=dest, action=_Record, nargs="?", const="true", default=argparse.SUPPRESS,
-                           metavar="BOOL", help=help_text)
+        group.add_argument(
+            *strings,
+            dest=dest,
+            action=_Record,
+            nargs="?",
+            const="true",
+            default=argparse.SUPPRESS,
+            metavar="BOOL",
+            help=help_text,
+        )
         negatives = [s.replace("--", "--no-", 1) if "." not in s else None for s in strings]
         negatives = [n for n in negatives if n and n not in taken]
         taken.update(negatives)
         if negatives:
-            group.add_argument(*negatives, dest=dest, action=_Record, nargs=0, const="false", default=argparse.SUPPRESS,
-                               help=f"set {arg.name} to false")
+            group.add_argument(
+                *negatives,
+                dest=dest,
+                action=_Record,
+                nargs=0,
+                const="false",
+                default=argparse.SUPPRESS,
+                help=f"set {arg.name} to false",
+            )
         return
     group.add_argument(*strings, dest=dest, action=_Record, default=argparse.SUPPRESS, metavar="VALUE", help=help_text)
 
@@ -240,7 +279,11 @@ def _lenient_parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse
     ns, _ = parser.parse_known_args(argv)
     if ns.config is not None and not Path(ns.config).is_file():
         for token in argv:
-            if not token.startswith("-") and "=" not in token and (token.endswith((".yaml", ".yml")) or Path(token).is_file()):
+            if (
+                not token.startswith("-")
+                and "=" not in token
+                and (token.endswith((".yaml", ".yml")) or Path(token).is_file())
+            ):
                 ns.config = token
                 break
     return ns

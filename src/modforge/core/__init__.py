@@ -25,5 +25,43 @@ from .errors import (
 from .plugins import load_entry_point_plugins, load_plugin, load_plugins
 from .registries import *  # noqa: F403 - the registries and register_* decorators
 from .registries import REGISTRIES, registry_for
+from .registries import __all__ as _registry_names
 from .registry import Entry, Registry
 from .specs import normalize_spec
+
+__all__ = [
+    "REQUIRED",
+    "ArgSpec",
+    "BuildError",
+    "Config",
+    "ConfigCycleError",
+    "ConfigError",
+    "ConfigFileError",
+    "ConfigSyntaxError",
+    "ConfigValueError",
+    "DuplicateComponentError",
+    "Entry",
+    "MissingArgumentError",
+    "ModforgeError",
+    "PartSignature",
+    "PluginError",
+    "Registry",
+    "RegistrationError",
+    "UnknownComponentError",
+    "UnknownKeyError",
+    "UsageError",
+    "check_keys",
+    "coerce",
+    "coerce_cli",
+    "describe_type",
+    "load_config",
+    "load_entry_point_plugins",
+    "load_plugin",
+    "load_plugins",
+    "normalize_spec",
+    "registry_for",
+    "REGISTRIES",
+    "parse_override",
+    "signature_of",
+    *_registry_names,
+]

@@ -24,10 +24,18 @@ from typing import Any, Optional
 from .coercion import choices_of, coerce, describe_type, to_plain
 from .errors import ConfigError, MissingArgumentError, UnknownKeyError
 
-__all__ = ["ArgSpec", "PartSignature", "REQUIRED", "signature_of"]
+__all__ = ["ArgSpec", "INJECTED_ALIASES", "PartSignature", "REQUIRED", "signature_of", "summary_of"]
 
 REQUIRED = inspect.Parameter.empty
 """Sentinel default of a parameter that has none."""
+
+
+INJECTED_ALIASES: dict[str, str] = {
+    **dict.fromkeys(("input_dim", "in_features", "in_planes", "inplanes", "input_size", "in_dim"), "in_dim"),
+    **dict.fromkeys(("n_classes", "nclasses", "num_class", "n_class", "num_classes"), "num_classes"),
+}
+"""Names other frameworks use for what modforge's builder injects (DeepFense's
+``input_dim``, UP's ``inplanes``...), so a ported config gets a precise message."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +120,12 @@ def _type_hints(func: Any) -> dict[str, Any]:
         return {k: (Any if isinstance(v, str) else v) for k, v in raw.items()}
 
 
+def summary_of(obj: Any) -> str:
+    """The first paragraph of ``obj``'s docstring, on one line (``""`` without one)."""
+    doc = inspect.getdoc(obj) or ""
+    return " ".join(doc.strip().split("\n\n", 1)[0].split())
+
+
 def _docstring_params(*objects: Any) -> tuple[str, str, dict[str, str]]:
     """(summary, full docstring, {param: help}) merged from several docstrings."""
     import docstring_parser
@@ -123,19 +137,17 @@ def _docstring_params(*objects: Any) -> tuple[str, str, dict[str, str]]:
             continue
         if not full:
             full = doc
+        if not summary:
+            summary = summary_of(obj)
         try:
             parsed = docstring_parser.parse(doc)
         except Exception:  # a docstring that is not in any known style: keep the prose only
             parsed = None
         if parsed is None:
             continue
-        if not summary and parsed.short_description:
-            summary = parsed.short_description.strip()
         for p in parsed.params:
             if p.arg_name and p.description and p.arg_name not in helps:
                 helps[p.arg_name.lstrip("*")] = " ".join(p.description.split())
-    if not summary and full:
-        summary = full.strip().splitlines()[0]
     return summary, full, helps
 
 
@@ -227,6 +239,12 @@ class PartSignature:
         return out
 
     def _unknown_message(self, key: str) -> str:
+        wired = INJECTED_ALIASES.get(key.lower())
+        if wired is not None and (arg := self.get(wired)) is not None and arg.injected:
+            return (
+                f"unknown argument '{key}': this part's '{wired}' is wired by the builder "
+                "from the previous part (or the data); remove it from the config"
+            )
         names = [a.name for a in self.user_args]
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
         hint = f"; did you mean '{close[0]}'?" if close else ""

@@ -23,7 +23,6 @@ import typing
 from typing import Any, Literal, Union
 
 import yaml
-from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from .errors import ConfigValueError
 
@@ -40,7 +39,6 @@ __all__ = [
 
 ANY = Any
 _NONE_WORDS = frozenset({"none", "null", "~"})
-_ADAPTER_CONFIG = ConfigDict(arbitrary_types_allowed=True, coerce_numbers_to_str=True)
 
 
 def parse_scalar(text: str) -> Any:
@@ -172,23 +170,28 @@ def _is_numeric(tp: Any) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=512)
-def _adapter(tp: Any) -> TypeAdapter | None:
-    """A cached pydantic adapter for ``tp``; None when pydantic cannot validate the type."""
+def _new_adapter(tp: Any) -> Any:
+    """A pydantic TypeAdapter for ``tp``, or None when pydantic cannot validate the type.
+
+    pydantic is imported here, on first validation, so commands that only list parts
+    do not pay for it.
+    """
+    from pydantic import ConfigDict, TypeAdapter
+
     try:
-        return TypeAdapter(tp, config=_ADAPTER_CONFIG)
+        return TypeAdapter(tp, config=ConfigDict(arbitrary_types_allowed=True, coerce_numbers_to_str=True))
     except Exception:  # pydantic refuses some annotations (callables with odd signatures, ...)
         return None
 
 
-def _adapter_for(tp: Any) -> TypeAdapter | None:
+_adapter = functools.lru_cache(maxsize=512)(_new_adapter)
+
+
+def _adapter_for(tp: Any) -> Any:
     try:
         return _adapter(tp)
     except TypeError:  # unhashable annotation object
-        try:
-            return TypeAdapter(tp, config=_ADAPTER_CONFIG)
-        except Exception:
-            return None
+        return _new_adapter(tp)
 
 
 def _enum_by_name(tp: Any, value: Any) -> Any:
@@ -216,6 +219,8 @@ def coerce(value: Any, tp: Any) -> Any:
     adapter = _adapter_for(tp)
     if adapter is None:
         return value
+    from pydantic import ValidationError
+
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:
@@ -223,7 +228,7 @@ def coerce(value: Any, tp: Any) -> Any:
         raise ConfigValueError(f"expected {describe_type(tp)}, got {value!r}{detail}") from None
 
 
-def _first_detail(exc: ValidationError, value: Any) -> str:
+def _first_detail(exc: Any, value: Any) -> str:
     """For nested values say which element failed (``at [2]``); for scalars nothing."""
     errors = exc.errors()
     if not errors:

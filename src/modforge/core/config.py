@@ -28,7 +28,6 @@ import yaml
 from .coercion import parse_scalar
 from .errors import (
     ConfigCycleError,
-    ConfigError,
     ConfigFileError,
     ConfigSyntaxError,
     ConfigValueError,
@@ -69,7 +68,9 @@ class Config:
         file: the main config file, if loaded from one.
     """
 
-    def __init__(self, data: dict[str, Any] | None = None, origins: dict[str, str] | None = None, file: Path | None = None):
+    def __init__(
+        self, data: dict[str, Any] | None = None, origins: dict[str, str] | None = None, file: Path | None = None
+    ):
         self.data: dict[str, Any] = data if data is not None else {}
         self.origins: dict[str, str] = origins if origins is not None else {}
         self.file = file
@@ -153,7 +154,9 @@ class Config:
         if isinstance(node, list):
             return node[self._index(node, part, walked, origin)]
         raise ConfigValueError(
-            f"cannot descend into a {type(node).__name__} value ({node!r})", path=walked.rpartition(".")[0] or walked, source=origin
+            f"cannot descend into a {type(node).__name__} value ({node!r})",
+            path=walked.rpartition(".")[0] or walked,
+            source=origin,
         )
 
     @staticmethod
@@ -163,7 +166,7 @@ class Config:
         return int(part)
 
     # --------------------------------------------------------------- overrides
-    def apply_overrides(self, overrides: Iterable[str]) -> "Config":
+    def apply_overrides(self, overrides: Iterable[str]) -> Config:
         """Apply ``key.path=value`` strings in order (see :func:`parse_override`)."""
         for text in overrides:
             key, value = parse_override(text)
@@ -178,7 +181,7 @@ class Config:
         """The configuration as YAML, keys in their config order."""
         return yaml.safe_dump(self.data, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
-    def copy(self) -> "Config":
+    def copy(self) -> Config:
         return Config(copy.deepcopy(self.data), dict(self.origins), self.file)
 
     def __repr__(self) -> str:
@@ -222,12 +225,16 @@ def _parse_yaml(text: str, shown: str) -> tuple[Any, dict[str, str]]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
-        problem = exc.problem or exc.context or "invalid YAML"
+        problem = " ".join((exc.problem or exc.context or "invalid YAML").split())
         if "python/" in str(exc):
             problem += " (configs are loaded with safe YAML: Python tags are refused)"
         raise ConfigSyntaxError(f"invalid YAML: {problem}", source=where) from None
+    except yaml.reader.ReaderError as exc:
+        raise ConfigSyntaxError(
+            f"invalid YAML: {exc.reason} (character {exc.character!r} at position {exc.position})", source=shown
+        ) from None
     except yaml.YAMLError as exc:
-        raise ConfigSyntaxError(f"invalid YAML: {exc}", source=shown) from None
+        raise ConfigSyntaxError("invalid YAML: " + " ".join(str(exc).split()), source=shown) from None
     origins: dict[str, str] = {}
     _record_lines(node, "", shown, origins)
     return data, origins
@@ -309,12 +316,16 @@ def _load_file(path: Path, stack: tuple[Path, ...]) -> tuple[dict[str, Any], dic
     shown = display_path(path)
     if path in stack:
         chain = " -> ".join(display_path(p) for p in (*stack, path))
-        raise ConfigCycleError(f"_base_ inheritance loops back onto itself: {chain}", path=BASE_KEY, source=display_path(stack[-1]))
+        raise ConfigCycleError(
+            f"_base_ inheritance loops back onto itself: {chain}", path=BASE_KEY, source=display_path(stack[-1])
+        )
     data, origins = _parse_yaml(_read_text(path, shown), shown)
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigFileError(f"the top level of a config must be a mapping of sections, got {type(data).__name__}", source=shown)
+        raise ConfigFileError(
+            f"the top level of a config must be a mapping of sections, got {type(data).__name__}", source=shown
+        )
     bases = data.pop(BASE_KEY, None)
     origins = {k: v for k, v in origins.items() if not _under(k, BASE_KEY)}
     _absolute_plugin_paths(data, path.parent, shown)
@@ -323,7 +334,9 @@ def _load_file(path: Path, stack: tuple[Path, ...]) -> tuple[dict[str, Any], dic
     if isinstance(bases, str):
         bases = [bases]
     if not isinstance(bases, list) or not bases or not all(isinstance(b, str) and b.strip() for b in bases):
-        raise ConfigValueError(f"expected a file path or a list of file paths, got {bases!r}", path=BASE_KEY, source=shown)
+        raise ConfigValueError(
+            f"expected a file path or a list of file paths, got {bases!r}", path=BASE_KEY, source=shown
+        )
     merged: dict[str, Any] = {}
     merged_origins: dict[str, str] = {}
     for base in bases:
@@ -334,7 +347,11 @@ def _load_file(path: Path, stack: tuple[Path, ...]) -> tuple[dict[str, Any], dic
             base_data, base_origins = _load_file(base_path, (*stack, path))
         except ConfigFileError as exc:
             if exc.source == display_path(base_path.resolve()) and "not found" in exc.message:
-                raise ConfigFileError(f"_base_ file '{base}' not found (looked for {display_path(base_path)})", path=BASE_KEY, source=shown) from None
+                raise ConfigFileError(
+                    f"_base_ file '{base}' not found (looked for {display_path(base_path)})",
+                    path=BASE_KEY,
+                    source=shown,
+                ) from None
             raise
         merged = _merge(merged, base_data, merged_origins)
         merged_origins.update(base_origins)
@@ -395,4 +412,3 @@ def require_mapping(value: Any, *, path: str, origin_of: Callable[[str], str | N
         where = origin_of or (lambda _p: None)
         raise ConfigValueError(f"expected a mapping, got {value!r}", path=path, source=where(path))
     return dict(value)
-

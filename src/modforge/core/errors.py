@@ -27,6 +27,13 @@ __all__ = [
 ]
 
 
+def _one_line(text: str) -> str:
+    """Escape newlines and other control characters so a message stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class ModforgeError(Exception):
     """Base class of every error modforge raises deliberately."""
 
@@ -63,12 +70,12 @@ class ConfigError(UsageError, ValueError):
         text = f"{self.path}: {self.message}" if self.path else self.message
         if self.source:
             text += f" (in {self.source})"
-        return text
+        return _one_line(text)
 
     def __str__(self) -> str:
         return self._render()
 
-    def located(self, *, path: str | None = None, source: str | None = None) -> "ConfigError":
+    def located(self, *, path: str | None = None, source: str | None = None) -> ConfigError:
         """Fill in a location the raiser did not know, keeping what it did know."""
         if path and not self.path:
             self.path = path

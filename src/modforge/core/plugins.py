@@ -95,7 +95,9 @@ def load_plugin(spec: str, *, base_dir: str | os.PathLike | None = None, origin:
             raise
         except BaseException as exc:  # noqa: BLE001 - reported, with the cause chained
             sys.modules.pop(name, None)
-            raise PluginError(f"plug-in '{spec}' (from {origin}) failed to import: {type(exc).__name__}: {exc}") from exc
+            raise PluginError(
+                f"plug-in '{spec}' (from {origin}) failed to import: {type(exc).__name__}: {exc}"
+            ) from exc
         return module
     try:
         return importlib.import_module(spec)

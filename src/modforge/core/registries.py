@@ -92,7 +92,7 @@ def _decorator_for(registry: Registry) -> Callable[..., Any]:
     register.__qualname__ = register.__name__
     register.__doc__ = (
         f"Register a class or function as a {registry.kind}.\n\n"
-        f"Use ``@register_{registry.kind}(\"name\")``, ``@register_{registry.kind}()`` or bare "
+        f'Use ``@register_{registry.kind}("name")``, ``@register_{registry.kind}()`` or bare '
         f"``@register_{registry.kind}``; the name defaults to the object's ``__name__``. "
         "Pass ``force=True`` to replace an existing entry of another definition."
     )

@@ -26,10 +26,11 @@ import importlib
 import inspect
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from .arguments import PartSignature, signature_of
+from .arguments import PartSignature, signature_of, summary_of
+from .config import display_path
 from .errors import (
     BuildError,
     ConfigError,
@@ -39,7 +40,6 @@ from .errors import (
     UnknownComponentError,
     UsageError,
 )
-from .config import display_path
 from .plugins import PLUGIN_MODULE_PREFIX, import_object, is_import_path, load_entry_point_plugins
 from .specs import normalize_spec
 
@@ -49,18 +49,22 @@ T = TypeVar("T")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
-def _source_of(obj: Any) -> tuple[str, str, int | None]:
-    """(module, file, line) where ``obj`` is defined; best effort."""
-    module = getattr(obj, "__module__", None) or "?"
+def _file_of(obj: Any) -> str:
     try:
-        file = inspect.getsourcefile(obj) or inspect.getfile(obj)
+        return inspect.getsourcefile(obj) or inspect.getfile(obj)
     except (TypeError, OSError):
-        file = "?"
+        return "?"
+
+
+def _line_of(obj: Any) -> int | None:
+    """First line of ``obj``'s definition; cheap for functions, a source scan for classes."""
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        return code.co_firstlineno
     try:
-        line = inspect.getsourcelines(obj)[1]
+        return inspect.getsourcelines(obj)[1]
     except (TypeError, OSError):
-        line = None
-    return module, file, line
+        return None
 
 
 @dataclasses.dataclass
@@ -71,10 +75,25 @@ class Entry:
     kind: str
     obj: Any
     module: str
-    file: str
-    line: int | None
     injected: tuple[str, ...] = ()
     _signature: PartSignature | None = dataclasses.field(default=None, repr=False)
+    _file: str | None = dataclasses.field(default=None, repr=False)
+    _line: int | None | bool = dataclasses.field(default=False, repr=False)
+
+    @property
+    def file(self) -> str:
+        """Source file of the definition (``"?"`` when unknown); looked up on first use."""
+        if self._file is None:
+            self._file = _file_of(self.obj)
+        return self._file
+
+    @property
+    def line(self) -> int | None:
+        """First line of the definition; looked up on first use (reading a class's
+        source is slow, and ``modforge list`` never needs it)."""
+        if self._line is False:
+            self._line = _line_of(self.obj)
+        return self._line  # type: ignore[return-value]
 
     @property
     def qualname(self) -> str:
@@ -106,8 +125,8 @@ class Entry:
 
     @property
     def summary(self) -> str:
-        """The first line of the docstring."""
-        return self.signature.summary
+        """The docstring's first paragraph (without reading the whole signature)."""
+        return summary_of(self.obj)
 
 
 def _normalized(name: str) -> str:
@@ -189,8 +208,8 @@ class Registry:
                 f"invalid {self.kind} name {name!r}: use letters, digits, '_', '-' and '.' "
                 "(no spaces or ':'), starting with a letter, digit or '_'"
             )
-        module, file, line = _source_of(obj)
-        entry = Entry(name, self.kind, obj, module, file, line, self.injected)
+        module = getattr(obj, "__module__", None) or "?"
+        entry = Entry(name, self.kind, obj, module, self.injected)
         with self._lock:
             old = self._entries.get(name)
             if old is not None and not force and not self._same_definition(old, entry):
@@ -290,8 +309,7 @@ class Registry:
         else:
             hint = ""
         return UnknownComponentError(
-            f"no {self.kind} named {name!r}{hint} (run 'modforge list {self.kind}' to see all "
-            f"{len(self._entries)})",
+            f"no {self.kind} named {name!r}{hint} (run 'modforge list {self.kind}' to see all {len(self._entries)})",
             path=path,
             source=source,
         )
@@ -417,4 +435,3 @@ def _equal(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:
         return a is b
-

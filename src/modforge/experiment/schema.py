@@ -16,6 +16,7 @@ from typing import Any
 
 from ..core.config import Config, check_keys, require_mapping
 from ..core.errors import ConfigValueError
+from ..core.plugins import load_plugins
 from ..core.registries import REGISTRIES
 
 __all__ = ["PART_SLOTS", "SECTIONS", "PartSlot", "apply_overrides", "normalize_slots", "validate_config"]
@@ -95,11 +96,15 @@ def _check_seed(cfg: Config) -> None:
 def _check_weight(item: dict[str, Any], path: str, cfg: Config) -> None:
     weight = item.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-        raise ConfigValueError(f"expected a number, got {weight!r}", path=f"{path}.weight", source=cfg.where(f"{path}.weight"))
+        raise ConfigValueError(
+            f"expected a number, got {weight!r}", path=f"{path}.weight", source=cfg.where(f"{path}.weight")
+        )
 
 
-def validate_config(cfg: Config, *, allowed_modules: Iterable[str] = (), slots: Iterable[PartSlot] = PART_SLOTS) -> Config:
-    """Check ``cfg`` and normalize every part slot in place; return ``cfg``.
+def validate_config(
+    cfg: Config, *, allowed_modules: Iterable[str] = (), slots: Iterable[PartSlot] = PART_SLOTS
+) -> Config:
+    """Import the config's plug-ins, check ``cfg`` and normalize every part slot in place.
 
     Args:
         cfg: the loaded config (overrides already applied).
@@ -112,6 +117,7 @@ def validate_config(cfg: Config, *, allowed_modules: Iterable[str] = (), slots: 
     """
     where = cfg.where
     check_keys(cfg.data, SECTIONS, what="section", origin_of=where)
+    load_plugins(cfg.plugins, base_dir=cfg.base_dir, origin=f"plugins: in {where('plugins')}")
     _check_seed(cfg)
     model = require_mapping(cfg.data.get("model"), path="model", origin_of=where)
     check_keys(model, MODEL_KEYS, path="model", what="model key", origin_of=where)

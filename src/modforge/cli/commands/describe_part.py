@@ -39,10 +39,7 @@ def run(argv: list[str]) -> int:
         out.print(sig.summary)
     out.print(f"defined in: {entry.location}")
     out.print("")
-    rows = [
-        (a.name, a.type_name, _default(a), "yes" if a.required else "no", a.help)
-        for a in sig.args
-    ]
+    rows = [(a.name, a.type_name, _default(a), "yes" if a.required else "no", a.help) for a in sig.args]
     if rows:
         print_table(("argument", "type", "default", "required", "help"), rows)
     else:

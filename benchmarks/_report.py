@@ -1,0 +1,54 @@
+"""Helpers shared by the benchmarks: timing commands, medians, README figure sections."""
+
+from __future__ import annotations
+
+import platform
+import re
+import statistics
+import subprocess
+import time
+from datetime import date
+from pathlib import Path
+
+README = Path(__file__).with_name("README.md")
+
+
+def time_command(cmd: list[str], *, cwd: str | None = None) -> float:
+    """Wall time of one run of ``cmd`` in seconds (it must exit 0)."""
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    return time.perf_counter() - start
+
+
+def alternate(commands: dict[str, list[str]], runs: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Run each command ``runs`` times, interleaved (A B A B ...), after ``warmup`` rounds."""
+    for _ in range(warmup):
+        for cmd in commands.values():
+            time_command(cmd)
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(runs):
+        for name, cmd in commands.items():
+            times[name].append(time_command(cmd))
+    return times
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def machine() -> str:
+    import os
+
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def update_readme(section: str, body: str) -> None:
+    """Replace the text between ``<!-- section:start -->`` and ``<!-- section:end -->``."""
+    text = README.read_text() if README.exists() else "# Benchmarks\n"
+    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
+    block = f"{start}\n_Last run {date.today().isoformat()} on {machine()}._\n\n{body.strip()}\n{end}"
+    if start in text:
+        text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _m: block, text, flags=re.S)
+    else:
+        text = text.rstrip("\n") + f"\n\n{block}\n"
+    README.write_text(text)
