@@ -193,6 +193,25 @@ def test_outer_flag_wins_with_a_warning(cli, project):
     assert cfg["model"]["backbone"]["args"]["seed"] == 9
 
 
+def test_part_argument_named_plugins_never_crashes(cli, write):
+    write("p.py", """
+import modforge as mf
+@mf.register_head("plug_head")
+def plug_head(in_dim: int, num_classes: int, plugins: list[str] = ()):
+    return None
+""")
+    write("c.yaml", "plugins: [p.py]\nmodel: {head: plug_head}\n")
+    res = cli("config", "c.yaml", "--head.plugins", "a,b", "--plugins", "p.py")
+    cfg = resolved(res)
+    assert cfg["model"]["head"]["args"] == {"plugins": ["a", "b"]}
+    assert "head argument 'plugins' is shadowed by the command's own --plugins" in res.err
+
+
+def test_print_config_flag_is_accepted(cli, project):
+    cfg = resolved(cli("config", str(project), "--print-config", "--hidden-dims", "4"))
+    assert cfg["model"]["backbone"]["args"]["hidden_dims"] == [4]
+
+
 def test_argument_shared_by_two_parts_gets_qualified_flags_only(cli, project):
     res = cli("config", str(project), "--backbone", "cli_cnn", "--head.dropout", "0.2", "--backbone.dropout", "0.3")
     cfg = resolved(res)

@@ -79,6 +79,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, slots: Sequence[PartSl
     )
     add_plugins_option(parser)
     parser.add_argument("--seed", type=int, help="random seed (sets the config's 'seed')")
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the fully resolved config as YAML and exit without running"
+    )
     for slot in slots:
         if slot.flag:
             parser.add_argument(

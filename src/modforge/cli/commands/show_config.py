@@ -3,7 +3,8 @@
 Everything a training run would do to a config before building anything — ``_base_``
 inheritance, overrides, ``--plugins``, part choices and part flags, validation of every
 part against its registry — and then the result as YAML on stdout. The same output is
-what a run folder's ``config.yaml`` holds.
+what a run folder's ``config.yaml`` holds, and what ``--print-config`` prints on every
+config-taking command.
 """
 
 from __future__ import annotations
