@@ -115,6 +115,24 @@ def test_describe_shows_signature_docs_and_origin(cli, write):
     assert "one of 'relu', 'gelu'" in out
 
 
+SHAPE_NECK = '''
+import modforge as mf
+
+
+@mf.register_neck("shape_neck")
+def shape_neck(in_dim: int, **kwargs):
+    """Pools [B, T, D] to [bold][B, D]."""
+    return None
+'''
+
+
+def test_describe_prints_docstring_brackets_verbatim(cli, write):
+    write("shape.py", SHAPE_NECK)
+    res = cli("describe", "neck", "shape_neck", "--plugins", "shape.py")
+    assert res.code == 0 and "Pools [B, T, D] to [bold][B, D]." in res.out
+    assert "**kwargs: further keyword arguments are accepted" in res.out
+
+
 def test_describe_unknown_name_suggests(cli):
     res = cli("describe", "optimizer", "adamm")
     assert res.code == 2
@@ -194,12 +212,15 @@ def test_outer_flag_wins_with_a_warning(cli, project):
 
 
 def test_part_argument_named_plugins_never_crashes(cli, write):
-    write("p.py", """
+    write(
+        "p.py",
+        """
 import modforge as mf
 @mf.register_head("plug_head")
 def plug_head(in_dim: int, num_classes: int, plugins: list[str] = ()):
     return None
-""")
+""",
+    )
     write("c.yaml", "plugins: [p.py]\nmodel: {head: plug_head}\n")
     res = cli("config", "c.yaml", "--head.plugins", "a,b", "--plugins", "p.py")
     cfg = resolved(res)

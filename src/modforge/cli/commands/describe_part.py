@@ -34,20 +34,22 @@ def run(argv: list[str]) -> int:
     sig = entry.signature
     out = console()
     what = "class" if entry.is_class else "function"
-    out.print(f"{entry.kind} '{entry.name}' ({what} {entry.qualname})")
+    text = [f"{entry.kind} '{entry.name}' ({what} {entry.qualname})"]
     if sig.summary:
-        out.print(sig.summary)
-    out.print(f"defined in: {entry.location}")
-    out.print("")
+        text.append(sig.summary)
+    text += [f"defined in: {entry.location}", ""]
+    out.print("\n".join(text), markup=False)
     rows = [(a.name, a.type_name, _default(a), "yes" if a.required else "no", a.help) for a in sig.args]
     if rows:
         print_table(("argument", "type", "default", "required", "help"), rows)
     else:
         out.print("no arguments")
     if sig.var_keyword:
-        out.print(f"**{sig.var_keyword}: further keyword arguments are accepted and passed through unvalidated")
+        out.print(
+            f"**{sig.var_keyword}: further keyword arguments are accepted and passed through unvalidated", markup=False
+        )
     if sig.var_positional:
-        out.print(f"*{sig.var_positional}: extra positional arguments cannot be set from a config")
+        out.print(f"*{sig.var_positional}: extra positional arguments cannot be set from a config", markup=False)
     if sig.doc and sig.doc.strip() != sig.summary:
         out.print("")
         out.print(sig.doc, markup=False)
