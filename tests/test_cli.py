@@ -221,7 +221,7 @@ def plug_head(in_dim: int, num_classes: int, plugins: list[str] = ()):
     return None
 """,
     )
-    write("c.yaml", "plugins: [p.py]\nmodel: {head: plug_head}\n")
+    write("c.yaml", "plugins: [p.py]\nmodel: {backbone: mlp, head: plug_head}\n")
     res = cli("config", "c.yaml", "--head.plugins", "a,b", "--plugins", "p.py")
     cfg = resolved(res)
     assert cfg["model"]["head"]["args"] == {"plugins": ["a", "b"]}

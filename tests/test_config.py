@@ -257,7 +257,7 @@ def test_validation_errors_name_path_expected_type_value_and_file(write, tiny_pa
             r"model.backbone.args: expected a mapping",
         ),
         (
-            "model: {losses: [{type: tiny_loss, weight: heavy}]}",
+            "model: {backbone: {type: tiny_net, args: {depth: 1}}, losses: [{type: tiny_loss, weight: heavy}]}",
             ConfigValueError,
             r"model.losses.0.weight: expected a number",
         ),

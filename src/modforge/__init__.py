@@ -55,12 +55,14 @@ from .core import (
     registry_for,
     signature_of,
 )
+from .model import build_model
 from .providers import wire_providers as _wire_providers
 
 _wire_providers()
 
 __all__ = [
     "__version__",
+    "build_model",
     "ALGORITHMS",
     "BACKBONES",
     "CALLBACKS",

@@ -10,6 +10,10 @@ from __future__ import annotations
 from .core.registries import REGISTRIES
 
 BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
+    "backbone": ("modforge.components.backbones",),
+    "neck": ("modforge.components.necks",),
+    "head": ("modforge.components.heads",),
+    "loss": ("modforge.components.losses",),
     "optimizer": ("modforge.train.optimizers",),
     "scheduler": ("modforge.train.schedulers",),
 }

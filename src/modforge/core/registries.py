@@ -6,10 +6,10 @@ asked of the user (and never become command-line flags):
 =========== ================================= ========================================
 kind        registry                          injected by the builder
 =========== ================================= ========================================
-frontend    ``FRONTENDS``                     ``in_dim``, ``sample_rate``
-backbone    ``BACKBONES``                     ``in_dim``, ``num_classes``
-neck        ``NECKS``                         ``in_dim``
-head        ``HEADS``                         ``in_dim``, ``num_classes``
+frontend    ``FRONTENDS``                     ``in_dim``, ``in_layout``, ``sample_rate``
+backbone    ``BACKBONES``                     ``in_dim``, ``in_layout``, ``num_classes``
+neck        ``NECKS``                         ``in_dim``, ``in_layout``
+head        ``HEADS``                         ``in_dim``, ``in_layout``, ``num_classes``
 loss        ``LOSSES``                        ``in_dim``, ``num_classes``
 dataset     ``DATASETS``                      ``split``, ``seed``
 metric      ``METRICS``                       ``num_classes``
@@ -33,10 +33,10 @@ from .registry import Registry
 
 T = TypeVar("T")
 
-FRONTENDS = Registry("frontend", injected=("in_dim", "sample_rate"))
-BACKBONES = Registry("backbone", injected=("in_dim", "num_classes"))
-NECKS = Registry("neck", injected=("in_dim",))
-HEADS = Registry("head", injected=("in_dim", "num_classes"))
+FRONTENDS = Registry("frontend", injected=("in_dim", "in_layout", "sample_rate"))
+BACKBONES = Registry("backbone", injected=("in_dim", "in_layout", "num_classes"))
+NECKS = Registry("neck", injected=("in_dim", "in_layout"))
+HEADS = Registry("head", injected=("in_dim", "in_layout", "num_classes"))
 LOSSES = Registry("loss", injected=("in_dim", "num_classes"))
 DATASETS = Registry("dataset", injected=("split", "seed"))
 METRICS = Registry("metric", injected=("num_classes",))

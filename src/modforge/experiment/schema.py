@@ -18,14 +18,13 @@ from ..core.config import Config, check_keys, require_mapping
 from ..core.errors import ConfigValueError
 from ..core.plugins import load_plugins
 from ..core.registries import REGISTRIES
+from ..model.spec import parse_model_section
 
 __all__ = ["PART_SLOTS", "SECTIONS", "PartSlot", "apply_overrides", "normalize_slots", "validate_config"]
 
 SECTIONS = ("plugins", "seed", "task", "data", "model", "train")
 """Top-level keys a config may have."""
 
-MODEL_KEYS = ("frontend", "backbone", "neck", "head", "losses")
-"""Keys of the ``model:`` section."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +52,7 @@ PART_SLOTS: tuple[PartSlot, ...] = (
     PartSlot("model.backbone", "backbone", flag="backbone"),
     PartSlot("model.neck", "neck", flag="neck"),
     PartSlot("model.head", "head", flag="head"),
-    PartSlot("model.losses", "loss", many=True, extras=("weight",)),
+    PartSlot("model.losses", "loss", many=True, extras=("weight", "name")),
 )
 
 
@@ -119,26 +118,27 @@ def validate_config(
     check_keys(cfg.data, SECTIONS, what="section", origin_of=where)
     load_plugins(cfg.plugins, base_dir=cfg.base_dir, origin=f"plugins: in {where('plugins')}")
     _check_seed(cfg)
-    model = require_mapping(cfg.data.get("model"), path="model", origin_of=where)
-    check_keys(model, MODEL_KEYS, path="model", what="model key", origin_of=where)
     allowed = [*cfg.plugins, *allowed_modules]
+    common = dict(origin_of=where, allowed_modules=allowed, base_dir=str(cfg.base_dir))
+    model = cfg.data.get("model")
+    if model is not None:
+        stages, _losses = parse_model_section(require_mapping(model, path="model", origin_of=where), origin_of=where)
+        if "stages" in model:
+            for i, stage in enumerate(stages):
+                raw = model["stages"][i]
+                spec = REGISTRIES[stage.kind].validate(raw, path=stage.path, extras=("name", "kind", "prev"), **common)
+                model["stages"][i] = spec
     for slot in slots:
         value = cfg.get(slot.path, None)
         if value is None:
             continue
         registry = REGISTRIES[slot.kind]
-        common = dict(extras=slot.extras, origin_of=where, allowed_modules=allowed, base_dir=str(cfg.base_dir))
         if slot.many:
             items = value if isinstance(value, list) else [value]
-            normalized = []
-            for i, item in enumerate(items):
-                spec = registry.validate(item, path=f"{slot.path}.{i}", **common)
-                if "weight" in slot.extras:
-                    _check_weight(spec, f"{slot.path}.{i}", cfg)
-                normalized.append(spec)
-            _assign(cfg, slot.path, normalized)
+            _assign(cfg, slot.path, [registry.validate(item, path=f"{slot.path}.{i}", extras=slot.extras, **common)
+                                     for i, item in enumerate(items)])
         else:
-            _assign(cfg, slot.path, registry.validate(value, path=slot.path, **common))
+            _assign(cfg, slot.path, registry.validate(value, path=slot.path, extras=slot.extras, **common))
     return cfg
 
 

@@ -1,0 +1,40 @@
+"""``attention_pool_mlp`` — attention pooling over time, then a projection (the
+AttentionBackend of DeepFense's documentation, as a built-in)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ...core.registries import register_backbone
+from ..base import Backbone
+from ..layouts import Layout
+
+
+@register_backbone("attention_pool_mlp")
+class AttentionPoolMLP(Backbone):
+    """Score each frame with a small MLP, softmax over time, take the weighted mean of
+    the frames, and project it (``Linear → ReLU → Linear``) to the embedding size.
+
+    Args:
+        in_dim: feature size of each frame (wired by the builder).
+        attention_dim: hidden size of the frame scorer.
+        embed_dim: output embedding size.
+        dropout: dropout before the last projection.
+    """
+
+    accepts = (Layout.SEQUENCE,)
+    produces = Layout.VECTOR
+    out_dim_rule = "embed_dim"
+
+    def __init__(self, in_dim: int, attention_dim: int = 128, embed_dim: int = 128, dropout: float = 0.0):
+        super().__init__()
+        self.attention = nn.Sequential(nn.Linear(in_dim, attention_dim), nn.Tanh(), nn.Linear(attention_dim, 1))
+        self.projection = nn.Sequential(
+            nn.Linear(in_dim, embed_dim), nn.ReLU(inplace=True), nn.Dropout(dropout), nn.Linear(embed_dim, embed_dim)
+        )
+        self.out_dim = embed_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights = torch.softmax(self.attention(x), dim=1)  # [B, T, 1]
+        return self.projection((x * weights).sum(dim=1))

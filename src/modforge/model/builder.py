@@ -1,0 +1,302 @@
+"""``build_model``: a ``model:`` config section → one wired :class:`ModularModel`.
+
+For each stage in order the builder
+
+1. finds the layout the part accepts (its ``accepts``; for a part that declares none,
+   the default of its kind: heads and losses take vectors, the rest anything) and, if
+   the previous output has another layout, inserts a documented adapter
+   (:mod:`.adapters`) — or stops with an error naming both parts and both layouts;
+2. builds the part with the previous output size as ``in_dim`` (plus ``num_classes``
+   and ``in_layout`` where the part's signature asks for them);
+3. runs a tiny example through it (eval mode, no gradients) to check it works on that
+   input and to measure ``out_dim`` when the part does not declare it — or to catch a
+   declared ``out_dim`` that is wrong.
+
+So a mistake is found when the model is built, with the stage named, never as a shape
+error inside torch at the first training step.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..components.layouts import Layout, example_input, infer_layout, out_dim_of
+from ..core.config import Config
+from ..core.errors import ConfigError
+from ..core.plugins import load_plugins
+from ..core.registries import LOSSES, REGISTRIES
+from .adapters import make_adapter
+from .errors import ModelBuildError
+from .modular import LossInfo, ModularModel, StageInfo, describe_value
+from .spec import parse_model_section
+
+__all__ = ["build_model", "fit_layout"]
+
+KIND_DEFAULT_ACCEPTS: dict[str, tuple[Layout, ...]] = {"head": (Layout.VECTOR,), "loss": (Layout.VECTOR,)}
+
+
+def _accepts(obj: Any, kind: str) -> tuple[Layout, ...]:
+    declared = getattr(obj, "accepts", None)
+    if declared:
+        return tuple(Layout(a) for a in declared)
+    return KIND_DEFAULT_ACCEPTS.get(kind, ())
+
+
+def fit_layout(source: Layout, accepts: Sequence[Layout], in_dim: Any) -> tuple[Layout, nn.Module | None, Any] | None:
+    """The layout a part will see, the adapter to get there and the new ``in_dim``.
+
+    An accepted layout equal to ``source`` wins; otherwise the first accepted layout an
+    adapter reaches. ``None`` when the part cannot take ``source`` at all.
+    """
+    if not accepts or source in accepts:
+        return source, None, in_dim
+    for target in accepts:
+        made = make_adapter(source, target, in_dim)
+        if made is not None:
+            adapter, dim = made
+            return target, adapter, dim
+    return None
+
+
+def _takes_returnt(part: nn.Module) -> bool:
+    try:
+        return "returnt" in inspect.signature(part.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _is_dict_io(part: nn.Module) -> bool:
+    """UP-style parts take and return the batch dict (``dict_io = True``, or a forward
+    whose first parameter is annotated as a mapping)."""
+    if getattr(part, "dict_io", False):
+        return True
+    try:
+        params = list(inspect.signature(part.forward).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if not params:
+        return False
+    annotation = params[0].annotation
+    return annotation in (dict, Mapping, "dict", "Mapping") or getattr(annotation, "__origin__", None) in (dict, Mapping)
+
+
+def _declared_out_dim(part: nn.Module) -> Any:
+    value = getattr(part, "out_dim", None)
+    if value is None and callable(getattr(part, "get_outplanes", None)):  # United Perception's spelling
+        value = part.get_outplanes()
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    return int(value) if value is not None else None
+
+
+def _dry_run(part: nn.Module, arg: Any) -> Any:
+    was_training = part.training
+    part.eval()
+    try:
+        with torch.no_grad():
+            return part(arg)
+    finally:
+        part.train(was_training)
+
+
+def _first_layout(layout: Any, input_shape: Sequence[int] | None, first_accepts: Sequence[Layout]) -> Layout:
+    if layout is not None:
+        try:
+            return Layout(layout)
+        except ValueError:
+            raise ConfigError(f"unknown input layout {layout!r}; one of {', '.join(v.value for v in Layout)}") from None
+    if first_accepts:
+        return first_accepts[0]
+    if input_shape is not None:
+        return {1: Layout.VECTOR, 2: Layout.SEQUENCE, 3: Layout.IMAGE}.get(len(input_shape), Layout.VECTOR)
+    return Layout.VECTOR
+
+
+def _spatial(layout: Layout, input_shape: Sequence[int] | None) -> tuple[int, ...] | None:
+    if input_shape is None:
+        return None
+    shape = tuple(int(s) for s in input_shape)
+    if layout is Layout.IMAGE and len(shape) == 3:
+        return shape[1:]
+    if layout is Layout.SEQUENCE and len(shape) == 2:
+        return shape[:1]
+    if layout is Layout.CHANNELS and len(shape) == 2:
+        return shape[1:]
+    if layout is Layout.WAVEFORM and len(shape) == 1:
+        return shape
+    return None
+
+
+def _section(model_cfg: Any) -> tuple[Mapping[str, Any], Any, list[str], str | None]:
+    """(model section, origin function, plug-ins, base dir) of whatever was passed."""
+    if isinstance(model_cfg, Config):
+        return model_cfg.data.get("model") or {}, model_cfg.where, model_cfg.plugins, str(model_cfg.base_dir)
+    if isinstance(model_cfg, Mapping) and "model" in model_cfg:
+        plugins = model_cfg.get("plugins") or []
+        return model_cfg["model"] or {}, None, [plugins] if isinstance(plugins, str) else list(plugins), None
+    return model_cfg, None, [], None
+
+
+def build_model(
+    model_cfg: Any,
+    *,
+    in_dim: int | Sequence[int],
+    num_classes: int | None = None,
+    layout: Layout | str | None = None,
+    input_shape: Sequence[int] | None = None,
+    plugins: Iterable[str] = (),
+    base_dir: str | None = None,
+) -> ModularModel:
+    """Assemble the parts named in ``model_cfg`` into one module.
+
+    Args:
+        model_cfg: the ``model:`` section (a mapping), a whole config mapping, or a
+            :class:`~modforge.core.config.Config`.
+        in_dim: size of the input (features of a vector/sequence, channels of an image).
+        num_classes: passed to every part and loss that asks for it.
+        layout: the input's layout; default: the first stage's first accepted layout,
+            else guessed from ``input_shape``.
+        input_shape: one sample's shape (e.g. ``(1, 8, 8)``), sizing the dry runs.
+        plugins: plug-in modules whose objects a ``type:`` may name by import path.
+        base_dir: directory relative plug-in paths are resolved against.
+
+    Raises:
+        ConfigError: any problem, naming the stage (``model.head``...) and the cause.
+    """
+    section, where, cfg_plugins, cfg_base = _section(model_cfg)
+    allowed = [*cfg_plugins, *plugins]
+    base_dir = base_dir or cfg_base
+    load_plugins(cfg_plugins, base_dir=base_dir, origin="plugins:")
+    where = where or (lambda _p: None)
+    stages, losses = parse_model_section(section, origin_of=where)
+    common = dict(origin_of=where, allowed_modules=allowed, base_dir=base_dir)
+
+    first_obj, _ = REGISTRIES[stages[0].kind].resolve(stages[0].spec["type"], allowed_modules=allowed, base_dir=base_dir,
+                                                       path=f"{stages[0].path}.type", source=where(f"{stages[0].path}.type"))
+    in_layout = _first_layout(layout, input_shape, _accepts(first_obj, stages[0].kind))
+    generator = torch.Generator().manual_seed(0)
+    example = example_input(in_layout, in_dim, spatial=_spatial(in_layout, input_shape), generator=generator)
+    outputs: dict[str, tuple[Layout, Any, Any]] = {"input": (in_layout, in_dim, example)}
+    inputs: dict[str, Any] = {}
+    label = torch.randint(0, num_classes, (2,), generator=generator) if num_classes else None
+    built: list[tuple[StageInfo, nn.Module, nn.Module | None]] = []
+    for stage in stages:
+        src_name = stage.prev or "input"
+        src_layout, src_dim, src_example = outputs[src_name]
+        registry = REGISTRIES[stage.kind]
+        obj, _sig = registry.resolve(stage.spec["type"], allowed_modules=allowed, base_dir=base_dir,
+                                     path=f"{stage.path}.type", source=where(f"{stage.path}.type"))
+        accepts = _accepts(obj, stage.kind)
+        fitted = fit_layout(src_layout, accepts, src_dim)
+        if fitted is None:
+            raise ModelBuildError(
+                f"{stage.kind} '{stage.spec['type']}' accepts {', '.join(str(a) for a in accepts)}, but "
+                f"{_producer(src_name, built)} produces {src_layout} and no adapter converts between them",
+                path=stage.path,
+                source=where(stage.path),
+            )
+        target, adapter, dim = fitted
+        part = registry.build(stage.spec, path=stage.path, in_dim=dim, num_classes=num_classes, in_layout=target, **common)
+        if not isinstance(part, nn.Module):
+            raise ModelBuildError(
+                f"{stage.kind} '{stage.spec['type']}' built a {type(part).__name__}, not a torch.nn.Module",
+                path=stage.path, source=where(stage.path),
+            )
+        dict_io = _is_dict_io(part)
+        arg = adapter(src_example) if adapter is not None else src_example
+        if dict_io:
+            arg = {"input": example, **{k: v[2] for k, v in outputs.items() if k != "input"}}
+            if label is not None:
+                arg["label"] = label
+        try:
+            out = _dry_run(part, arg)
+            if dict_io:
+                out = (out if isinstance(out, Mapping) else arg).get(_output_key(part, stage.kind))
+            declared_layout = getattr(part, "produces", None)
+            out_layout = Layout(declared_layout) if declared_layout else infer_layout(out, hint=target)
+            measured = out_dim_of(out, out_layout)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ModelBuildError(
+                f"{stage.kind} '{stage.spec['type']}' failed its dry run on {describe_value(arg)} ({target}): "
+                f"{type(exc).__name__}: {exc}",
+                path=stage.path, source=where(stage.path),
+            ) from exc
+        declared = _declared_out_dim(part)
+        if declared is not None and declared != measured:
+            raise ModelBuildError(
+                f"{stage.kind} '{stage.spec['type']}' declares out_dim {declared} but its output "
+                f"{describe_value(out)} has {measured} ({out_layout})",
+                path=stage.path, source=where(stage.path),
+            )
+        info = StageInfo(
+            name=stage.name, kind=stage.kind, type=stage.spec["type"], prev=stage.prev, in_layout=target,
+            out_layout=out_layout, in_dim=dim, out_dim=measured, dict_io=dict_io,
+            output_key=_output_key(part, stage.kind) if dict_io else None, takes_returnt=_takes_returnt(part),
+            has_intermediates=callable(getattr(part, "forward_intermediates", None)),
+        )
+        built.append((info, part, adapter))
+        outputs[stage.name] = (out_layout, measured, out)
+        inputs[stage.name] = arg
+    loss_parts = _build_losses(losses, built, outputs, inputs, num_classes, label, common)
+    return ModularModel(built, loss_parts, num_classes)
+
+
+def _output_key(part: nn.Module, kind: str) -> str:
+    return getattr(part, "output_key", None) or ("logits" if kind == "head" else "features")
+
+
+def _producer(name: str, built: list[tuple[StageInfo, nn.Module, Any]]) -> str:
+    if name == "input":
+        return "the input"
+    info = next(i for i, _, _ in built if i.name == name)
+    return f"{info.kind} '{info.type}'"
+
+
+def _build_losses(losses, built, outputs, inputs, num_classes, label, common) -> list[tuple[LossInfo, nn.Module]]:
+    """Build the configured losses (``in_dim`` = size of what each reads) and dry-run them."""
+    last = built[-1][0]
+    examples = {"logits": outputs[last.name][2]}
+    examples["embedding"] = examples["features"] = inputs[last.name] if last.kind == "head" else examples["logits"]
+    dims = {"logits": last.out_dim}
+    dims["embedding"] = dims["features"] = last.in_dim if last.kind == "head" else last.out_dim
+    out = []
+    for spec in losses:
+        obj, _ = LOSSES.resolve(spec.spec["type"], allowed_modules=common["allowed_modules"], base_dir=common["base_dir"],
+                                path=f"{spec.path}.type", source=common["origin_of"](f"{spec.path}.type"))
+        input_key = getattr(obj, "input_key", "logits")
+        target_key = getattr(obj, "target_key", "label")
+        fn = LOSSES.build(spec.spec, path=spec.path, in_dim=dims.get(input_key, last.out_dim), num_classes=num_classes, **common)
+        example = examples.get(input_key)
+        if label is not None and target_key == "label" and isinstance(example, torch.Tensor):
+            try:
+                value = _dry_run_loss(fn, example, label)
+            except Exception as exc:
+                raise ModelBuildError(
+                    f"loss '{spec.spec['type']}' failed its dry run on {input_key} {describe_value(example)}: "
+                    f"{type(exc).__name__}: {exc}",
+                    path=spec.path, source=common["origin_of"](spec.path),
+                ) from exc
+            if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                raise ModelBuildError(
+                    f"loss '{spec.spec['type']}' returned {describe_value(value)}, not a scalar tensor",
+                    path=spec.path, source=common["origin_of"](spec.path),
+                )
+        out.append((LossInfo(spec.key, spec.spec["type"], spec.weight, input_key, target_key), fn))
+    return out
+
+
+def _dry_run_loss(fn: nn.Module, example: torch.Tensor, label: torch.Tensor) -> Any:
+    was_training = fn.training
+    fn.eval()
+    try:
+        with torch.no_grad():
+            return fn(example, label)
+    finally:
+        fn.train(was_training)

@@ -1,0 +1,217 @@
+"""The assembled model: stages in order, a dictionary flowing through them, losses summed.
+
+``model(batch_dict)`` returns the batch with every stage's output added under the
+stage's name, plus ``embedding`` (the head's input; also under ``features``), ``logits``
+(the last stage's output), each loss under its key and their weighted sum under
+``loss``. ``model(x)`` with a tensor returns, by ``returnt``:
+
+* ``"out"`` — logits;
+* ``"features"`` — the embedding before the head;
+* ``"both"`` — ``(logits, embedding)`` (Mammoth's order);
+* ``"full"`` — every stage's output in order, each backbone preceded by its blocks' outputs.
+
+A key holds a loss when it is named ``loss``, ``loss_*`` or ``*_loss``: every such key a
+stage adds is summed into ``loss`` together with the configured ``losses:``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..components.base import flat_grads, flat_params
+from ..components.layouts import Layout
+from ..core.errors import UsageError
+from .errors import ModelOutputError, StageError
+from .spec import is_loss_key
+
+__all__ = ["RETURNT", "LossInfo", "ModularModel", "StageInfo"]
+
+RETURNT = ("out", "features", "both", "full")
+
+
+@dataclasses.dataclass
+class StageInfo:
+    """What the builder learned about one stage."""
+
+    name: str
+    kind: str
+    type: str
+    prev: str | None
+    in_layout: Layout
+    out_layout: Layout
+    in_dim: Any
+    out_dim: Any
+    dict_io: bool = False
+    output_key: str | None = None
+    takes_returnt: bool = False
+    has_intermediates: bool = False
+
+
+@dataclasses.dataclass
+class LossInfo:
+    """One configured loss: where its output goes and what it reads."""
+
+    key: str
+    type: str
+    weight: float
+    input_key: str
+    target_key: str
+
+
+def describe_value(value: Any) -> str:
+    """``tensor[2, 3, 32, 32] float32`` / ``list of 2 tensors`` — for messages."""
+    if isinstance(value, torch.Tensor):
+        return f"tensor{list(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    if isinstance(value, (list, tuple)):
+        return f"{type(value).__name__} of {len(value)} " + ", ".join(describe_value(v) for v in value[:3])
+    return type(value).__name__
+
+
+class ModularModel(nn.Module):
+    """Parts wired into one module (built by :func:`modforge.build_model`)."""
+
+    def __init__(
+        self,
+        stages: list[tuple[StageInfo, nn.Module, nn.Module | None]],
+        losses: list[tuple[LossInfo, nn.Module]],
+        num_classes: int | None = None,
+    ):
+        super().__init__()
+        self.parts = nn.ModuleDict({info.name: part for info, part, _ in stages})
+        self.adapters = nn.ModuleDict({info.name: adapter for info, _, adapter in stages if adapter is not None})
+        self.loss_fns = nn.ModuleDict({info.key: fn for info, fn in losses})
+        self.stage_info = [info for info, _, _ in stages]
+        self.loss_info = [info for info, _ in losses]
+        self.num_classes = num_classes
+        last = self.stage_info[-1]
+        self.has_head = last.kind == "head"
+        self.out_dim = last.out_dim
+        self.embedding_dim = last.in_dim if self.has_head else last.out_dim
+
+    # ------------------------------------------------------------------ access
+    def stage(self, name: str) -> nn.Module:
+        """The part of stage ``name``."""
+        return self.parts[name]
+
+    @property
+    def backbone(self) -> nn.Module:
+        """The first stage of kind backbone."""
+        return self.parts[next(i.name for i in self.stage_info if i.kind == "backbone")]
+
+    def get_params(self) -> torch.Tensor:
+        """Every parameter of the model as one flat vector."""
+        return flat_params(self)
+
+    def get_grads(self) -> torch.Tensor:
+        """Every gradient as one flat vector (zeros where none)."""
+        return flat_grads(self)
+
+    # ----------------------------------------------------------------- forward
+    def forward(self, x: Any, returnt: str = "out") -> Any:
+        if returnt not in RETURNT:
+            raise UsageError(f"returnt must be one of {', '.join(RETURNT)}, got {returnt!r}")
+        dict_mode = isinstance(x, Mapping)
+        batch: dict[str, Any] = dict(x) if dict_mode else {"input": x}
+        if "input" not in batch:
+            raise ModelOutputError(f"the batch has no 'input' key (it has: {', '.join(map(str, batch))})")
+        given = set(batch)
+        full: list[Any] | None = [] if returnt == "full" else None
+        self._run_stages(batch, full, need_embedding=dict_mode or returnt in ("features", "both"))
+        if dict_mode:
+            self._add_losses(batch, given)
+            if full is not None:
+                batch["full"] = full
+            return batch
+        if returnt == "out":
+            return batch["logits"]
+        if returnt == "features":
+            return batch["embedding"]
+        if returnt == "both":
+            return batch["logits"], batch["embedding"]
+        return full
+
+    def _run_stages(self, batch: dict[str, Any], full: list[Any] | None, need_embedding: bool) -> None:
+        last = len(self.stage_info) - 1
+        for i, info in enumerate(self.stage_info):
+            part = self.parts[info.name]
+            src = batch["input"] if info.prev is None else batch[info.prev]
+            if info.name in self.adapters:
+                src = self.adapters[info.name](src)
+            is_last = i == last
+            if is_last and self.has_head:
+                batch["embedding"] = src
+            try:
+                out = self._call(part, info, src, batch, full, need_embedding and is_last and not self.has_head)
+            except UsageError:
+                raise
+            except Exception as exc:
+                shown = "the batch" if info.dict_io else describe_value(src)
+                raise StageError(
+                    f"stage '{info.name}' ({info.kind} '{info.type}') failed on {shown}: {type(exc).__name__}: {exc}"
+                ) from exc
+            batch[info.name] = out
+        batch["logits"] = batch[self.stage_info[-1].name]
+        batch.setdefault("embedding", batch["logits"])
+        batch["features"] = batch["embedding"]
+
+    @staticmethod
+    def _call(
+        part: nn.Module, info: StageInfo, src: Any, batch: dict[str, Any], full: list[Any] | None, want_embedding: bool
+    ) -> Any:
+        if info.dict_io:
+            result = part(batch)
+            if isinstance(result, Mapping) and result is not batch:
+                batch.update(result)
+            out = batch.get(info.output_key) if info.output_key else None
+            if full is not None:
+                full.append(out)
+            return out
+        if full is not None and info.has_intermediates:
+            out, blocks = part.forward_intermediates(src)
+            full.extend(blocks)
+            full.append(out)
+            return out
+        if full is not None and info.takes_returnt:
+            full.extend(part(src, returnt="full"))
+            return part(src)
+        if want_embedding and info.takes_returnt:
+            out, embedding = part(src, returnt="both")
+            batch["embedding"] = embedding
+            return out
+        out = part(src)
+        if full is not None:
+            full.append(out)
+        return out
+
+    def _add_losses(self, batch: dict[str, Any], given: set[str]) -> None:
+        weighted: list[torch.Tensor] = []
+        if "loss" in batch and "loss" not in given:  # a stage wrote the bare key: keep it as a component
+            batch["loss_stage"] = batch.pop("loss")
+        for key in [k for k in batch if k not in given and isinstance(k, str) and is_loss_key(k)]:
+            weighted.append(_scalar(batch[key], key))
+        for info in self.loss_info:
+            if info.target_key not in batch:
+                continue  # inference: no labels, no configured losses
+            value = _scalar(self.loss_fns[info.key](batch[info.input_key], batch[info.target_key]), info.key)
+            batch[info.key] = value
+            weighted.append(value * info.weight if info.weight != 1.0 else value)
+        if weighted:
+            batch["loss"] = torch.stack(weighted).sum() if len(weighted) > 1 else weighted[0]
+
+    def extra_repr(self) -> str:
+        flow = " -> ".join(f"{i.name}:{i.type}" for i in self.stage_info)
+        return f"flow: {flow}; losses: {', '.join(i.key for i in self.loss_info) or 'none'}"
+
+
+def _scalar(value: Any, key: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor) or value.numel() != 1 or not value.is_floating_point():
+        raise ModelOutputError(
+            f"batch key '{key}' holds a loss by its name ('loss', 'loss_*', '*_loss') but is "
+            f"{describe_value(value)}; a loss must be a floating-point scalar tensor"
+        )
+    return value.reshape(())
