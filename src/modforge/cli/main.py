@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "list": "modforge.cli.commands.list_parts",
     "describe": "modforge.cli.commands.describe_part",
     "config": "modforge.cli.commands.show_config",
+    "check": "modforge.cli.commands.check_part",
 }
 """Sub-command name → module defining ``HELP`` and ``run(argv)``; imported on use."""
 
@@ -30,6 +31,7 @@ _HELPS: dict[str, str] = {
     "list": "list registered parts (all kinds, or one kind), optionally filtered by a wildcard",
     "describe": "show one part's arguments, types, defaults, help and where it is defined",
     "config": "resolve a config (_base_, overrides, part flags), validate it and print it",
+    "check": "run the conformance checks on a part (registered or module:Object)",
 }
 
 

@@ -77,9 +77,7 @@ def flat_params(module: nn.Module) -> torch.Tensor:
 
 def flat_grads(module: nn.Module) -> torch.Tensor:
     """All gradients concatenated like :func:`flat_params`; zeros where there is none."""
-    grads = [
-        (p.grad.detach() if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in module.parameters()
-    ]
+    grads = [(p.grad.detach() if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in module.parameters()]
     return torch.cat(grads) if grads else torch.zeros(0)
 
 

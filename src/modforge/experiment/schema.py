@@ -26,7 +26,6 @@ SECTIONS = ("plugins", "seed", "task", "data", "model", "train")
 """Top-level keys a config may have."""
 
 
-
 @dataclasses.dataclass(frozen=True)
 class PartSlot:
     """A place in the config that names a registered part.
@@ -135,8 +134,14 @@ def validate_config(
         registry = REGISTRIES[slot.kind]
         if slot.many:
             items = value if isinstance(value, list) else [value]
-            _assign(cfg, slot.path, [registry.validate(item, path=f"{slot.path}.{i}", extras=slot.extras, **common)
-                                     for i, item in enumerate(items)])
+            _assign(
+                cfg,
+                slot.path,
+                [
+                    registry.validate(item, path=f"{slot.path}.{i}", extras=slot.extras, **common)
+                    for i, item in enumerate(items)
+                ],
+            )
         else:
             _assign(cfg, slot.path, registry.validate(value, path=slot.path, extras=slot.extras, **common))
     return cfg

@@ -82,7 +82,10 @@ def _is_dict_io(part: nn.Module) -> bool:
     if not params:
         return False
     annotation = params[0].annotation
-    return annotation in (dict, Mapping, "dict", "Mapping") or getattr(annotation, "__origin__", None) in (dict, Mapping)
+    return annotation in (dict, Mapping, "dict", "Mapping") or getattr(annotation, "__origin__", None) in (
+        dict,
+        Mapping,
+    )
 
 
 def _declared_out_dim(part: nn.Module) -> Any:
@@ -176,8 +179,13 @@ def build_model(
     stages, losses = parse_model_section(section, origin_of=where)
     common = dict(origin_of=where, allowed_modules=allowed, base_dir=base_dir)
 
-    first_obj, _ = REGISTRIES[stages[0].kind].resolve(stages[0].spec["type"], allowed_modules=allowed, base_dir=base_dir,
-                                                       path=f"{stages[0].path}.type", source=where(f"{stages[0].path}.type"))
+    first_obj, _ = REGISTRIES[stages[0].kind].resolve(
+        stages[0].spec["type"],
+        allowed_modules=allowed,
+        base_dir=base_dir,
+        path=f"{stages[0].path}.type",
+        source=where(f"{stages[0].path}.type"),
+    )
     in_layout = _first_layout(layout, input_shape, _accepts(first_obj, stages[0].kind))
     generator = torch.Generator().manual_seed(0)
     example = example_input(in_layout, in_dim, spatial=_spatial(in_layout, input_shape), generator=generator)
@@ -189,8 +197,13 @@ def build_model(
         src_name = stage.prev or "input"
         src_layout, src_dim, src_example = outputs[src_name]
         registry = REGISTRIES[stage.kind]
-        obj, _sig = registry.resolve(stage.spec["type"], allowed_modules=allowed, base_dir=base_dir,
-                                     path=f"{stage.path}.type", source=where(f"{stage.path}.type"))
+        obj, _sig = registry.resolve(
+            stage.spec["type"],
+            allowed_modules=allowed,
+            base_dir=base_dir,
+            path=f"{stage.path}.type",
+            source=where(f"{stage.path}.type"),
+        )
         accepts = _accepts(obj, stage.kind)
         fitted = fit_layout(src_layout, accepts, src_dim)
         if fitted is None:
@@ -201,11 +214,14 @@ def build_model(
                 source=where(stage.path),
             )
         target, adapter, dim = fitted
-        part = registry.build(stage.spec, path=stage.path, in_dim=dim, num_classes=num_classes, in_layout=target, **common)
+        part = registry.build(
+            stage.spec, path=stage.path, in_dim=dim, num_classes=num_classes, in_layout=target, **common
+        )
         if not isinstance(part, nn.Module):
             raise ModelBuildError(
                 f"{stage.kind} '{stage.spec['type']}' built a {type(part).__name__}, not a torch.nn.Module",
-                path=stage.path, source=where(stage.path),
+                path=stage.path,
+                source=where(stage.path),
             )
         dict_io = _is_dict_io(part)
         arg = adapter(src_example) if adapter is not None else src_example
@@ -226,19 +242,29 @@ def build_model(
             raise ModelBuildError(
                 f"{stage.kind} '{stage.spec['type']}' failed its dry run on {describe_value(arg)} ({target}): "
                 f"{type(exc).__name__}: {exc}",
-                path=stage.path, source=where(stage.path),
+                path=stage.path,
+                source=where(stage.path),
             ) from exc
         declared = _declared_out_dim(part)
         if declared is not None and declared != measured:
             raise ModelBuildError(
                 f"{stage.kind} '{stage.spec['type']}' declares out_dim {declared} but its output "
                 f"{describe_value(out)} has {measured} ({out_layout})",
-                path=stage.path, source=where(stage.path),
+                path=stage.path,
+                source=where(stage.path),
             )
         info = StageInfo(
-            name=stage.name, kind=stage.kind, type=stage.spec["type"], prev=stage.prev, in_layout=target,
-            out_layout=out_layout, in_dim=dim, out_dim=measured, dict_io=dict_io,
-            output_key=_output_key(part, stage.kind) if dict_io else None, takes_returnt=_takes_returnt(part),
+            name=stage.name,
+            kind=stage.kind,
+            type=stage.spec["type"],
+            prev=stage.prev,
+            in_layout=target,
+            out_layout=out_layout,
+            in_dim=dim,
+            out_dim=measured,
+            dict_io=dict_io,
+            output_key=_output_key(part, stage.kind) if dict_io else None,
+            takes_returnt=_takes_returnt(part),
             has_intermediates=callable(getattr(part, "forward_intermediates", None)),
         )
         built.append((info, part, adapter))
@@ -268,11 +294,18 @@ def _build_losses(losses, built, outputs, inputs, num_classes, label, common) ->
     dims["embedding"] = dims["features"] = last.in_dim if last.kind == "head" else last.out_dim
     out = []
     for spec in losses:
-        obj, _ = LOSSES.resolve(spec.spec["type"], allowed_modules=common["allowed_modules"], base_dir=common["base_dir"],
-                                path=f"{spec.path}.type", source=common["origin_of"](f"{spec.path}.type"))
+        obj, _ = LOSSES.resolve(
+            spec.spec["type"],
+            allowed_modules=common["allowed_modules"],
+            base_dir=common["base_dir"],
+            path=f"{spec.path}.type",
+            source=common["origin_of"](f"{spec.path}.type"),
+        )
         input_key = getattr(obj, "input_key", "logits")
         target_key = getattr(obj, "target_key", "label")
-        fn = LOSSES.build(spec.spec, path=spec.path, in_dim=dims.get(input_key, last.out_dim), num_classes=num_classes, **common)
+        fn = LOSSES.build(
+            spec.spec, path=spec.path, in_dim=dims.get(input_key, last.out_dim), num_classes=num_classes, **common
+        )
         example = examples.get(input_key)
         if label is not None and target_key == "label" and isinstance(example, torch.Tensor):
             try:
@@ -281,12 +314,14 @@ def _build_losses(losses, built, outputs, inputs, num_classes, label, common) ->
                 raise ModelBuildError(
                     f"loss '{spec.spec['type']}' failed its dry run on {input_key} {describe_value(example)}: "
                     f"{type(exc).__name__}: {exc}",
-                    path=spec.path, source=common["origin_of"](spec.path),
+                    path=spec.path,
+                    source=common["origin_of"](spec.path),
                 ) from exc
             if not isinstance(value, torch.Tensor) or value.numel() != 1:
                 raise ModelBuildError(
                     f"loss '{spec.spec['type']}' returned {describe_value(value)}, not a scalar tensor",
-                    path=spec.path, source=common["origin_of"](spec.path),
+                    path=spec.path,
+                    source=common["origin_of"](spec.path),
                 )
         out.append((LossInfo(spec.key, spec.spec["type"], spec.weight, input_key, target_key), fn))
     return out

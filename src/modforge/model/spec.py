@@ -74,31 +74,45 @@ def _stage_from_chain(model: Mapping[str, Any], where: Callable[[str], str | Non
         spec = normalize_spec(value, path=path, kind=name, origin_of=where)
         stages.append(StageSpec(name, name, spec, stages[-1].name if stages else None, path))
     if not any(s.kind == "backbone" for s in stages):
-        raise ModelBuildError("a model needs a backbone (model.backbone or a stage of kind backbone)", path="model", source=where("model"))
+        raise ModelBuildError(
+            "a model needs a backbone (model.backbone or a stage of kind backbone)", path="model", source=where("model")
+        )
     return stages
 
 
 def _stages_from_list(items: Any, where: Callable[[str], str | None]) -> list[StageSpec]:
     if not isinstance(items, list) or not items:
-        raise ConfigValueError(f"expected a non-empty list of stages, got {items!r}", path="model.stages", source=where("model.stages"))
+        raise ConfigValueError(
+            f"expected a non-empty list of stages, got {items!r}", path="model.stages", source=where("model.stages")
+        )
     stages: list[StageSpec] = []
     for i, item in enumerate(items):
         path = f"model.stages.{i}"
         if not isinstance(item, Mapping):
-            raise ConfigValueError(f"expected a stage mapping {{name, type, args, prev}}, got {item!r}", path=path, source=where(path))
+            raise ConfigValueError(
+                f"expected a stage mapping {{name, type, args, prev}}, got {item!r}", path=path, source=where(path)
+            )
         name = item.get("name")
         if not isinstance(name, str) or not name.strip():
-            raise ConfigValueError(f"every stage needs a 'name' (a string), got {name!r}", path=f"{path}.name", source=where(path))
+            raise ConfigValueError(
+                f"every stage needs a 'name' (a string), got {name!r}", path=f"{path}.name", source=where(path)
+            )
         kind = item.get("kind", name if name in STAGE_KINDS else None)
         if kind not in STAGE_KINDS:
             raise ConfigValueError(
-                f"stage '{name}' needs 'kind': one of {', '.join(STAGE_KINDS)} (got {kind!r})", path=f"{path}.kind", source=where(path)
+                f"stage '{name}' needs 'kind': one of {', '.join(STAGE_KINDS)} (got {kind!r})",
+                path=f"{path}.kind",
+                source=where(path),
             )
         spec = normalize_spec(item, path=path, kind=kind, extras=("name", "kind", "prev"), origin_of=where)
         prev = item.get("prev", stages[-1].name if stages else None)
         known = [s.name for s in stages]
         if prev is not None and prev != "input" and prev not in known:
-            later = " (stages may only read from earlier stages)" if any(it.get("name") == prev for it in items if isinstance(it, Mapping)) else ""
+            later = (
+                " (stages may only read from earlier stages)"
+                if any(it.get("name") == prev for it in items if isinstance(it, Mapping))
+                else ""
+            )
             raise ModelBuildError(
                 f"stage '{name}' reads from prev '{prev}', which is not an earlier stage{later}; "
                 f"earlier stages: {', '.join(known) or 'none'} (or 'input')",
@@ -136,7 +150,9 @@ def _losses(items: Any, where: Callable[[str], str | None]) -> list[LossSpec]:
         spec = normalize_spec(item, path=path, kind="loss", extras=("weight", "name"), origin_of=where)
         weight = spec.pop("weight", 1.0)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise ConfigValueError(f"expected a number, got {weight!r}", path=f"{path}.weight", source=where(f"{path}.weight"))
+            raise ConfigValueError(
+                f"expected a number, got {weight!r}", path=f"{path}.weight", source=where(f"{path}.weight")
+            )
         name = spec.pop("name", None) or spec["type"]
         key = name if is_loss_key(name) else f"loss_{name}"
         base, n = key, 1
@@ -147,7 +163,9 @@ def _losses(items: Any, where: Callable[[str], str | None]) -> list[LossSpec]:
     return losses
 
 
-def parse_model_section(model: Any, *, origin_of: Callable[[str], str | None] | None = None) -> tuple[list[StageSpec], list[LossSpec]]:
+def parse_model_section(
+    model: Any, *, origin_of: Callable[[str], str | None] | None = None
+) -> tuple[list[StageSpec], list[LossSpec]]:
     """Stages and losses of a ``model:`` mapping, checked for shape (not yet for parts).
 
     Raises:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...components.layouts import Layout
 from ...core.arguments import REQUIRED, ArgSpec
 from ...core.registries import REGISTRIES, registry_for
 from ..common import CommandParser, add_plugins_option, load_cli_plugins
@@ -26,6 +27,24 @@ def _default(arg: ArgSpec) -> str:
     return repr(arg.default)
 
 
+def _part_contract(obj: object) -> list[str]:
+    """Layouts and the out_dim rule of a model part (nothing for other kinds)."""
+    lines = []
+    accepts = getattr(obj, "accepts", None)
+    if accepts:
+        lines.append("input layouts: " + "; ".join(str(Layout(a)) for a in accepts))
+    produces = getattr(obj, "produces", None)
+    if isinstance(produces, (str, Layout)):
+        lines.append(f"output layout: {Layout(produces)}")
+    rule = getattr(obj, "out_dim_rule", "")
+    if rule:
+        lines.append(f"out_dim: {rule}")
+    input_key = getattr(obj, "input_key", None)
+    if isinstance(input_key, str):
+        lines.append(f"reads: batch['{input_key}'] and batch['{getattr(obj, 'target_key', 'label')}']")
+    return lines
+
+
 def run(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)
     load_cli_plugins(ns.plugins)
@@ -37,7 +56,9 @@ def run(argv: list[str]) -> int:
     text = [f"{entry.kind} '{entry.name}' ({what} {entry.qualname})"]
     if sig.summary:
         text.append(sig.summary)
-    text += [f"defined in: {entry.location}", ""]
+    text.append(f"defined in: {entry.location}")
+    text += _part_contract(entry.obj)
+    text.append("")
     out.print("\n".join(text), markup=False)
     rows = [(a.name, a.type_name, _default(a), "yes" if a.required else "no", a.help) for a in sig.args]
     if rows:

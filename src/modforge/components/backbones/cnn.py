@@ -27,7 +27,12 @@ class SmallCNN(Backbone):
     out_dim_rule = "the last of channels"
 
     def __init__(
-        self, in_dim: int, channels: tuple[int, ...] = (32, 64), kernel_size: int = 3, pool: bool = True, dropout: float = 0.0
+        self,
+        in_dim: int,
+        channels: tuple[int, ...] = (32, 64),
+        kernel_size: int = 3,
+        pool: bool = True,
+        dropout: float = 0.0,
     ):
         super().__init__()
         if not channels or any(c <= 0 for c in channels):

@@ -32,7 +32,9 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(planes)
         self.shortcut = nn.Sequential()
         if stride != 1 or in_planes != planes:
-            self.shortcut = nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes))
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.relu(self.bn1(self.conv1(x)))
@@ -50,7 +52,9 @@ def widths(width: float) -> list[int]:
 def make_stem(in_dim: int, planes: int, stem: Stem) -> nn.Sequential:
     """The input stem: 3×3/1 for small images, 7×7/2 + max-pool for large ones."""
     if stem == "cifar":
-        return nn.Sequential(nn.Conv2d(in_dim, planes, 3, padding=1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(inplace=True))
+        return nn.Sequential(
+            nn.Conv2d(in_dim, planes, 3, padding=1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(inplace=True)
+        )
     return nn.Sequential(
         nn.Conv2d(in_dim, planes, 7, stride=2, padding=3, bias=False),
         nn.BatchNorm2d(planes),
@@ -126,8 +130,14 @@ class ResNet18(ResNet):
 
     __doc__ = (__doc__ or "") + _DOC_ARGS
 
-    def __init__(self, in_dim: int, stem: Stem = "cifar", width: float = 1.0, features_only: bool = False,
-                 zero_init_residual: bool = False):
+    def __init__(
+        self,
+        in_dim: int,
+        stem: Stem = "cifar",
+        width: float = 1.0,
+        features_only: bool = False,
+        zero_init_residual: bool = False,
+    ):
         super().__init__(in_dim, (2, 2, 2, 2), stem, width, features_only, zero_init_residual)
 
 
@@ -137,6 +147,12 @@ class ResNet34(ResNet):
 
     __doc__ = (__doc__ or "") + _DOC_ARGS
 
-    def __init__(self, in_dim: int, stem: Stem = "cifar", width: float = 1.0, features_only: bool = False,
-                 zero_init_residual: bool = False):
+    def __init__(
+        self,
+        in_dim: int,
+        stem: Stem = "cifar",
+        width: float = 1.0,
+        features_only: bool = False,
+        zero_init_residual: bool = False,
+    ):
         super().__init__(in_dim, (3, 4, 6, 3), stem, width, features_only, zero_init_residual)

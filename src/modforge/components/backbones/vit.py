@@ -38,8 +38,14 @@ class ViTTiny(Backbone):
     out_dim_rule = "192 (the embedding width)"
     embed_dim, depth, num_heads, mlp_ratio = 192, 12, 3, 4
 
-    def __init__(self, in_dim: int, patch_size: int = 16, image_size: int = 224, pool: Literal["cls", "mean"] = "cls",
-                 dropout: float = 0.0):
+    def __init__(
+        self,
+        in_dim: int,
+        patch_size: int = 16,
+        image_size: int = 224,
+        pool: Literal["cls", "mean"] = "cls",
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if patch_size <= 0 or image_size % patch_size:
             raise ValueError(f"image_size ({image_size}) must be a positive multiple of patch_size ({patch_size})")
@@ -50,8 +56,15 @@ class ViTTiny(Backbone):
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + grid * grid, self.embed_dim))
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            nn.TransformerEncoderLayer(self.embed_dim, self.num_heads, self.embed_dim * self.mlp_ratio, dropout,
-                                       activation="gelu", batch_first=True, norm_first=True)
+            nn.TransformerEncoderLayer(
+                self.embed_dim,
+                self.num_heads,
+                self.embed_dim * self.mlp_ratio,
+                dropout,
+                activation="gelu",
+                batch_first=True,
+                norm_first=True,
+            )
             for _ in range(self.depth)
         )
         self.norm = nn.LayerNorm(self.embed_dim)

@@ -25,8 +25,15 @@ class MLPHead(Head):
 
     out_dim_rule = "num_classes"
 
-    def __init__(self, in_dim: int, num_classes: int, hidden_dims: tuple[int, ...] = (256,), activation: Activation = "relu",
-                 dropout: float = 0.0, norm: Norm = "none"):
+    def __init__(
+        self,
+        in_dim: int,
+        num_classes: int,
+        hidden_dims: tuple[int, ...] = (256,),
+        activation: Activation = "relu",
+        dropout: float = 0.0,
+        norm: Norm = "none",
+    ):
         super().__init__()
         self.hidden = nn.Sequential(*mlp_layers(in_dim, hidden_dims, activation, dropout, norm))
         self.fc = nn.Linear(hidden_dims[-1] if hidden_dims else in_dim, num_classes)

@@ -35,8 +35,13 @@ class CrossEntropy(Loss):
         ignore_index: label value that contributes nothing.
     """
 
-    def __init__(self, num_classes: Optional[int] = None, label_smoothing: float = 0.0,
-                 class_weights: Optional[list[float]] = None, ignore_index: int = -100):
+    def __init__(
+        self,
+        num_classes: Optional[int] = None,
+        label_smoothing: float = 0.0,
+        class_weights: Optional[list[float]] = None,
+        ignore_index: int = -100,
+    ):
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
@@ -44,8 +49,9 @@ class CrossEntropy(Loss):
         self.register_buffer("weight", _class_weights(class_weights, num_classes, "class_weights"))
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits, target, weight=self.weight, ignore_index=self.ignore_index,
-                               label_smoothing=self.label_smoothing)
+        return F.cross_entropy(
+            logits, target, weight=self.weight, ignore_index=self.ignore_index, label_smoothing=self.label_smoothing
+        )
 
 
 @register_loss("focal")

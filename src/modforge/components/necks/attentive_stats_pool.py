@@ -29,13 +29,18 @@ class AttentiveStatsPool(Neck):
     out_dim_rule = "2 × in_dim (mean and standard deviation)"
     eps = 1e-6
 
-    def __init__(self, in_dim: int, in_layout: Layout = Layout.CHANNELS, attention_dim: int = 128, global_context: bool = True):
+    def __init__(
+        self, in_dim: int, in_layout: Layout = Layout.CHANNELS, attention_dim: int = 128, global_context: bool = True
+    ):
         super().__init__()
         self.channel_first = Layout(in_layout) is Layout.CHANNELS
         self.global_context = global_context
         width = in_dim * 3 if global_context else in_dim
         self.attention = nn.Sequential(
-            nn.Conv1d(width, attention_dim, 1), nn.ReLU(inplace=True), nn.BatchNorm1d(attention_dim), nn.Tanh(),
+            nn.Conv1d(width, attention_dim, 1),
+            nn.ReLU(inplace=True),
+            nn.BatchNorm1d(attention_dim),
+            nn.Tanh(),
             nn.Conv1d(attention_dim, in_dim, 1),
         )
         self.out_dim = 2 * in_dim

@@ -39,5 +39,7 @@ class FPN(Neck):
             raise ValueError(f"expected {len(self.lateral)} levels, got {len(levels)}")
         laterals = [conv(level) for conv, level in zip(self.lateral, levels, strict=True)]
         for i in range(len(laterals) - 1, 0, -1):
-            laterals[i - 1] = laterals[i - 1] + F.interpolate(laterals[i], size=laterals[i - 1].shape[-2:], mode="nearest")
+            laterals[i - 1] = laterals[i - 1] + F.interpolate(
+                laterals[i], size=laterals[i - 1].shape[-2:], mode="nearest"
+            )
         return [conv(level) for conv, level in zip(self.smooth, laterals, strict=True)]

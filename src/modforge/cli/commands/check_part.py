@@ -1,0 +1,60 @@
+"""``modforge check KIND NAME|module:Object [--args key=value ...]`` — run the conformance
+suite on one part and print a pass/fail table. Exit status 1 when a check fails."""
+
+from __future__ import annotations
+
+from ...components.layouts import Layout
+from ...core.coercion import parse_scalar
+from ...core.config import parse_override
+from ...core.errors import ConfigValueError
+from ...core.registries import registry_for
+from ..common import CommandParser, add_plugins_option, load_cli_plugins
+from ..output import console, print_table
+
+HELP = "run the conformance checks on a part (registered, or module:Object / file.py:Object)"
+
+
+def _parser() -> CommandParser:
+    parser = CommandParser("check", description=HELP)
+    parser.add_argument("kind", help="frontend, backbone, neck, head or loss")
+    parser.add_argument("target", metavar="NAME|module:Object", help="a registered name or an import path")
+    parser.add_argument(
+        "--args",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="constructor arguments beyond the wired ones (values read as YAML)",
+    )
+    parser.add_argument(
+        "--layout",
+        nargs="+",
+        action="extend",
+        choices=[v.value for v in Layout],
+        metavar="LAYOUT",
+        help="input layout(s) to check (default: every layout the part declares)",
+    )
+    parser.add_argument("--in-dim", type=parse_scalar, metavar="N", help="input size (default: a small one per layout)")
+    add_plugins_option(parser)
+    return parser
+
+
+def run(argv: list[str]) -> int:
+    from ...testing import check_part
+
+    ns = _parser().parse_args(argv)
+    plugins = load_cli_plugins(ns.plugins)
+    registry = registry_for(ns.kind)
+    args = {}
+    for text in ns.args:
+        try:
+            key, value = parse_override(text)
+        except ConfigValueError as exc:
+            raise ConfigValueError(f"--args {text!r} must look like key=value", path="--args") from exc
+        args[key] = value
+    results = check_part(registry.kind, ns.target, args, layouts=ns.layout, in_dim=ns.in_dim, plugins=plugins)
+    print_table(("check", "layout", "result", "detail"), [(r.check, r.layout, r.status, r.detail) for r in results])
+    failed = [r for r in results if r.status == "fail"]
+    summary = f"{len(results) - len(failed)} passed or skipped, {len(failed)} failed"
+    console().print(f"{registry.kind} '{ns.target}': {summary}", markup=False)
+    return 1 if failed else 0

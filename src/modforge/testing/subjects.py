@@ -1,0 +1,183 @@
+"""What a conformance check runs on: a part, a way to build it again, and an example input."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..components.layouts import Layout, example_input, infer_layout
+from ..core.plugins import import_object
+from ..core.registries import REGISTRIES
+from ..core.registry import Registry
+from ..model.builder import KIND_DEFAULT_ACCEPTS
+
+__all__ = ["DEFAULT_IN_DIM", "PART_KINDS", "Subject", "subjects_for"]
+
+PART_KINDS = ("frontend", "backbone", "neck", "head", "loss")
+"""The kinds the conformance suite checks."""
+
+DEFAULT_IN_DIM: dict[Layout, Any] = {
+    Layout.WAVEFORM: 1,
+    Layout.VECTOR: 16,
+    Layout.SEQUENCE: 12,
+    Layout.CHANNELS: 12,
+    Layout.IMAGE: 3,
+    Layout.MULTISCALE: [8, 16, 32],
+}
+NUM_CLASSES = 5
+BATCH = 4
+_PROBE_ORDER = (Layout.VECTOR, Layout.SEQUENCE, Layout.IMAGE, Layout.CHANNELS, Layout.WAVEFORM)
+
+
+@dataclasses.dataclass
+class Subject:
+    """One part under test, for one input layout.
+
+    Attributes:
+        kind, name: what is checked (``backbone``, ``resnet18``).
+        layout: the input layout of :attr:`example`.
+        build: builds a fresh instance with the same arguments (seeded differently each time).
+        example: an input batch of :data:`BATCH` samples (for losses: the scores).
+        target: labels, for losses.
+        layout_note: how the layout was chosen (declared, or probed for a plain module).
+    """
+
+    kind: str
+    name: str
+    layout: Layout
+    in_dim: Any
+    build: Callable[[], nn.Module]
+    example: Any
+    target: torch.Tensor | None = None
+    layout_note: str = "declared"
+
+    @property
+    def is_loss(self) -> bool:
+        return self.kind == "loss"
+
+    def run(self, part: nn.Module, example: Any | None = None) -> Any:
+        """Call ``part`` on the example (with the target for losses)."""
+        example = self.example if example is None else example
+        return part(example, self.target) if self.is_loss else part(example)
+
+
+def _registry_with(kind: str, target: str | Any, plugins: Iterable[str]) -> tuple[Registry, str]:
+    """The registry to build from: the kind's own, or a scratch one holding an import path's object."""
+    registry = REGISTRIES[kind]
+    if isinstance(target, str) and (target in registry or not (":" in target or "." in target)):
+        registry.entry(target)  # unknown names raise here, with suggestions
+        return registry, target
+    obj = (
+        import_object(target, kind=kind, allowed_modules=[_module_of(target), *plugins])
+        if isinstance(target, str)
+        else target
+    )
+    scratch = Registry(kind, injected=registry.injected)
+    name = getattr(obj, "__name__", "part")
+    scratch.add(obj, name)
+    return scratch, name
+
+
+def _module_of(path: str) -> str:
+    return path.rpartition(":")[0] if ":" in path else path.rpartition(".")[0]
+
+
+def _accepts(registry: Registry, name: str, kind: str) -> tuple[Layout, ...]:
+    obj = registry.get(name)
+    declared = getattr(obj, "accepts", None)
+    return tuple(Layout(a) for a in declared) if declared else KIND_DEFAULT_ACCEPTS.get(kind, ())
+
+
+def _factory(
+    registry: Registry, name: str, args: dict[str, Any], in_dim: Any, layout: Layout
+) -> Callable[[], nn.Module]:
+    counter = iter(range(1, 1 << 30))
+
+    def build() -> nn.Module:
+        torch.manual_seed(next(counter))
+        return registry.build(
+            {"type": name, "args": dict(args)},
+            path=f"{registry.kind} '{name}'",
+            in_dim=in_dim,
+            num_classes=NUM_CLASSES,
+            in_layout=layout,
+        )
+
+    return build
+
+
+def _loss_subject(registry: Registry, name: str, args: dict[str, Any]) -> Subject:
+    obj = registry.get(name)
+    width = (
+        DEFAULT_IN_DIM[Layout.VECTOR]
+        if getattr(obj, "input_key", "logits") in ("embedding", "features")
+        else NUM_CLASSES
+    )
+    gen = torch.Generator().manual_seed(0)
+    example = torch.randn(BATCH, width, generator=gen)
+    target = torch.randint(0, NUM_CLASSES, (BATCH,), generator=gen)
+    build = _factory(registry, name, args, width, Layout.VECTOR)
+    return Subject("loss", name, Layout.VECTOR, width, build, example, target)
+
+
+def subjects_for(
+    kind: str,
+    target: str | Any,
+    args: dict[str, Any] | None = None,
+    *,
+    layouts: Iterable[Layout | str] | None = None,
+    in_dim: Any = None,
+    plugins: Iterable[str] = (),
+) -> list[Subject]:
+    """One :class:`Subject` per input layout the part accepts.
+
+    Args:
+        kind: registry kind.
+        target: a registered name, an import path (``pkg.mod:Class``, ``file.py:Class``)
+            or the class/function itself.
+        args: constructor arguments beyond the injected ones.
+        layouts: restrict/choose the input layouts (default: every declared one; for a
+            part that declares none, the first layout a dry run accepts).
+        in_dim: the input size (default: a small size per layout).
+        plugins: plug-in modules an import path may point into.
+    """
+    args = dict(args or {})
+    registry, name = _registry_with(kind, target, plugins)
+    if kind == "loss":
+        return [_loss_subject(registry, name, args)]
+    chosen = [Layout(layout) for layout in layouts] if layouts else list(_accepts(registry, name, kind))
+    note = "declared" if chosen else "probed"
+    subjects = []
+    for layout in chosen or _PROBE_ORDER:
+        dim = in_dim if in_dim is not None else DEFAULT_IN_DIM[layout]
+        gen = torch.Generator().manual_seed(0)
+        example = example_input(layout, dim, batch=BATCH, generator=gen)
+        build = _factory(registry, name, args, dim, layout)
+        subject = Subject(kind, name, layout, dim, build, example, layout_note=note)
+        if chosen:
+            subjects.append(subject)
+            continue
+        try:  # a plain module declares nothing: take the first layout it runs on
+            with torch.no_grad():
+                out = build().eval()(example)
+            infer_layout(out)
+        except Exception:
+            continue
+        return [subject]
+    if not subjects:
+        subjects.append(
+            Subject(
+                kind,
+                name,
+                Layout.VECTOR,
+                DEFAULT_IN_DIM[Layout.VECTOR],
+                _factory(registry, name, args, DEFAULT_IN_DIM[Layout.VECTOR], Layout.VECTOR),
+                example_input(Layout.VECTOR, DEFAULT_IN_DIM[Layout.VECTOR], batch=BATCH),
+                layout_note="no layout worked",
+            )
+        )
+    return subjects
