@@ -3,7 +3,10 @@
 Differences from the DeepFense page: one decorator and nothing else (no edit of any
 ``__init__.py``: the file is a plug-in); ``in_dim`` arrives from the builder instead of
 being hand-copied into the config as ``input_dim``; arguments are typed parameters
-instead of ``config.get(...)``; the output size is ``out_dim``.
+instead of ``config.get(...)``; the output size is ``out_dim``. ``MyBackend`` stays a
+plain ``nn.Module`` (it handles [B, T, D] and [B, D] itself); ``AttentionBackend``
+subclasses modforge's ``Backbone`` and declares the layout it takes, so the builder
+checks the wiring and ``modforge check`` knows what to feed it.
 """
 
 import torch
@@ -11,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import modforge as mf
+from modforge.components import Backbone, Layout
 
 
 @mf.register_backbone("MyBackend")
@@ -37,7 +41,7 @@ class MyBackend(nn.Module):
 
 
 @mf.register_backbone("AttentionBackend")
-class AttentionBackend(nn.Module):
+class AttentionBackend(Backbone):
     """Attention pooling over time, then a projection.
 
     Args:
@@ -45,6 +49,9 @@ class AttentionBackend(nn.Module):
         output_dim: embedding size.
         hidden_dim: size of the attention scorer's hidden layer.
     """
+
+    accepts = (Layout.SEQUENCE,)
+    produces = Layout.VECTOR
 
     def __init__(self, in_dim: int, output_dim: int = 128, hidden_dim: int = 256):
         super().__init__()

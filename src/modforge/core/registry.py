@@ -385,7 +385,8 @@ class Registry:
         """Build a part from a spec (name string or ``{type, args}`` mapping).
 
         ``context`` holds what the builder knows (``in_dim=``, ``num_classes=``, ...);
-        each item is passed only to parts whose signature names it. A user-given
+        each item is passed only to parts whose signature names it, and ``None`` means
+        "not known" (the part's default or the config's value applies). A user-given
         argument that the context also supplies must agree with it.
 
         Raises:
@@ -395,7 +396,7 @@ class Registry:
         label = path or self.kind
         where = origin_of or (lambda _p: None)
         spec, obj, sig = self._checked(spec, path, extras, origin_of, allowed_modules, base_dir)
-        passed = {k: v for k, v in context.items() if k in sig}
+        passed = {k: v for k, v in context.items() if k in sig and v is not None}  # None: not known here
         args = sig.validate(spec["args"], path=f"{label}.args", origin_of=origin_of, provided=passed)
         for arg in sig.args:
             if arg.injected and not arg.has_default and arg.name not in passed and arg.name not in args:

@@ -192,6 +192,9 @@ def build_model(
     outputs: dict[str, tuple[Layout, Any, Any]] = {"input": (in_layout, in_dim, example)}
     inputs: dict[str, Any] = {}
     label = torch.randint(0, num_classes, (2,), generator=generator) if num_classes else None
+    dry_batch: dict[str, Any] = {"input": example}  # one batch through every stage, as in forward
+    if label is not None:
+        dry_batch["label"] = label
     built: list[tuple[StageInfo, nn.Module, nn.Module | None]] = []
     for stage in stages:
         src_name = stage.prev or "input"
@@ -226,13 +229,13 @@ def build_model(
         dict_io = _is_dict_io(part)
         arg = adapter(src_example) if adapter is not None else src_example
         if dict_io:
-            arg = {"input": example, **{k: v[2] for k, v in outputs.items() if k != "input"}}
-            if label is not None:
-                arg["label"] = label
+            arg = dry_batch
         try:
             out = _dry_run(part, arg)
             if dict_io:
-                out = (out if isinstance(out, Mapping) else arg).get(_output_key(part, stage.kind))
+                if isinstance(out, Mapping) and out is not dry_batch:
+                    dry_batch.update(out)
+                out = dry_batch.get(_output_key(part, stage.kind))
             declared_layout = getattr(part, "produces", None)
             out_layout = Layout(declared_layout) if declared_layout else infer_layout(out, hint=target)
             measured = out_dim_of(out, out_layout)
@@ -270,6 +273,7 @@ def build_model(
         built.append((info, part, adapter))
         outputs[stage.name] = (out_layout, measured, out)
         inputs[stage.name] = arg
+        dry_batch[stage.name] = out
     loss_parts = _build_losses(losses, built, outputs, inputs, num_classes, label, common)
     return ModularModel(built, loss_parts, num_classes)
 

@@ -171,14 +171,14 @@ class ModularModel(nn.Module):
             if full is not None:
                 full.append(out)
             return out
+        if full is not None and info.takes_returnt:  # the author's own "full" wins
+            full.extend(part(src, returnt="full"))
+            return part(src)
         if full is not None and info.has_intermediates:
             out, blocks = part.forward_intermediates(src)
             full.extend(blocks)
             full.append(out)
             return out
-        if full is not None and info.takes_returnt:
-            full.extend(part(src, returnt="full"))
-            return part(src)
         if want_embedding and info.takes_returnt:
             out, embedding = part(src, returnt="both")
             batch["embedding"] = embedding

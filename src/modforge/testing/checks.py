@@ -131,6 +131,8 @@ def check_gradients(ctx: Context) -> str:
     example = _requiring_grad(ctx.subject.example)
     out = ctx.subject.run(part, example)
     total = sum(t.float().sum() for t in _tensors(out))
+    if not isinstance(total, torch.Tensor) or not total.requires_grad:
+        raise CheckFailed("no gradient: the output does not depend on the parameters or the input (detached?)")
     total.backward()
     missing = [n for n, p in part.named_parameters() if p.requires_grad and p.grad is None]
     if missing:
@@ -139,9 +141,10 @@ def check_gradients(ctx: Context) -> str:
     if bad:
         raise CheckFailed(f"non-finite gradients in {', '.join(bad[:5])}")
     inputs = [t for t in _tensors(example) if t.requires_grad]
-    if any(t.grad is None for t in inputs):
+    reached = [t for t in inputs if t.grad is not None]
+    if inputs and not reached:  # a multiscale consumer may use only some levels, but not none
         raise CheckFailed("no gradient flows back to the input (is it detached?)")
-    if any(not torch.isfinite(t.grad).all() for t in inputs):
+    if any(not torch.isfinite(t.grad).all() for t in reached):
         raise CheckFailed("non-finite gradient at the input")
     count = sum(1 for p in part.parameters() if p.requires_grad)
     return f"{count} trainable tensors and the input" if count else "reaches the input (no parameters)"
@@ -151,6 +154,8 @@ def check_returnt(ctx: Context) -> str:
     """``returnt`` modes agree: "both" == ("out", "features"); a backbone's
     ``features``/``forward_intermediates`` agree with its forward."""
     part, x = ctx.part.eval(), ctx.subject.example
+    if ctx.subject.dict_io:
+        raise CheckSkipped("a dict-in/dict-out part")
     with torch.no_grad():
         if _takes_returnt(part):
             out, feats = part(x, returnt="out"), part(x, returnt="features")
@@ -231,8 +236,10 @@ def check_batch_independence(ctx: Context) -> str:
     ctx.part.eval()
     worst = 0.0
     with torch.no_grad():
+        target = ctx.subject.target
         for i in range(len(_tensors(ctx.subject.example)[0])):
-            alone = ctx.part(_row(ctx.subject.example, i))
+            row_target = target[i : i + 1] if target is not None else None
+            alone = ctx.subject.run(ctx.part, _row(ctx.subject.example, i), row_target)
             ok, diff = _close(alone, _row(ctx.output, i))
             worst = max(worst, diff)
             if not ok:
@@ -263,7 +270,7 @@ def check_device(ctx: Context) -> str:
     target = ctx.subject.target.to("meta") if ctx.subject.target is not None else None
     try:
         with torch.no_grad():
-            part(example, target) if ctx.subject.is_loss else part(example)
+            ctx.subject.run(part, example, target)
     except Exception as exc:
         text = str(exc).lower()
         if any(word in text for word in _DEVICE_WORDS):

@@ -54,15 +54,31 @@ class Subject:
     example: Any
     target: torch.Tensor | None = None
     layout_note: str = "declared"
+    dict_io: bool = False
+    output_key: str = "features"
 
     @property
     def is_loss(self) -> bool:
         return self.kind == "loss"
 
-    def run(self, part: nn.Module, example: Any | None = None) -> Any:
-        """Call ``part`` on the example (with the target for losses)."""
+    def run(self, part: nn.Module, example: Any | None = None, target: torch.Tensor | None = None) -> Any:
+        """Call ``part`` on the example (with the target for losses).
+
+        A dict-in/dict-out part (UP style) gets a batch ``{"input": x, "features": x,
+        "label": y}`` — ``x`` in the layout it declares — and its output is the batch's
+        ``output_key`` afterwards.
+        """
         example = self.example if example is None else example
-        return part(example, self.target) if self.is_loss else part(example)
+        target = self.target if target is None else target
+        if self.is_loss:
+            return part(example, target)
+        if not self.dict_io:
+            return part(example)
+        batch = {"input": example, "features": example}
+        if target is not None:
+            batch["label"] = target
+        result = part(batch)
+        return (result if isinstance(result, dict) else batch)[self.output_key]
 
 
 def _registry_with(kind: str, target: str | Any, plugins: Iterable[str]) -> tuple[Registry, str]:
@@ -108,6 +124,20 @@ def _factory(
         )
 
     return build
+
+
+def _mark_dict_io(subject: Subject, gen: torch.Generator) -> None:
+    """Detect a UP-style part (batch dict in, batch dict out) and give it labels."""
+    from ..model.builder import _is_dict_io, _output_key
+
+    try:
+        part = subject.build()
+    except Exception:
+        return  # the 'builds' check reports it
+    if _is_dict_io(part):
+        subject.dict_io = True
+        subject.output_key = _output_key(part, subject.kind)
+        subject.target = torch.randint(0, NUM_CLASSES, (BATCH,), generator=gen)
 
 
 def _loss_subject(registry: Registry, name: str, args: dict[str, Any]) -> Subject:
@@ -158,6 +188,7 @@ def subjects_for(
         example = example_input(layout, dim, batch=BATCH, generator=gen)
         build = _factory(registry, name, args, dim, layout)
         subject = Subject(kind, name, layout, dim, build, example, layout_note=note)
+        _mark_dict_io(subject, gen)
         if chosen:
             subjects.append(subject)
             continue
