@@ -18,7 +18,6 @@ error inside torch at the first training step.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -32,19 +31,14 @@ from ..core.plugins import load_plugins
 from ..core.registries import LOSSES, REGISTRIES
 from .adapters import make_adapter
 from .errors import ModelBuildError
+from .introspect import accepted_layouts, declared_out_dim, is_dict_io, output_key, takes_returnt
 from .modular import LossInfo, ModularModel, StageInfo, describe_value
 from .spec import parse_model_section
 
 __all__ = ["build_model", "fit_layout"]
 
-KIND_DEFAULT_ACCEPTS: dict[str, tuple[Layout, ...]] = {"head": (Layout.VECTOR,), "loss": (Layout.VECTOR,)}
 
 
-def _accepts(obj: Any, kind: str) -> tuple[Layout, ...]:
-    declared = getattr(obj, "accepts", None)
-    if declared:
-        return tuple(Layout(a) for a in declared)
-    return KIND_DEFAULT_ACCEPTS.get(kind, ())
 
 
 def fit_layout(source: Layout, accepts: Sequence[Layout], in_dim: Any) -> tuple[Layout, nn.Module | None, Any] | None:
@@ -63,38 +57,10 @@ def fit_layout(source: Layout, accepts: Sequence[Layout], in_dim: Any) -> tuple[
     return None
 
 
-def _takes_returnt(part: nn.Module) -> bool:
-    try:
-        return "returnt" in inspect.signature(part.forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
-def _is_dict_io(part: nn.Module) -> bool:
-    """UP-style parts take and return the batch dict (``dict_io = True``, or a forward
-    whose first parameter is annotated as a mapping)."""
-    if getattr(part, "dict_io", False):
-        return True
-    try:
-        params = list(inspect.signature(part.forward).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    if not params:
-        return False
-    annotation = params[0].annotation
-    return annotation in (dict, Mapping, "dict", "Mapping") or getattr(annotation, "__origin__", None) in (
-        dict,
-        Mapping,
-    )
 
 
-def _declared_out_dim(part: nn.Module) -> Any:
-    value = getattr(part, "out_dim", None)
-    if value is None and callable(getattr(part, "get_outplanes", None)):  # United Perception's spelling
-        value = part.get_outplanes()
-    if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
-    return int(value) if value is not None else None
 
 
 def _dry_run(part: nn.Module, arg: Any) -> Any:
@@ -186,7 +152,7 @@ def build_model(
         path=f"{stages[0].path}.type",
         source=where(f"{stages[0].path}.type"),
     )
-    in_layout = _first_layout(layout, input_shape, _accepts(first_obj, stages[0].kind))
+    in_layout = _first_layout(layout, input_shape, accepted_layouts(first_obj, stages[0].kind))
     generator = torch.Generator().manual_seed(0)
     example = example_input(in_layout, in_dim, spatial=_spatial(in_layout, input_shape), generator=generator)
     outputs: dict[str, tuple[Layout, Any, Any]] = {"input": (in_layout, in_dim, example)}
@@ -207,7 +173,7 @@ def build_model(
             path=f"{stage.path}.type",
             source=where(f"{stage.path}.type"),
         )
-        accepts = _accepts(obj, stage.kind)
+        accepts = accepted_layouts(obj, stage.kind)
         fitted = fit_layout(src_layout, accepts, src_dim)
         if fitted is None:
             raise ModelBuildError(
@@ -226,7 +192,7 @@ def build_model(
                 path=stage.path,
                 source=where(stage.path),
             )
-        dict_io = _is_dict_io(part)
+        dict_io = is_dict_io(part)
         arg = adapter(src_example) if adapter is not None else src_example
         if dict_io:
             arg = dry_batch
@@ -235,7 +201,7 @@ def build_model(
             if dict_io:
                 if isinstance(out, Mapping) and out is not dry_batch:
                     dry_batch.update(out)
-                out = dry_batch.get(_output_key(part, stage.kind))
+                out = dry_batch.get(output_key(part, stage.kind))
             declared_layout = getattr(part, "produces", None)
             out_layout = Layout(declared_layout) if declared_layout else infer_layout(out, hint=target)
             measured = out_dim_of(out, out_layout)
@@ -248,7 +214,7 @@ def build_model(
                 path=stage.path,
                 source=where(stage.path),
             ) from exc
-        declared = _declared_out_dim(part)
+        declared = declared_out_dim(part)
         if declared is not None and declared != measured:
             raise ModelBuildError(
                 f"{stage.kind} '{stage.spec['type']}' declares out_dim {declared} but its output "
@@ -266,8 +232,8 @@ def build_model(
             in_dim=dim,
             out_dim=measured,
             dict_io=dict_io,
-            output_key=_output_key(part, stage.kind) if dict_io else None,
-            takes_returnt=_takes_returnt(part),
+            output_key=output_key(part, stage.kind) if dict_io else None,
+            takes_returnt=takes_returnt(part),
             has_intermediates=callable(getattr(part, "forward_intermediates", None)),
         )
         built.append((info, part, adapter))
@@ -278,8 +244,6 @@ def build_model(
     return ModularModel(built, loss_parts, num_classes)
 
 
-def _output_key(part: nn.Module, kind: str) -> str:
-    return getattr(part, "output_key", None) or ("logits" if kind == "head" else "features")
 
 
 def _producer(name: str, built: list[tuple[StageInfo, nn.Module, Any]]) -> str:

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from ..components.layouts import Layout, infer_layout, out_dim_of
-from ..model.builder import _declared_out_dim, _takes_returnt
+from ..model.introspect import declared_out_dim, takes_returnt
 from ..model.modular import describe_value
 from .subjects import Subject
 
@@ -100,7 +100,7 @@ def check_out_dim(ctx: Context) -> str:
         return "scalar"
     layout = _output_layout(ctx)
     measured = out_dim_of(ctx.output, layout)
-    declared = _declared_out_dim(ctx.part)
+    declared = declared_out_dim(ctx.part)
     if declared is None:
         return f"{measured} ({layout.value}; not declared: the builder measures it)"
     if declared != measured:
@@ -157,7 +157,7 @@ def check_returnt(ctx: Context) -> str:
     if ctx.subject.dict_io:
         raise CheckSkipped("a dict-in/dict-out part")
     with torch.no_grad():
-        if _takes_returnt(part):
+        if takes_returnt(part):
             out, feats = part(x, returnt="out"), part(x, returnt="features")
             both = part(x, returnt="both")
             if not (_close(both[0], out)[0] and _close(both[1], feats)[0]):

@@ -13,7 +13,7 @@ from ..components.layouts import Layout, example_input, infer_layout
 from ..core.plugins import import_object
 from ..core.registries import REGISTRIES
 from ..core.registry import Registry
-from ..model.builder import KIND_DEFAULT_ACCEPTS
+from ..model.introspect import accepted_layouts, is_dict_io, output_key
 
 __all__ = ["DEFAULT_IN_DIM", "PART_KINDS", "Subject", "subjects_for"]
 
@@ -102,12 +102,6 @@ def _module_of(path: str) -> str:
     return path.rpartition(":")[0] if ":" in path else path.rpartition(".")[0]
 
 
-def _accepts(registry: Registry, name: str, kind: str) -> tuple[Layout, ...]:
-    obj = registry.get(name)
-    declared = getattr(obj, "accepts", None)
-    return tuple(Layout(a) for a in declared) if declared else KIND_DEFAULT_ACCEPTS.get(kind, ())
-
-
 def _factory(
     registry: Registry, name: str, args: dict[str, Any], in_dim: Any, layout: Layout
 ) -> Callable[[], nn.Module]:
@@ -128,15 +122,13 @@ def _factory(
 
 def _mark_dict_io(subject: Subject, gen: torch.Generator) -> None:
     """Detect a UP-style part (batch dict in, batch dict out) and give it labels."""
-    from ..model.builder import _is_dict_io, _output_key
-
     try:
         part = subject.build()
     except Exception:
         return  # the 'builds' check reports it
-    if _is_dict_io(part):
+    if is_dict_io(part):
         subject.dict_io = True
-        subject.output_key = _output_key(part, subject.kind)
+        subject.output_key = output_key(part, subject.kind)
         subject.target = torch.randint(0, NUM_CLASSES, (BATCH,), generator=gen)
 
 
@@ -179,7 +171,7 @@ def subjects_for(
     registry, name = _registry_with(kind, target, plugins)
     if kind == "loss":
         return [_loss_subject(registry, name, args)]
-    chosen = [Layout(layout) for layout in layouts] if layouts else list(_accepts(registry, name, kind))
+    chosen = [Layout(layout) for layout in layouts] if layouts else list(accepted_layouts(registry.get(name), kind))
     note = "declared" if chosen else "probed"
     subjects = []
     for layout in chosen or _PROBE_ORDER:
