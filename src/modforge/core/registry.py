@@ -63,8 +63,9 @@ def _line_of(obj: Any) -> int | None:
         return code.co_firstlineno
     try:
         return inspect.getsourcelines(obj)[1]
-    except (TypeError, OSError):
-        return None
+    except (TypeError, OSError):  # e.g. a class made by a factory function: its own __init__'s line
+        init = obj.__dict__.get("__init__") if inspect.isclass(obj) else None
+        return init.__code__.co_firstlineno if init is not None and hasattr(init, "__code__") else None
 
 
 @dataclasses.dataclass

@@ -38,9 +38,6 @@ from .spec import parse_model_section
 __all__ = ["build_model", "fit_layout"]
 
 
-
-
-
 def fit_layout(source: Layout, accepts: Sequence[Layout], in_dim: Any) -> tuple[Layout, nn.Module | None, Any] | None:
     """The layout a part will see, the adapter to get there and the new ``in_dim``.
 
@@ -57,20 +54,15 @@ def fit_layout(source: Layout, accepts: Sequence[Layout], in_dim: Any) -> tuple[
     return None
 
 
-
-
-
-
-
-
-def _dry_run(part: nn.Module, arg: Any) -> Any:
-    was_training = part.training
-    part.eval()
+def _dry_run(module: nn.Module, *args: Any) -> Any:
+    """Call ``module`` once in eval mode without gradients, restoring its mode after."""
+    was_training = module.training
+    module.eval()
     try:
         with torch.no_grad():
-            return part(arg)
+            return module(*args)
     finally:
-        part.train(was_training)
+        module.train(was_training)
 
 
 def _first_layout(layout: Any, input_shape: Sequence[int] | None, first_accepts: Sequence[Layout]) -> Layout:
@@ -244,8 +236,6 @@ def build_model(
     return ModularModel(built, loss_parts, num_classes)
 
 
-
-
 def _producer(name: str, built: list[tuple[StageInfo, nn.Module, Any]]) -> str:
     if name == "input":
         return "the input"
@@ -277,7 +267,7 @@ def _build_losses(losses, built, outputs, inputs, num_classes, label, common) ->
         example = examples.get(input_key)
         if label is not None and target_key == "label" and isinstance(example, torch.Tensor):
             try:
-                value = _dry_run_loss(fn, example, label)
+                value = _dry_run(fn, example, label)
             except Exception as exc:
                 raise ModelBuildError(
                     f"loss '{spec.spec['type']}' failed its dry run on {input_key} {describe_value(example)}: "
@@ -293,13 +283,3 @@ def _build_losses(losses, built, outputs, inputs, num_classes, label, common) ->
                 )
         out.append((LossInfo(spec.key, spec.spec["type"], spec.weight, input_key, target_key), fn))
     return out
-
-
-def _dry_run_loss(fn: nn.Module, example: torch.Tensor, label: torch.Tensor) -> Any:
-    was_training = fn.training
-    fn.eval()
-    try:
-        with torch.no_grad():
-            return fn(example, label)
-    finally:
-        fn.train(was_training)

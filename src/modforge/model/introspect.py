@@ -45,7 +45,10 @@ def is_dict_io(part: nn.Module) -> bool:
     if not params:
         return False
     annotation = params[0].annotation
-    return annotation in (dict, Mapping, "dict", "Mapping") or getattr(annotation, "__origin__", None) in (dict, Mapping)
+    return annotation in (dict, Mapping, "dict", "Mapping") or getattr(annotation, "__origin__", None) in (
+        dict,
+        Mapping,
+    )
 
 
 def output_key(part: nn.Module, kind: str) -> str:

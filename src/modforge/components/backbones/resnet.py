@@ -124,35 +124,25 @@ _DOC_ARGS = """
     """
 
 
-@register_backbone("resnet18")
-class ResNet18(ResNet):
-    """ResNet-18: basic blocks in stages of 2-2-2-2."""
+def _variant(name: str, blocks: tuple[int, int, int, int], summary: str) -> type[ResNet]:
+    """Register one depth of ResNet under ``name`` (timm's one-name-per-variant style)."""
 
-    __doc__ = (__doc__ or "") + _DOC_ARGS
+    class Variant(ResNet):
+        def __init__(
+            self,
+            in_dim: int,
+            stem: Stem = "cifar",
+            width: float = 1.0,
+            features_only: bool = False,
+            zero_init_residual: bool = False,
+        ):
+            super().__init__(in_dim, blocks, stem, width, features_only, zero_init_residual)
 
-    def __init__(
-        self,
-        in_dim: int,
-        stem: Stem = "cifar",
-        width: float = 1.0,
-        features_only: bool = False,
-        zero_init_residual: bool = False,
-    ):
-        super().__init__(in_dim, (2, 2, 2, 2), stem, width, features_only, zero_init_residual)
+    class_name = name.replace("resnet", "ResNet")
+    Variant.__name__ = Variant.__qualname__ = class_name
+    Variant.__doc__ = summary + _DOC_ARGS
+    return register_backbone(name)(Variant)
 
 
-@register_backbone("resnet34")
-class ResNet34(ResNet):
-    """ResNet-34: basic blocks in stages of 3-4-6-3."""
-
-    __doc__ = (__doc__ or "") + _DOC_ARGS
-
-    def __init__(
-        self,
-        in_dim: int,
-        stem: Stem = "cifar",
-        width: float = 1.0,
-        features_only: bool = False,
-        zero_init_residual: bool = False,
-    ):
-        super().__init__(in_dim, (3, 4, 6, 3), stem, width, features_only, zero_init_residual)
+ResNet18 = _variant("resnet18", (2, 2, 2, 2), "ResNet-18: basic blocks in stages of 2-2-2-2.")
+ResNet34 = _variant("resnet34", (3, 4, 6, 3), "ResNet-34: basic blocks in stages of 3-4-6-3.")
