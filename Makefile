@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/modforge list
+	$(VENV)/bin/modforge train configs/digits.yaml
 
 test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks

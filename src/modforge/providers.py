@@ -14,8 +14,11 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "neck": ("modforge.components.necks",),
     "head": ("modforge.components.heads",),
     "loss": ("modforge.components.losses",),
+    "dataset": ("modforge.data.digits", "modforge.data.synthetic"),
+    "metric": ("modforge.train.metrics",),
+    "callback": ("modforge.train.callbacks",),
     "optimizer": ("modforge.train.optimizers",),
-    "scheduler": ("modforge.train.schedulers",),
+    "scheduler": ("modforge.train.schedulers", "modforge.train.warmup"),
 }
 
 

@@ -24,6 +24,9 @@ COMMANDS: dict[str, str] = {
     "describe": "modforge.cli.commands.describe_part",
     "config": "modforge.cli.commands.show_config",
     "check": "modforge.cli.commands.check_part",
+    "train": "modforge.cli.commands.train_run",
+    "test": "modforge.cli.commands.test_run",
+    "kfold": "modforge.cli.commands.kfold_run",
 }
 """Sub-command name → module defining ``HELP`` and ``run(argv)``; imported on use."""
 
@@ -32,6 +35,9 @@ _HELPS: dict[str, str] = {
     "describe": "show one part's arguments, types, defaults, help and where it is defined",
     "config": "resolve a config (_base_, overrides, part flags), validate it and print it",
     "check": "run the conformance checks on a part (registered or module:Object)",
+    "train": "train a model from a config; writes a run folder (resume with --resume)",
+    "test": "evaluate a run folder or checkpoint on its test split",
+    "kfold": "stratified k-fold cross-validation of a config",
 }
 
 
@@ -76,6 +82,8 @@ class _LowerLevelFormatter(logging.Formatter):
     """``warning: ...`` like ``error: ...`` — the way command-line tools speak."""
 
     def format(self, record: logging.LogRecord) -> str:
+        if record.levelno == logging.INFO:
+            return record.getMessage()
         record = logging.makeLogRecord(record.__dict__)
         record.levelname = record.levelname.lower()
         return super().format(record)

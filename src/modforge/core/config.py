@@ -83,8 +83,14 @@ class Config:
 
     @property
     def name(self) -> str:
-        """The config's name (file stem), used for run folders."""
+        """The config's name (its file's stem unless set), used for run folders and summaries."""
+        if getattr(self, "_name", None):
+            return self._name
         return self.file.stem if self.file else "config"
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
 
     @property
     def plugins(self) -> list[str]:

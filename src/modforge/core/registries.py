@@ -11,12 +11,12 @@ backbone    ``BACKBONES``                     ``in_dim``, ``in_layout``, ``num_c
 neck        ``NECKS``                         ``in_dim``, ``in_layout``
 head        ``HEADS``                         ``in_dim``, ``in_layout``, ``num_classes``
 loss        ``LOSSES``                        ``in_dim``, ``num_classes``
-dataset     ``DATASETS``                      ``split``, ``seed``
+dataset     ``DATASETS``                      ``seed``
 metric      ``METRICS``                       ``num_classes``
 optimizer   ``OPTIMIZERS``                    ``params``
-scheduler   ``SCHEDULERS``                    ``optimizer``
+scheduler   ``SCHEDULERS``                    ``optimizer``, ``total_steps``
 engine      ``ENGINES``                       —
-callback    ``CALLBACKS``                     —
+callback    ``CALLBACKS``                     ``monitor``, ``mode`` (defaults from ``train.monitor``)
 algorithm   ``ALGORITHMS``                    ``model``, ``num_classes``
 model       ``MODELS``                        ``in_dim``, ``num_classes``
 =========== ================================= ========================================
@@ -38,12 +38,12 @@ BACKBONES = Registry("backbone", injected=("in_dim", "in_layout", "num_classes")
 NECKS = Registry("neck", injected=("in_dim", "in_layout"))
 HEADS = Registry("head", injected=("in_dim", "in_layout", "num_classes"))
 LOSSES = Registry("loss", injected=("in_dim", "num_classes"))
-DATASETS = Registry("dataset", injected=("split", "seed"))
+DATASETS = Registry("dataset", injected=("seed",))
 METRICS = Registry("metric", injected=("num_classes",))
 OPTIMIZERS = Registry("optimizer", injected=("params",))
-SCHEDULERS = Registry("scheduler", injected=("optimizer",))
+SCHEDULERS = Registry("scheduler", injected=("optimizer", "total_steps"))
 ENGINES = Registry("engine")
-CALLBACKS = Registry("callback")
+CALLBACKS = Registry("callback", injected=("monitor", "mode"))
 ALGORITHMS = Registry("algorithm", injected=("model", "num_classes"))
 MODELS = Registry("model", injected=("in_dim", "num_classes"))
 

@@ -22,7 +22,7 @@ from ..model.spec import parse_model_section
 
 __all__ = ["PART_SLOTS", "SECTIONS", "PartSlot", "apply_overrides", "normalize_slots", "validate_config"]
 
-SECTIONS = ("plugins", "seed", "task", "data", "model", "train")
+SECTIONS = ("plugins", "seed", "data", "model", "train")
 """Top-level keys a config may have."""
 
 
@@ -127,6 +127,12 @@ def validate_config(
                 raw = model["stages"][i]
                 spec = REGISTRIES[stage.kind].validate(raw, path=stage.path, extras=("name", "kind", "prev"), **common)
                 model["stages"][i] = spec
+    from .settings import validate_data_section, validate_train_section
+
+    if cfg.data.get("data") is not None:
+        cfg.data["data"] = validate_data_section(cfg)
+    if cfg.data.get("train") is not None:
+        cfg.data["train"] = validate_train_section(cfg)
     for slot in slots:
         value = cfg.get(slot.path, None)
         if value is None:

@@ -1,0 +1,38 @@
+"""``modforge kfold CONFIG --folds K [key=value ...]`` — stratified k-fold cross-validation."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from ...core.config import display_path
+from ..config_args import resolve_config_from_cli
+from ..output import print_table
+
+HELP = "stratified k-fold cross-validation: K models, a per-fold table and mean ± std in kfold.json"
+log = logging.getLogger("modforge.cli")
+
+
+def _own_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--folds", type=int, default=5, metavar="K", help="number of folds (default 5)")
+    parser.add_argument("--run-dir", metavar="DIR", help="the run folder (default: runs/<config name>/<timestamp>)")
+
+
+def run(argv: list[str]) -> int:
+    from ...experiment.kfold import run_kfold
+    from ...experiment.runs import new_run_dir
+
+    resolved = resolve_config_from_cli("kfold", argv, description=HELP, add_arguments=_own_options)
+    cfg, ns = resolved.config, resolved.args
+    if ns.print_config:
+        print(cfg.to_yaml(), end="")
+        return 0
+    run_dir = new_run_dir(cfg, ns.run_dir)
+    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    log.info("k-fold run folder: %s", display_path(run_dir))
+    result = run_kfold(cfg, ns.folds, run_dir)
+    keys = list(result["mean"])
+    rows = [[f"fold {r['fold']}", *(f"{r[k]:.4f}" for k in keys)] for r in result["folds"]]
+    rows.append(["mean ± std", *(f"{result['mean'][k]:.4f} ± {result['std'][k]:.4f}" for k in keys)])
+    print_table(["", *keys], rows, title=f"{cfg.name}: {ns.folds}-fold cross-validation — {display_path(run_dir)}")
+    return 0

@@ -1,0 +1,123 @@
+"""``modforge train CONFIG [key=value ...] [--backbone NAME --<arg> V ...] [--run-dir DIR]
+[--resume RUN_DIR|CHECKPOINT]`` — train, test the best checkpoint, write the run folder."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from ...core.config import display_path
+from ...core.errors import UsageError
+from ..config_args import resolve_config_from_cli
+from ..output import console, print_table
+
+HELP = "train a model from a config (Mammoth-style part flags work); writes a run folder"
+log = logging.getLogger("modforge.cli")
+
+
+def _own_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run-dir", metavar="DIR", help="the run folder (default: runs/<config name>/<timestamp>)")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR|CHECKPOINT",
+        help="continue a run exactly where its last complete checkpoint left it",
+    )
+    parser.add_argument("--epochs", type=int, metavar="N", help="sets train.max_epochs")
+    parser.add_argument("--lr", type=float, metavar="LR", help="sets train.optimizer.args.lr")
+    parser.add_argument("--batch-size", type=int, metavar="N", help="sets data.batch_size")
+
+
+def _resume_argv(argv: list[str]) -> tuple[list[str], Path | None, dict | None, Path | None]:
+    """With --resume, the run's own config becomes CONFIG (a CONFIG on the line is an error)."""
+    if "--resume" not in argv and not any(a.startswith("--resume=") for a in argv):
+        return argv, None, None, None
+    from ...train.checkpoint import find_resumable
+
+    i = next(i for i, a in enumerate(argv) if a == "--resume" or a.startswith("--resume="))
+    target = argv[i].split("=", 1)[1] if "=" in argv[i] else (argv[i + 1] if i + 1 < len(argv) else None)
+    if not target:
+        raise UsageError("--resume needs a run folder or a checkpoint file")
+    rest = argv[:i] + argv[i + (1 if "=" in argv[i] else 2) :]
+    if any(a.endswith((".yaml", ".yml")) for a in rest if not a.startswith("-") and "=" not in a):
+        raise UsageError(
+            "--resume continues a run with its own saved config; give changes as key=value overrides, "
+            "not another CONFIG file"
+        )
+    path, payload = find_resumable(target)
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+    config_file = run_dir / "config.yaml" if run_dir is not None and (run_dir / "config.yaml").exists() else None
+    if config_file is None:
+        tmp = Path(tempfile.mkdtemp(prefix="modforge-resume-")) / "config.yaml"
+        tmp.write_text(yaml.safe_dump(payload["config"], sort_keys=False))
+        config_file = tmp
+    return [str(config_file), *rest], run_dir, payload, path
+
+
+def run(argv: list[str]) -> int:
+    from ...experiment.runner import train_run
+    from ...experiment.runs import new_run_dir
+
+    argv, resume_dir, payload, resume_path = _resume_argv(list(argv))
+    resolved = resolve_config_from_cli("train", argv, description=HELP, add_arguments=_own_options)
+    cfg, ns = resolved.config, resolved.args
+    if payload is not None and payload.get("name"):
+        cfg.name = payload["name"]
+    for flag, path in (
+        ("epochs", "train.max_epochs"),
+        ("lr", "train.optimizer.args.lr"),
+        ("batch_size", "data.batch_size"),
+    ):
+        value = getattr(ns, flag)
+        if value is not None:
+            if path == "train.optimizer.args.lr" and "optimizer" not in (cfg.data.get("train") or {}):
+                cfg.set("train.optimizer", {"type": "adamw", "args": {}}, "default")
+            cfg.set(path, value, f"flag --{flag.replace('_', '-')}")
+    if any(getattr(ns, f) is not None for f in ("epochs", "lr", "batch_size")):
+        from ...experiment.schema import validate_config
+
+        validate_config(cfg)
+    if ns.print_config:
+        print(cfg.to_yaml(), end="")
+        return 0
+    if payload is not None:
+        run_dir = Path(ns.run_dir) if ns.run_dir else resume_dir
+        if run_dir is None:
+            raise UsageError(
+                f"{display_path(resume_path)} is not inside a run folder; say where to continue with --run-dir"
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log.info(
+            "resuming %s from %s (epoch %d, batch %d, step %d)",
+            display_path(run_dir),
+            display_path(resume_path),
+            payload["epoch"] + 1,
+            payload["batch_in_epoch"],
+            payload["global_step"],
+        )
+    else:
+        run_dir = new_run_dir(cfg, ns.run_dir)
+        log.info("run folder: %s", display_path(run_dir))
+    summary = train_run(cfg, run_dir, resume=payload)
+    _print_summary(summary, run_dir)
+    return 0
+
+
+def _print_summary(summary: dict, run_dir: Path) -> None:
+    rows = []
+    for key, value in (summary.get("test") or {}).items():
+        if isinstance(value, float):
+            rows.append(("test", key, f"{value:.4f}"))
+    for key, value in (summary.get("best") or {}).items():
+        rows.append(("best", key, f"{value:.4f}" if isinstance(value, float) else value))
+    rows += [
+        ("run", "epochs", summary["epochs"]),
+        ("run", "parameters", f"{summary['params']:,}"),
+        ("run", "train seconds", summary["train_seconds"]),
+    ]
+    print_table(("", "metric", "value"), rows, title=f"{summary['config']} — {display_path(run_dir)}")
+    if summary.get("stop_reason"):
+        console().print(summary["stop_reason"], markup=False)

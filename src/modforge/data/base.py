@@ -1,0 +1,99 @@
+"""Datasets as modforge sees them: items and batches are dicts (``input``, ``label``, ``index``).
+
+:class:`ArrayDataset` keeps a split in memory as tensors and serves whole batches at
+once (``__getitems__``, which ``DataLoader`` uses when present): one indexing operation
+per batch instead of one Python call per sample, so the data path costs next to nothing.
+
+A dataset entry in the registry returns :class:`DataSplits`: the splits plus what the
+model builder needs to know about the input (size, layout, one sample's shape, classes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from ..components.layouts import Layout
+
+__all__ = ["ArrayDataset", "DataSplits", "collate"]
+
+
+class ArrayDataset(Dataset):
+    """A split held as tensors: ``inputs[i]``, ``labels[i]`` and the sample's index.
+
+    Args:
+        inputs: ``[N, ...]`` tensor.
+        labels: ``[N]`` integer tensor.
+        ids: optional ``[N]`` tensor of original indices (default ``0..N-1``), so a
+            sample keeps its identity across splits and folds.
+    """
+
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor, ids: torch.Tensor | None = None):
+        if len(inputs) != len(labels):
+            raise ValueError(f"inputs ({len(inputs)}) and labels ({len(labels)}) differ in length")
+        self.inputs, self.labels = inputs, labels
+        self.ids = ids if ids is not None else torch.arange(len(labels))
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input": self.inputs[i], "label": self.labels[i], "index": self.ids[i]}
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        return {"input": self.inputs[idx], "label": self.labels[idx], "index": self.ids[idx]}
+
+    def subset(self, positions: Sequence[int] | torch.Tensor) -> ArrayDataset:
+        """The samples at ``positions`` (keeping their ids)."""
+        idx = torch.as_tensor(positions, dtype=torch.long)
+        return ArrayDataset(self.inputs[idx], self.labels[idx], self.ids[idx])
+
+    @staticmethod
+    def concat(parts: Sequence[ArrayDataset]) -> ArrayDataset:
+        return ArrayDataset(
+            torch.cat([p.inputs for p in parts]),
+            torch.cat([p.labels for p in parts]),
+            torch.cat([p.ids for p in parts]),
+        )
+
+
+def collate(items: Any) -> Any:
+    """Batches from ``__getitems__`` are already dicts; anything else goes to torch's collate."""
+    if isinstance(items, dict):
+        return items
+    from torch.utils.data import default_collate
+
+    return default_collate(items)
+
+
+@dataclasses.dataclass
+class DataSplits:
+    """What a dataset entry returns.
+
+    Attributes:
+        train, val, test: the splits (``val``/``test`` may be None).
+        num_classes: number of classes.
+        in_dim: the model's input size (features, or channels of an image).
+        layout: the input layout.
+        input_shape: one sample's shape, e.g. ``(1, 8, 8)``.
+        class_names: readable class names, in label order.
+    """
+
+    train: Dataset
+    val: Dataset | None
+    test: Dataset | None
+    num_classes: int
+    in_dim: int
+    layout: Layout
+    input_shape: tuple[int, ...]
+    class_names: list[str] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.layout = Layout(self.layout)
+        if not self.class_names:
+            self.class_names = [str(i) for i in range(self.num_classes)]

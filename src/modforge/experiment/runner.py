@@ -1,0 +1,228 @@
+"""From a validated config to a finished run folder: data, model, trainer, test, summary.
+
+A run folder holds ``config.yaml`` (resolved), ``metrics.csv``, ``summary.json``,
+``checkpoints/`` (``last.pt``, ``best.pt``, periodic files) and ``curves.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..core.config import Config
+from ..core.registries import CALLBACKS, DATASETS, METRICS
+from ..data.base import DataSplits
+from ..data.loader import LoaderSettings, make_loader
+from ..model import build_model
+from ..train.checkpoint import find_resumable, load_checkpoint
+from ..train.metrics import Metric
+from ..train.optim_builder import build_optimizer, build_scheduler
+from ..train.rng import seed_everything
+from ..train.trainer import Trainer
+from .plots import plot_curves
+from .runs import write_json
+from .settings import LOADER_KEYS, TrainSettings
+
+__all__ = ["Experiment", "evaluate_checkpoint", "train_run"]
+
+log = logging.getLogger("modforge.experiment")
+_DEFAULT_CALLBACKS = ("csv_logger", "progress", "checkpoint", "nan_guard")
+
+
+@dataclasses.dataclass
+class Experiment:
+    """Everything built from one config (before training)."""
+
+    cfg: Config
+    settings: TrainSettings
+    splits: DataSplits
+    loader: LoaderSettings
+    seed: int
+    model: torch.nn.Module
+    metrics: dict[str, Metric]
+
+    @property
+    def monitor(self) -> str:
+        if self.settings.monitor:
+            return self.settings.monitor
+        if self.splits.val is None:
+            return "train_loss"
+        return (
+            "val_accuracy" if "accuracy" in self.metrics else ("val_loss" if "loss" in self.metrics else "train_loss")
+        )
+
+    @classmethod
+    def build(cls, cfg: Config, splits: DataSplits | None = None) -> Experiment:
+        """Seed, load the data (unless ``splits`` is given), build the model and metrics."""
+        settings = TrainSettings(**(cfg.data.get("train") or {}))
+        if settings.num_threads:
+            torch.set_num_threads(settings.num_threads)
+        seed = int(cfg.data.get("seed") or 0)
+        seed_everything(seed)
+        data = dict(cfg.data.get("data") or {})
+        if not data:
+            from ..core.errors import ConfigError
+
+            raise ConfigError("a training config needs a 'data:' section (e.g. data: {type: digits})", path="data")
+        loader = LoaderSettings(**{k: data.pop(k) for k in LOADER_KEYS if k in data})
+        if splits is None:
+            splits = DATASETS.build(
+                data,
+                path="data",
+                origin_of=cfg.where,
+                allowed_modules=cfg.plugins,
+                base_dir=str(cfg.base_dir),
+                seed=seed,
+            )
+        model = build_model(
+            cfg,
+            in_dim=splits.in_dim,
+            num_classes=splits.num_classes,
+            layout=splits.layout,
+            input_shape=splits.input_shape,
+        )
+        metrics: dict[str, Metric] = {}
+        for i, spec in enumerate(settings.metrics):
+            name, n = spec["type"], 2
+            while name in metrics:
+                name, n = f"{spec['type']}_{n}", n + 1
+            metrics[name] = METRICS.build(
+                spec, path=f"train.metrics.{i}", origin_of=cfg.where, num_classes=splits.num_classes
+            )
+        return cls(cfg, settings, splits, loader, seed, model, metrics)
+
+    def callbacks(self) -> list:
+        """The default callbacks (CSV, progress, checkpoint, NaN guard) and the configured ones;
+        a configured callback of a default's type replaces it."""
+        settings, monitor = self.settings, self.monitor
+        user = [
+            CALLBACKS.build(spec, path=f"train.callbacks.{i}", origin_of=self.cfg.where, monitor=monitor, mode="auto")
+            for i, spec in enumerate(settings.callbacks)
+        ]
+        user_types = {spec["type"] for spec in settings.callbacks}
+        defaults = []
+        for name in _DEFAULT_CALLBACKS:
+            if name in user_types or (name == "nan_guard" and not settings.nan_guard):
+                continue
+            args = {"progress": {"bar": settings.progress}, "checkpoint": dict(settings.checkpoint)}.get(name, {})
+            defaults.append(
+                CALLBACKS.build({"type": name, "args": args}, path=f"train.{name}", monitor=monitor, mode="auto")
+            )
+        return defaults + user
+
+    def trainer(self, train_loader, run_dir: Path | None) -> Trainer:
+        settings = self.settings
+        optimizer = build_optimizer(settings.optimizer, self.model, origin_of=self.cfg.where)
+        scheduler_spec = settings.scheduler or {}
+        interval = scheduler_spec.get("interval", "epoch")
+        steps_per_epoch = max(1, -(-len(train_loader) // settings.accumulate))
+        total = (
+            settings.max_epochs
+            if interval == "epoch"
+            else (settings.max_steps or settings.max_epochs * steps_per_epoch)
+        )
+        scheduler = build_scheduler(settings.scheduler, optimizer, total_steps=total, origin_of=self.cfg.where)
+        return Trainer(
+            self.model,
+            optimizer,
+            scheduler=scheduler,
+            scheduler_interval=interval,
+            scheduler_monitor=scheduler_spec.get("monitor"),
+            metrics=self.metrics,
+            directions={name: m.higher_is_better for name, m in self.metrics.items()},
+            callbacks=self.callbacks(),
+            max_epochs=settings.max_epochs,
+            max_steps=settings.max_steps,
+            grad_clip=settings.grad_clip,
+            accumulate=settings.accumulate,
+            precision=settings.precision,
+            device=settings.device,
+            log_every=settings.log_every,
+            run_dir=run_dir,
+            config=self.cfg.to_dict(),
+            name=self.cfg.name,
+            async_checkpoints=settings.async_checkpoints,
+        )
+
+    def loaders(self):
+        generator = torch.Generator().manual_seed(self.seed)
+        train = make_loader(self.splits.train, self.loader, train=True, generator=generator)
+        val = make_loader(self.splits.val, self.loader, train=False) if self.splits.val is not None else None
+        test = make_loader(self.splits.test, self.loader, train=False) if self.splits.test is not None else None
+        return train, val, test
+
+
+def _split_metrics(trainer: Trainer, row: dict[str, Any], prefix: str) -> dict[str, Any]:
+    out = {k[len(prefix) + 1 :]: v for k, v in row.items() if k.startswith(prefix + "_")}
+    out.update({k[len(prefix) + 1 :]: v for k, v in trainer.extra_results.items() if k.startswith(prefix + "_")})
+    return out
+
+
+def train_run(
+    cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None = None, splits: DataSplits | None = None
+) -> dict[str, Any]:
+    """Train, test the best checkpoint, write ``summary.json`` and ``curves.png``; return the summary."""
+    exp = Experiment.build(cfg, splits)
+    train_loader, val_loader, test_loader = exp.loaders()
+    trainer = exp.trainer(train_loader, run_dir)
+    if resume is None:
+        (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    trainer.fit(train_loader, val_loader, resume=resume)
+    summary: dict[str, Any] = {
+        "config": cfg.name,
+        "epochs": len(trainer.history),
+        "steps": trainer.global_step,
+        "params": sum(p.numel() for p in exp.model.parameters()),
+        "monitor": exp.monitor,
+        "stopped_early": bool(trainer.stop_reason),
+        "stop_reason": trainer.stop_reason or None,
+        "train_seconds": round(trainer.extra_results.get("train_seconds", 0.0), 3),
+        "last": trainer.history[-1] if trainer.history else {},
+    }
+    best_path = run_dir / "checkpoints" / "best.pt"
+    checkpoint_cb = next((cb for cb in trainer.callbacks if type(cb).__name__ == "Checkpoint"), None)
+    if checkpoint_cb is not None and checkpoint_cb.best is not None:
+        summary["best"] = {"epoch": checkpoint_cb.best_epoch, exp.monitor: checkpoint_cb.best}
+    if test_loader is not None:
+        evaluated = "final weights"
+        if best_path.exists():
+            exp.model.load_state_dict(load_checkpoint(best_path)["model"])
+            evaluated = "checkpoints/best.pt"
+        summary["test"] = _split_metrics(trainer, trainer.evaluate(test_loader, "test"), "test")
+        summary["evaluated"] = evaluated
+    write_json(run_dir / "summary.json", summary)
+    plot_curves(trainer.history, run_dir / "curves.png", title=cfg.name)
+    return summary
+
+
+def evaluate_checkpoint(target: Path, *, split: str = "test", which: str = "best") -> tuple[dict[str, Any], Path]:
+    """Rebuild data and model from a checkpoint's config, load its weights, evaluate ``split``.
+
+    ``target`` is a checkpoint file or a run folder (``best.pt``, else ``last.pt``).
+    """
+    from ..core.errors import UsageError
+
+    path = Path(target)
+    if path.is_dir():
+        folder = path / "checkpoints"
+        preferred = [folder / f"{which}.pt", folder / "last.pt"]
+        path_found = next((p for p in preferred if p.exists()), None)
+        if path_found is None:
+            path_found, _ = find_resumable(path)
+        path = path_found
+    payload = load_checkpoint(path)
+    cfg = Config(payload["config"], {}, None)
+    exp = Experiment.build(cfg)
+    exp.model.load_state_dict(payload["model"])
+    loader_split = {"test": exp.splits.test, "val": exp.splits.val, "train": exp.splits.train}[split]
+    if loader_split is None:
+        raise UsageError(f"the dataset of {path} has no {split} split")
+    loader = make_loader(loader_split, exp.loader, train=False)
+    trainer = Trainer(
+        exp.model, torch.optim.SGD(exp.model.parameters(), lr=0.0), metrics=exp.metrics, device=exp.settings.device
+    )
+    return _split_metrics(trainer, trainer.evaluate(loader, split), split), path

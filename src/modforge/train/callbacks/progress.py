@@ -1,0 +1,86 @@
+"""``progress`` — a live rich progress bar on a terminal, one plain line per epoch otherwise."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+from ...core.registries import register_callback
+from .base import Callback
+
+log = logging.getLogger("modforge.progress")
+
+
+def _format(row: dict[str, Any]) -> str:
+    parts = []
+    for key, value in row.items():
+        if key in ("epoch", "step"):
+            continue
+        parts.append(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}")
+    return " · ".join(parts)
+
+
+@register_callback("progress")
+class Progress(Callback):
+    """Shows training progress on stderr: a rich bar (steps, rate, loss every
+    ``log_every`` steps) when stderr is a terminal, else a log line per epoch.
+
+    Args:
+        bar: 'auto' (a bar only on a terminal), 'always' or 'never'.
+    """
+
+    order = 60
+
+    def __init__(self, bar: str = "auto"):
+        if bar not in ("auto", "always", "never"):
+            raise ValueError(f"bar must be 'auto', 'always' or 'never', got {bar!r}")
+        self.bar = bar == "always" or (bar == "auto" and sys.stderr.isatty())
+        self._progress = None
+        self._task = None
+        self._started = 0.0
+
+    def on_fit_start(self, trainer) -> None:
+        if self.bar:
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+
+            self._progress = RichProgress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[info]}"),
+                transient=False,
+            )
+            self._progress.start()
+
+    def on_epoch_start(self, trainer) -> None:
+        self._started = time.perf_counter()
+        if self._progress is not None:
+            if self._task is not None:
+                self._progress.remove_task(self._task)
+            self._task = self._progress.add_task(
+                f"epoch {trainer.epoch + 1}/{trainer.max_epochs}",
+                total=trainer.steps_per_epoch,
+                completed=trainer.batch_in_epoch,
+                info="",
+            )
+
+    def on_step_end(self, trainer) -> None:
+        if self._progress is not None:
+            info = f"loss {trainer.last_logged_loss:.4g}" if trainer.last_logged_loss is not None else ""
+            self._progress.update(self._task, completed=trainer.batch_in_epoch, info=info)
+
+    def on_epoch_end(self, trainer, row: dict[str, Any]) -> None:
+        seconds = time.perf_counter() - self._started
+        if self._progress is not None:
+            self._progress.update(self._task, completed=trainer.steps_per_epoch, info=_format(row))
+        else:
+            log.info("epoch %d/%d · %.1fs · %s", row["epoch"], trainer.max_epochs, seconds, _format(row))
+
+    def on_fit_end(self, trainer) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

@@ -1,0 +1,167 @@
+"""Evaluation metrics, accumulated on the device during a pass and read once at its end.
+
+Each metric is registered, declares whether higher is better (so checkpointing and early
+stopping need no ``mode`` to be told), and keeps running sums as tensors: ``update`` never
+synchronises with the host; ``compute`` does, once per evaluation.
+
+``accuracy``, ``top_k_accuracy``, ``macro_f1`` and ``confusion_matrix`` read the logits and
+labels; ``loss`` reads the batch's loss.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import torch
+
+from ..core.registries import register_metric
+
+__all__ = ["Metric"]
+
+
+class Metric(abc.ABC):
+    """Base: ``reset()``, ``update(batch_out)``, ``compute()``.
+
+    Attributes:
+        higher_is_better: direction of improvement.
+        scalar: False for metrics that are not one number (a confusion matrix); those go
+            to ``summary.json`` but not to ``metrics.csv`` or monitoring.
+    """
+
+    higher_is_better: ClassVar[bool] = True
+    scalar: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Forget everything accumulated."""
+
+    @abc.abstractmethod
+    def update(self, out: dict[str, Any]) -> None:
+        """Add one batch (the model's output dict, with ``label``)."""
+
+    @abc.abstractmethod
+    def compute(self) -> Any:
+        """The value over everything since :meth:`reset`."""
+
+
+class _Counting(Metric):
+    def reset(self) -> None:
+        self.hits: torch.Tensor | int = 0
+        self.count = 0
+
+    def compute(self) -> float:
+        return int(self.hits) / self.count if self.count else float("nan")
+
+
+@register_metric("accuracy")
+class Accuracy(_Counting):
+    """Share of samples whose highest logit is the true class."""
+
+    def __init__(self):
+        self.reset()
+
+    def update(self, out: dict[str, Any]) -> None:
+        label = out["label"]
+        self.hits = self.hits + (out["logits"].argmax(dim=-1) == label).sum()
+        self.count += label.numel()
+
+
+@register_metric("top_k_accuracy")
+class TopKAccuracy(_Counting):
+    """Share of samples whose true class is among the ``k`` highest logits.
+
+    Args:
+        k: how many of the highest logits count.
+    """
+
+    def __init__(self, k: int = 5):
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        self.k = k
+        self.reset()
+
+    def update(self, out: dict[str, Any]) -> None:
+        logits, label = out["logits"], out["label"]
+        top = logits.topk(min(self.k, logits.shape[-1]), dim=-1).indices
+        self.hits = self.hits + (top == label.unsqueeze(-1)).any(dim=-1).sum()
+        self.count += label.numel()
+
+
+class _Confusion(Metric):
+    """Accumulates a ``[num_classes, num_classes]`` confusion matrix (rows: true class)."""
+
+    def __init__(self, num_classes: int):
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be positive, got {num_classes}")
+        self.num_classes = num_classes
+        self.reset()
+
+    def reset(self) -> None:
+        self.matrix: torch.Tensor | None = None
+
+    def update(self, out: dict[str, Any]) -> None:
+        c = self.num_classes
+        pred, label = out["logits"].argmax(dim=-1), out["label"]
+        counts = torch.bincount(label.reshape(-1) * c + pred.reshape(-1), minlength=c * c).reshape(c, c)
+        self.matrix = counts if self.matrix is None else self.matrix + counts
+
+
+@register_metric("macro_f1")
+class MacroF1(_Confusion):
+    """F1 score averaged over classes with equal weight (classes never seen nor predicted
+    are left out of the average).
+
+    Args:
+        num_classes: number of classes (wired by the builder).
+    """
+
+    def compute(self) -> float:
+        if self.matrix is None:
+            return float("nan")
+        m = self.matrix.double()
+        tp = m.diag()
+        predicted, actual = m.sum(dim=0), m.sum(dim=1)
+        present = (predicted + actual) > 0
+        f1 = torch.where(present, 2 * tp / (predicted + actual).clamp(min=1), torch.zeros_like(tp))
+        return float(f1[present].mean()) if present.any() else float("nan")
+
+
+@register_metric("confusion_matrix")
+class ConfusionMatrix(_Confusion):
+    """Counts per (true class, predicted class); reported in ``summary.json``.
+
+    Args:
+        num_classes: number of classes (wired by the builder).
+    """
+
+    scalar = False
+
+    def compute(self) -> list[list[int]]:
+        if self.matrix is None:
+            return [[0] * self.num_classes for _ in range(self.num_classes)]
+        return self.matrix.tolist()
+
+
+@register_metric("loss")
+class MeanLoss(Metric):
+    """The batch losses averaged over samples."""
+
+    higher_is_better = False
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.total: torch.Tensor | float = 0.0
+        self.count = 0
+
+    def update(self, out: dict[str, Any]) -> None:
+        if "loss" not in out:
+            return
+        n = out["label"].numel() if "label" in out else 1
+        self.total = self.total + out["loss"].detach().float() * n
+        self.count += n
+
+    def compute(self) -> float:
+        return float(self.total) / self.count if self.count else float("nan")

@@ -1,0 +1,416 @@
+"""The Trainer: epochs of ``training_step`` over batches from ``prepare_batch``.
+
+Algorithms (continual-learning methods...) subclass it and override the *step* —
+``training_step`` (forward and loss) or ``optimizer_step`` — never the loop.
+
+Exact resume. A checkpoint holds the model, optimizer, scheduler and scaler states, the
+epoch, the number of batches already consumed in it and the global step, the state the
+data-order generator had at the epoch's start, every global RNG state, the epoch's running
+loss sums, the metrics history, every callback's state and the resolved config. Resuming
+restores all of it, regenerates the epoch's order and skips the consumed batches without
+loading them, so on the CPU a run that is killed and resumed ends bitwise identical to one
+that never stopped.
+
+Hot loop. The loss is accumulated on the device; the host reads it only every
+``log_every`` steps and at epoch ends. Checkpoints are snapshotted and written by a
+background thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._version import __version__
+from ..core.errors import ModforgeError
+from .callbacks.base import Callback
+from .checkpoint import CHECKPOINT_FORMAT, CheckpointWriter, list_checkpoints, snapshot
+from .metrics import Metric
+from .rng import capture_rng, restore_rng
+
+__all__ = ["NonFiniteLossError", "Trainer"]
+
+log = logging.getLogger("modforge.train")
+PRECISIONS = ("32", "bf16", "16")
+
+
+class NonFiniteLossError(ModforgeError):
+    """The training loss became NaN or infinite."""
+
+
+class Trainer:
+    """Trains a model whose ``forward(batch_dict)`` returns a dict with ``loss``.
+
+    Args:
+        model: the module to train (a :class:`~modforge.model.ModularModel` or any module
+            with that dict contract).
+        optimizer: its optimizer.
+        scheduler: an LR scheduler, stepped every epoch or every optimizer step.
+        scheduler_interval: ``"epoch"`` or ``"step"``.
+        scheduler_monitor: metric passed to ``ReduceLROnPlateau``-style schedulers.
+        metrics: name → metric, computed on validation/test passes.
+        directions: metric name → True when higher is better (for "auto" modes).
+        callbacks: the callbacks, run in their ``order``.
+        max_epochs / max_steps: when to stop (whichever comes first).
+        grad_clip: clip the gradient norm to this value (None: no clipping).
+        accumulate: micro-batches per optimizer step.
+        precision: ``"32"``, ``"bf16"`` (autocast; works on CPU) or ``"16"`` (with a grad scaler).
+        device: where to train (``"auto"``: CUDA when available).
+        log_every: steps between reads of the loss on the host.
+        run_dir: the run folder (checkpoints go to ``run_dir/checkpoints``).
+        config: the resolved config, stored in every checkpoint.
+        name: the run's name (the config's), stored in every checkpoint.
+        async_checkpoints: write checkpoints on a background thread.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        scheduler: Any = None,
+        scheduler_interval: str = "epoch",
+        scheduler_monitor: str | None = None,
+        metrics: dict[str, Metric] | None = None,
+        directions: dict[str, bool] | None = None,
+        callbacks: Iterable[Callback] = (),
+        max_epochs: int = 1,
+        max_steps: int | None = None,
+        grad_clip: float | None = None,
+        accumulate: int = 1,
+        precision: str = "32",
+        device: str | torch.device = "cpu",
+        log_every: int = 50,
+        run_dir: str | Path | None = None,
+        config: dict[str, Any] | None = None,
+        name: str = "run",
+        async_checkpoints: bool = True,
+    ):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if scheduler_interval not in ("epoch", "step"):
+            raise ValueError(f"scheduler interval must be 'epoch' or 'step', got {scheduler_interval!r}")
+        if accumulate < 1 or max_epochs < 1 or log_every < 1:
+            raise ValueError("accumulate, max_epochs and log_every must be at least 1")
+        self.device = torch.device(
+            "cuda"
+            if str(device) == "auto" and torch.cuda.is_available()
+            else ("cpu" if str(device) == "auto" else device)
+        )
+        self.model = model.to(self.device)
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.scheduler_interval, self.scheduler_monitor = scheduler_interval, scheduler_monitor
+        self.metrics = dict(metrics or {})
+        self.directions = dict(directions or {})
+        self.callbacks = sorted(callbacks, key=lambda cb: cb.order)
+        self._step_callbacks = [cb for cb in self.callbacks if cb.overrides("on_step_end")]
+        self.max_epochs, self.max_steps = max_epochs, max_steps
+        self.grad_clip, self.accumulate, self.precision = grad_clip, accumulate, precision
+        self.log_every = log_every
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.config = config or {}
+        self.name = name
+        self.writer = CheckpointWriter(asynchronous=async_checkpoints)
+        self.scaler = torch.amp.GradScaler(self.device.type) if precision == "16" else None
+        self._autocast_dtype = {"bf16": torch.bfloat16, "16": torch.float16}.get(precision)
+        self._move = self.device.type != "cpu"
+        # progress state (all of it goes into checkpoints)
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.global_step = 0
+        self.history: list[dict[str, Any]] = []
+        self.epoch_start_generator: torch.Tensor | None = None
+        self._loss_sum: torch.Tensor | float = 0.0
+        self._loss_count = 0
+        # transient state
+        self.should_stop = False
+        self.stop_reason = ""
+        self.epoch_finished = False
+        self.steps_per_epoch = 0
+        self.guard_nonfinite = False
+        self.last_logged_loss: float | None = None
+        self.extra_results: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ steps
+    def prepare_batch(self, batch: Any) -> Any:
+        """Move a batch to the training device (a no-op on the CPU)."""
+        if not self._move:
+            return batch
+        if isinstance(batch, dict):
+            return {
+                k: (v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v)
+                for k, v in batch.items()
+            }
+        return batch.to(self.device, non_blocking=True)
+
+    def training_step(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Forward and loss for one batch (the closure algorithms override)."""
+        out = self.model(batch)
+        if "loss" not in out:
+            raise ModforgeError(
+                "the model returned no 'loss' for a training batch: configure model.losses "
+                "or have a stage add a loss key"
+            )
+        return out["loss"]
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Back-propagate (scaled for accumulation and fp16)."""
+        if self.accumulate > 1:
+            loss = loss / self.accumulate
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def optimizer_step(self) -> None:
+        """Clip, step, zero the gradients."""
+        if self.grad_clip is not None:
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _autocast(self):
+        if self._autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self._autocast_dtype)
+
+    # ------------------------------------------------------------------- loop
+    def fit(self, train_loader, val_loader=None, resume: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Train until ``max_epochs``/``max_steps`` or a stop request; return the history."""
+        generator: torch.Generator | None = getattr(train_loader, "generator", None)
+        sampler = getattr(getattr(train_loader, "batch_sampler", None), "sampler", None)
+        self.steps_per_epoch = len(train_loader)
+        if resume is not None:
+            self.load_state(resume, generator)
+        started = time.perf_counter()
+        try:
+            for cb in self.callbacks:
+                cb.on_fit_start(self)
+            while self.epoch < self.max_epochs and not self.should_stop and not self._steps_done():
+                self._run_epoch(train_loader, val_loader, generator, sampler)
+            for cb in self.callbacks:
+                cb.on_fit_end(self)
+        finally:
+            self.writer.wait()
+        self.extra_results["train_seconds"] = time.perf_counter() - started
+        return self.history
+
+    def _steps_done(self) -> bool:
+        return self.max_steps is not None and self.global_step >= self.max_steps
+
+    def _run_epoch(self, loader, val_loader, generator, sampler) -> None:
+        if self.batch_in_epoch == 0:
+            if generator is not None:
+                self.epoch_start_generator = generator.get_state()
+            self._loss_sum, self._loss_count = 0.0, 0
+        else:  # resuming inside an epoch: same order, consumed batches skipped unread
+            if generator is not None and self.epoch_start_generator is not None:
+                generator.set_state(self.epoch_start_generator)
+            if sampler is not None and hasattr(sampler, "skip_next"):
+                sampler.skip_next(self.batch_in_epoch * loader.batch_sampler.batch_size)
+        self.epoch_finished = False
+        for cb in self.callbacks:
+            cb.on_epoch_start(self)
+        self.model.train()
+        self._train_batches(loader)
+        self.epoch_finished = True
+        row: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.global_step, "train_loss": self._mean_loss()}
+        if val_loader is not None:
+            row.update(self.evaluate(val_loader, "val"))
+        self._step_scheduler_epoch(row)
+        self.history.append(row)
+        self.epoch += 1
+        self.batch_in_epoch = 0
+        if generator is not None:
+            self.epoch_start_generator = generator.get_state()
+        self._loss_sum, self._loss_count = 0.0, 0
+        for cb in self.callbacks:
+            cb.on_epoch_end(self, row)
+
+    def _train_batches(self, loader) -> None:
+        micro = 0
+        accumulate = self.accumulate
+        remaining = self.steps_per_epoch - self.batch_in_epoch
+        for batch in loader:
+            batch = self.prepare_batch(batch)
+            with self._autocast():
+                loss = self.training_step(batch)
+            self.backward(loss)
+            n = len(batch["label"]) if isinstance(batch, dict) and "label" in batch else 1
+            self._loss_sum = self._loss_sum + loss.detach().float() * n
+            self._loss_count += n
+            micro += 1
+            self.batch_in_epoch += 1
+            if micro % accumulate and micro < remaining:
+                continue
+            self.optimizer_step()
+            self.global_step += 1
+            if self.scheduler is not None and self.scheduler_interval == "step":
+                self.scheduler.step()
+            if self.global_step % self.log_every == 0:
+                self.last_logged_loss = float(loss.detach())
+            for cb in self._step_callbacks:
+                cb.on_step_end(self)
+            if self.should_stop or self._steps_done():
+                self.should_stop = True
+                break
+
+    def _mean_loss(self) -> float:
+        if not self._loss_count:
+            return float("nan")
+        return float(self._loss_sum / self._loss_count)
+
+    def _step_scheduler_epoch(self, row: dict[str, Any]) -> None:
+        if self.scheduler is None or self.scheduler_interval != "epoch":
+            return
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            monitor = self.scheduler_monitor or "train_loss"
+            self.scheduler.step(row.get(monitor, row["train_loss"]))
+        else:
+            self.scheduler.step()
+
+    # ------------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def evaluate(self, loader, prefix: str) -> dict[str, Any]:
+        """One pass of ``loader`` in eval mode; ``{prefix_metric: value}`` for scalar metrics
+        (non-scalar ones, like a confusion matrix, go to :attr:`extra_results`)."""
+        was_training = self.model.training
+        self.model.eval()
+        for metric in self.metrics.values():
+            metric.reset()
+        try:
+            for batch in loader:
+                with self._autocast():
+                    out = self.model(self.prepare_batch(batch))
+                for metric in self.metrics.values():
+                    metric.update(out)
+        finally:
+            self.model.train(was_training)
+        row = {}
+        for name, metric in self.metrics.items():
+            value = metric.compute()
+            if metric.scalar:
+                row[f"{prefix}_{name}"] = value
+            else:
+                self.extra_results[f"{prefix}_{name}"] = value
+        return row
+
+    @torch.no_grad()
+    def predict(self, loader) -> torch.Tensor:
+        """Logits for every batch of ``loader``, concatenated (eval mode)."""
+        self.model.eval()
+        outputs = []
+        for batch in loader:
+            with self._autocast():
+                outputs.append(self.model(self.prepare_batch(batch))["logits"].float().cpu())
+        return torch.cat(outputs) if outputs else torch.empty(0)
+
+    # -------------------------------------------------------------- controls
+    def request_stop(self, reason: str) -> None:
+        """Finish the current epoch, then stop (used by early stopping)."""
+        self.should_stop, self.stop_reason = True, reason
+        log.info("%s", reason)
+
+    @property
+    def is_last_epoch(self) -> bool:
+        return self.should_stop or self.epoch >= self.max_epochs or self._steps_done()
+
+    def direction(self, monitor: str) -> str:
+        """ "max" or "min" for a monitored name like ``val_accuracy`` or ``train_loss``."""
+        name = monitor.split("_", 1)[1] if "_" in monitor else monitor
+        higher = self.directions.get(name, self.directions.get(monitor))
+        if higher is None:
+            higher = not name.endswith("loss")
+        return "max" if higher else "min"
+
+    def check_finite(self) -> None:
+        """Raise :class:`NonFiniteLossError` if a NaN/Inf entered this epoch's loss sum."""
+        total = self._loss_sum
+        if isinstance(total, torch.Tensor) and not bool(torch.isfinite(total)):
+            last = list_checkpoints(self.run_dir / "checkpoints") if self.run_dir else []
+            kept = f"; the last good checkpoint is {last[0]}" if last else ""
+            raise NonFiniteLossError(
+                f"the training loss became non-finite in epoch {self.epoch + 1} (by step {self.global_step}); "
+                f"training stopped{kept}. Lower the learning rate, clip gradients (train.grad_clip) or check the data"
+            )
+
+    # ------------------------------------------------------------ checkpoints
+    def checkpoint_payload(self) -> dict[str, Any]:
+        """Everything needed to continue exactly from here."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "versions": {"modforge": __version__, "torch": str(torch.__version__)},
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "global_step": self.global_step,
+            "loader_generator": self.epoch_start_generator,
+            "rng": capture_rng(),
+            "loss_sum": self._loss_sum if isinstance(self._loss_sum, torch.Tensor) else torch.tensor(self._loss_sum),
+            "loss_count": self._loss_count,
+            "history": [dict(row) for row in self.history],
+            "callbacks": {f"{type(cb).__name__}.{i}": cb.state_dict() for i, cb in enumerate(self.callbacks)},
+            "config": self.config,
+            "name": self.name,
+        }
+
+    def save_checkpoint(self, *, keep_last: int = 3, best: bool = False) -> Path | None:
+        """Snapshot now, write in the background; re-point ``last.pt`` (and ``best.pt``)."""
+        if self.run_dir is None:
+            return None
+        if self.guard_nonfinite:
+            self.check_finite()
+        directory = self.run_dir / "checkpoints"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"epoch{self.epoch:04d}-step{self.global_step:07d}.pt"
+        links = [directory / "last.pt"] + ([directory / "best.pt"] if best else [])
+        existing = [p for p in list_checkpoints(directory) if p != path]
+        prune = existing[max(0, keep_last - 1) :]
+        self.writer.submit(snapshot(self.checkpoint_payload()), path, links, prune)
+        return path
+
+    def load_state(self, payload: dict[str, Any], generator: torch.Generator | None = None) -> None:
+        """Restore a :meth:`checkpoint_payload` (the model's weights included)."""
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        if self.scheduler is not None and payload.get("scheduler") is not None:
+            self.scheduler.load_state_dict(payload["scheduler"])
+        if self.scaler is not None and payload.get("scaler") is not None:
+            self.scaler.load_state_dict(payload["scaler"])
+        self.epoch, self.batch_in_epoch = payload["epoch"], payload["batch_in_epoch"]
+        self.global_step = payload["global_step"]
+        self.history = [dict(row) for row in payload["history"]]
+        self._loss_sum, self._loss_count = payload["loss_sum"].to(self.device), payload["loss_count"]
+        if self._loss_count == 0:
+            self._loss_sum = 0.0
+        self.epoch_start_generator = payload.get("loader_generator")
+        if generator is not None and self.epoch_start_generator is not None:
+            generator.set_state(self.epoch_start_generator)
+        restore_rng(payload["rng"])
+        states = payload.get("callbacks", {})
+        for i, cb in enumerate(self.callbacks):
+            key = f"{type(cb).__name__}.{i}"
+            if key in states:
+                cb.load_state_dict(states[key])
+
+
+def nan_to_none(value: Any) -> Any:
+    """JSON cannot hold NaN: report it as null."""
+    return None if isinstance(value, float) and math.isnan(value) else value

@@ -1,0 +1,55 @@
+"""``warmup_cosine`` — linear warm-up, then cosine decay to a floor."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.optim.lr_scheduler import LRScheduler
+
+from ..core.registries import register_scheduler
+
+
+@register_scheduler("warmup_cosine")
+class WarmupCosine(LRScheduler):
+    """Learning rate rises linearly from ``start_factor × lr`` to ``lr`` over ``warmup``
+    steps, then follows a half cosine down to ``min_factor × lr`` at ``total_steps``
+    (and stays there). "Steps" are epochs or optimizer steps, as the config's
+    ``train.scheduler.interval`` says; ``total_steps`` is wired by the trainer to match.
+
+    Args:
+        optimizer: the optimizer (wired by the builder).
+        total_steps: length of the schedule (wired by the trainer).
+        warmup: warm-up length, in the same unit.
+        start_factor: fraction of the base rate at step 0.
+        min_factor: fraction of the base rate at the end.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        total_steps: int,
+        warmup: int = 0,
+        start_factor: float = 0.0,
+        min_factor: float = 0.0,
+        last_epoch: int = -1,
+    ):
+        if total_steps < 1 or not 0 <= warmup <= total_steps:
+            raise ValueError(f"need 0 <= warmup ({warmup}) <= total_steps ({total_steps}) and total_steps >= 1")
+        if not 0.0 <= start_factor <= 1.0 or not 0.0 <= min_factor <= 1.0:
+            raise ValueError("start_factor and min_factor must be in [0, 1]")
+        self.total_steps, self.warmup = total_steps, warmup
+        self.start_factor, self.min_factor = start_factor, min_factor
+        super().__init__(optimizer, last_epoch)
+
+    def factor(self, step: int) -> float:
+        """The multiplier of the base learning rate at ``step``."""
+        if step < self.warmup:
+            return self.start_factor + (1.0 - self.start_factor) * step / self.warmup
+        span = max(1, self.total_steps - self.warmup)
+        progress = min(1.0, (step - self.warmup) / span)
+        return self.min_factor + (1.0 - self.min_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    def get_lr(self) -> list[float]:
+        scale = self.factor(self.last_epoch)
+        return [base * scale for base in self.base_lrs]
