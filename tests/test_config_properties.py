@@ -154,7 +154,7 @@ def test_base_graphs_load_or_report_a_cycle(part, edges):
     """Four files whose _base_ lists form a random graph: cycle ⇔ ConfigCycleError."""
     files = {}
     for i, bases in enumerate(edges):
-        body = {"data": {f"k{i}": i}}
+        body = {"seed": i}
         files[f"f{i}.yaml"] = yaml.safe_dump({"_base_": [f"f{b}.yaml" for b in bases], **body} if bases else body)
 
     def reaches_cycle(node: int, stack: tuple[int, ...]) -> bool:

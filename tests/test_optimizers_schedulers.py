@@ -18,7 +18,7 @@ SCHEDULER_REQUIRED = {
     "max_lr": 0.1,
     "gamma": 0.5,
 }
-SCHEDULER_EXTRA = {"one_cycle_lr": {"total_steps": 20}}
+SCHEDULER_EXTRA: dict[str, dict] = {}
 
 
 def model_and_loss():
@@ -70,7 +70,7 @@ def test_scheduler_builds_and_changes_the_learning_rate(name):
     missing = [r for r in required if r not in SCHEDULER_REQUIRED]
     assert not missing, f"add test values for {name}'s required arguments {missing}"
     args = {r: SCHEDULER_REQUIRED[r] for r in required} | SCHEDULER_EXTRA.get(name, {})
-    scheduler = mf.SCHEDULERS.build({"type": name, "args": args}, optimizer=optimizer)
+    scheduler = mf.SCHEDULERS.build({"type": name, "args": args}, optimizer=optimizer, total_steps=12)
     lrs = []
     for _ in range(12):
         optimizer.zero_grad()

@@ -402,8 +402,8 @@ class Registry:
         for arg in sig.args:
             if arg.injected and not arg.has_default and arg.name not in passed and arg.name not in args:
                 raise MissingArgumentError(
-                    f"required argument missing (expected {arg.type_name}); the builder wires it when "
-                    f"this {self.kind} follows another part, otherwise give it in args",
+                    f"required argument missing (expected {arg.type_name}); it is normally wired by the "
+                    f"builder (e.g. from the previous part); when building this {self.kind} on its own, give it",
                     path=f"{label}.args.{arg.name}",
                     source=where(f"{label}.args"),
                 )

@@ -92,6 +92,7 @@ class ModularModel(nn.Module):
         self.has_head = last.kind == "head"
         self.out_dim = last.out_dim
         self.embedding_dim = last.in_dim if self.has_head else last.out_dim
+        self._dict_stages = any(info.dict_io for info in self.stage_info)  # only they can add loss keys
 
     # ------------------------------------------------------------------ access
     def stage(self, name: str) -> nn.Module:
@@ -192,8 +193,9 @@ class ModularModel(nn.Module):
         weighted: list[torch.Tensor] = []
         if "loss" in batch and "loss" not in given:  # a stage wrote the bare key: keep it as a component
             batch["loss_stage"] = batch.pop("loss")
-        for key in [k for k in batch if k not in given and isinstance(k, str) and is_loss_key(k)]:
-            weighted.append(_scalar(batch[key], key))
+        if self._dict_stages:
+            for key in [k for k in batch if k not in given and isinstance(k, str) and is_loss_key(k)]:
+                weighted.append(_scalar(batch[key], key))
         for info in self.loss_info:
             if info.target_key not in batch:
                 continue  # inference: no labels, no configured losses
@@ -209,6 +211,8 @@ class ModularModel(nn.Module):
 
 
 def _scalar(value: Any, key: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and value.is_floating_point():
+        return value
     if not isinstance(value, torch.Tensor) or value.numel() != 1 or not value.is_floating_point():
         raise ModelOutputError(
             f"batch key '{key}' holds a loss by its name ('loss', 'loss_*', '*_loss') but is "

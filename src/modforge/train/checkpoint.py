@@ -1,9 +1,11 @@
 """Checkpoint files: written atomically (in the background), read without running code.
 
-Writing: the payload is snapshotted (tensors copied) on the training thread, then a
-single background thread writes it to a temporary file in the same directory, flushes,
-fsyncs, and renames it into place (``os.replace``), then re-points ``last.pt`` (and
-``best.pt`` when asked) to it the same way. A process killed at any moment leaves either
+Writing: the payload is snapshotted on the training thread (tensors copied: the state
+is frozen at that instant), then a single background thread pickles it to memory and
+writes the bytes to a temporary file in the same directory in one call (one GIL release,
+not one per tensor record), fsyncs, and renames it into place (``os.replace``), then
+re-points ``last.pt`` (and ``best.pt`` when asked) to it the same way. The pickling
+overlaps with the training thread's GIL-free tensor work. A process killed at any moment leaves either
 the previous complete checkpoint or the new complete one — never a torn ``last.pt``.
 Training does not wait for the disk; :meth:`CheckpointWriter.wait` does, at the end.
 
@@ -15,6 +17,7 @@ then falls back to the newest older checkpoint that loads, with a warning.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import pickle
@@ -41,6 +44,7 @@ __all__ = [
     "list_checkpoints",
     "load_checkpoint",
     "point_to",
+    "serialize",
     "snapshot",
 ]
 
@@ -87,25 +91,38 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_save(payload: Any, path: str | os.PathLike) -> Path:
-    """``torch.save`` to a temporary file, fsync, rename over ``path``."""
+def serialize(payload: Any) -> bytes:
+    """The bytes ``torch.save`` would write (capturing the state at this moment)."""
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    return buffer.getvalue()
+
+
+def atomic_save(payload: Any, path: str | os.PathLike, *, sync_dir: bool = True) -> Path:
+    """Write ``payload`` (an object, or bytes from :func:`serialize`) to a temporary file,
+    fsync, rename over ``path`` (then fsync the directory, unless the caller does it once
+    for several renames)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:
         with open(tmp, "wb") as fh:
-            torch.save(payload, fh)
+            if isinstance(payload, (bytes, bytearray, memoryview)):
+                fh.write(payload)  # one write: one GIL release, whatever the number of tensors
+            else:
+                torch.save(payload, fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
-    _fsync_dir(path.parent)
+    if sync_dir:
+        _fsync_dir(path.parent)
     return path
 
 
-def point_to(target: Path, link: Path) -> None:
+def point_to(target: Path, link: Path, *, sync_dir: bool = True) -> None:
     """Make ``link`` (e.g. ``last.pt``) a hard link to ``target``, atomically (a copy
     where hard links are not supported)."""
     tmp = link.with_name(f".{link.name}.tmp-{os.getpid()}")
@@ -116,7 +133,8 @@ def point_to(target: Path, link: Path) -> None:
     except OSError:
         shutil.copyfile(target, tmp)
     os.replace(tmp, link)
-    _fsync_dir(link.parent)
+    if sync_dir:
+        _fsync_dir(link.parent)
 
 
 class CheckpointWriter:
@@ -133,8 +151,9 @@ class CheckpointWriter:
         self._thread: threading.Thread | None = None
 
     def submit(self, payload: Any, path: Path, links: Iterable[Path] = (), prune: Iterable[Path] = ()) -> None:
-        """Write ``payload`` (already a :func:`snapshot`) to ``path``, then point each of
-        ``links`` at it, then delete the files in ``prune``."""
+        """Write ``payload`` — a :func:`snapshot`, which later training cannot change — to
+        ``path`` (in the background), then point each of ``links`` at it, then delete the
+        files in ``prune``."""
         self._raise_pending()
         job = (payload, Path(path), [Path(p) for p in links], [Path(p) for p in prune])
         if not self.asynchronous:
@@ -163,12 +182,13 @@ class CheckpointWriter:
     def _run(self, job: tuple) -> None:
         payload, path, links, prune = job
         try:
-            atomic_save(payload, path)
+            atomic_save(serialize(payload), path, sync_dir=False)
             for link in links:
-                point_to(path, link)
+                point_to(path, link, sync_dir=False)
             for old in prune:
                 if old.exists() and old != path:
                     old.unlink()
+            _fsync_dir(path.parent)  # one directory sync makes every rename above durable
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread
             self._error = exc
 

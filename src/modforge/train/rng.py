@@ -35,9 +35,13 @@ def capture_rng() -> dict[str, Any]:
             "has_gauss": int(has_gauss),
             "cached": float(cached),
         },
-        "python": {"version": version, "internal": list(internal), "gauss": gauss},
+        "python": {
+            "version": version,
+            "internal": torch.from_numpy(np.array(internal, dtype=np.int64)),
+            "gauss": gauss,
+        },
     }
-    if torch.cuda.is_available():
+    if torch.cuda.is_initialized():  # a CUDA generator that was never initialised was never used
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
@@ -48,6 +52,6 @@ def restore_rng(state: dict[str, Any]) -> None:
     n = state["numpy"]
     np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
     p = state["python"]
-    random.setstate((p["version"], tuple(p["internal"]), p["gauss"]))
+    random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

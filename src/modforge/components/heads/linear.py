@@ -24,9 +24,9 @@ class LinearHead(Head):
 
     def __init__(self, in_dim: int, num_classes: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.fc = nn.Linear(in_dim, num_classes, bias=bias)
         self.out_dim = num_classes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.dropout(x))
+        return self.fc(self.dropout(x) if self.dropout is not None else x)

@@ -37,9 +37,12 @@ class Progress(Callback):
         if bar not in ("auto", "always", "never"):
             raise ValueError(f"bar must be 'auto', 'always' or 'never', got {bar!r}")
         self.bar = bar == "always" or (bar == "auto" and sys.stderr.isatty())
+        if self.bar:  # imported while setting up, not while training
+            import rich.progress  # noqa: F401
         self._progress = None
         self._task = None
         self._started = 0.0
+        self._next_update = 0.0
 
     def on_fit_start(self, trainer) -> None:
         if self.bar:
@@ -69,14 +72,19 @@ class Progress(Callback):
             )
 
     def on_step_end(self, trainer) -> None:
-        if self._progress is not None:
-            info = f"loss {trainer.last_logged_loss:.4g}" if trainer.last_logged_loss is not None else ""
-            self._progress.update(self._task, completed=trainer.batch_in_epoch, info=info)
+        if self._progress is None:
+            return
+        now = time.perf_counter()
+        if now < self._next_update:  # redraw at most 10 times a second: the bar must not slow training
+            return
+        self._next_update = now + 0.1
+        info = f"loss {trainer.last_logged_loss:.4g}" if trainer.last_logged_loss is not None else ""
+        self._progress.update(self._task, completed=trainer.batch_in_epoch, info=info, refresh=True)
 
     def on_epoch_end(self, trainer, row: dict[str, Any]) -> None:
         seconds = time.perf_counter() - self._started
         if self._progress is not None:
-            self._progress.update(self._task, completed=trainer.steps_per_epoch, info=_format(row))
+            self._progress.update(self._task, completed=trainer.steps_per_epoch, info=_format(row), refresh=True)
         else:
             log.info("epoch %d/%d · %.1fs · %s", row["epoch"], trainer.max_epochs, seconds, _format(row))
 

@@ -1,0 +1,210 @@
+"""Trainer overhead: modforge's Trainer vs a hand-written PyTorch loop (and Lightning, if installed).
+
+Setup (the same for every contender): scikit-learn digits as 64-feature vectors, an MLP
+64→256→256→10, batch 32, SGD (lr 0.05), 10 epochs, one thread. The Trainer runs with its
+progress bar, CSV logging and a checkpoint every epoch ON; Lightning (when installed)
+with every extra OFF. Each run is a fresh process that first trains its contender for
+one untimed epoch (so one-off costs — lazy imports, which this environment compiles from
+source every time, the allocator's first requests — are not billed to the loop), then
+times 10 epochs of a freshly built model. Contenders alternate; the figure is the ratio
+of median training times (model and data construction excluded).
+
+    python benchmarks/trainer_overhead.py [--runs 5] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+EPOCHS, BATCH, LR, SEED = 10, 32, 0.05, 0
+TARGET = 1.05
+
+
+def _data():
+    import modforge as mf
+
+    splits = mf.DATASETS.build({"type": "digits", "args": {"as_image": False}}, seed=SEED)
+    return splits.train
+
+
+def _mlp():
+    import torch.nn as nn
+
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def run_loop(epochs: int = EPOCHS) -> float:
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, TensorDataset
+
+    train = _data()
+    torch.manual_seed(SEED)
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    loader = DataLoader(
+        TensorDataset(train.inputs, train.labels),
+        batch_size=BATCH,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(SEED),
+    )
+    start = time.perf_counter()
+    for _ in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    return time.perf_counter() - start
+
+
+def run_trainer(run_dir: str, epochs: int = EPOCHS) -> float:
+    import torch
+
+    import modforge as mf
+    from modforge.data import LoaderSettings, make_loader
+    from modforge.train.trainer import Trainer
+
+    train = _data()
+    torch.manual_seed(SEED)
+    model = mf.build_model(
+        {
+            "backbone": {"type": "mlp", "args": {"hidden_dims": [256, 256]}},
+            "head": "linear",
+            "losses": ["cross_entropy"],
+        },
+        in_dim=64,
+        num_classes=10,
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    loader = make_loader(
+        train, LoaderSettings(batch_size=BATCH), train=True, generator=torch.Generator().manual_seed(SEED)
+    )
+    callbacks = [
+        mf.CALLBACKS.build({"type": "progress", "args": {"bar": "always"}}),
+        mf.CALLBACKS.build("csv_logger"),
+        mf.CALLBACKS.build({"type": "checkpoint", "args": {"every_n_epochs": 1}}),
+    ]
+    trainer = Trainer(model, opt, callbacks=callbacks, max_epochs=epochs, run_dir=run_dir)
+    start = time.perf_counter()
+    trainer.fit(loader)
+    return time.perf_counter() - start
+
+
+def run_lightning(epochs: int = EPOCHS) -> float:
+    import lightning as L
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = _mlp()
+
+        def training_step(self, batch, _):
+            x, y = batch
+            return F.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=LR)
+
+    train = _data()
+    torch.manual_seed(SEED)
+    module = Module()
+    loader = DataLoader(
+        TensorDataset(train.inputs, train.labels),
+        batch_size=BATCH,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(SEED),
+    )
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    start = time.perf_counter()
+    trainer.fit(module, loader)
+    return time.perf_counter() - start
+
+
+def _child(mode: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    runners = {"loop": run_loop, "lightning": run_lightning}
+    with tempfile.TemporaryDirectory() as warm, tempfile.TemporaryDirectory() as timed:
+        if mode == "trainer":
+            run_trainer(warm, epochs=1)
+            seconds = run_trainer(timed)
+        else:
+            runners[mode](epochs=1)
+            seconds = runners[mode]()
+    print(json.dumps({"seconds": seconds}))
+
+
+def _measure(mode: str) -> float:
+    out = subprocess.run([sys.executable, __file__, "--child", mode], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--write", action="store_true", help="record the figures in benchmarks/README.md")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    ns = parser.parse_args()
+    if ns.child:
+        _child(ns.child)
+        return 0
+    modes = ["loop", "trainer"]
+    try:
+        import lightning  # noqa: F401
+
+        modes.append("lightning")
+    except ImportError:
+        pass
+    for mode in modes:  # warm-up: file caches, compiled bytecode
+        _measure(mode)
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(ns.runs):
+        for mode in modes:
+            times[mode].append(_measure(mode))
+    base = statistics.median(times["loop"])
+    lines = ["| contender | median train time (s) | ratio vs hand-written loop | runs |", "|---|---|---|---|"]
+    names = {
+        "loop": "hand-written loop",
+        "trainer": "modforge Trainer (progress bar, CSV, checkpoint/epoch ON)",
+        "lightning": "Lightning (every extra OFF)",
+    }
+    for mode in modes:
+        med = statistics.median(times[mode])
+        lines.append(f"| {names[mode]} | {med:.3f} | {med / base:.3f}× | {len(times[mode])} |")
+    ratio = statistics.median(times["trainer"]) / base
+    verdict = "meets" if ratio <= TARGET else "misses"
+    table = "\n".join(lines) + f"\n\n**Trainer / hand-written loop: {ratio:.3f}×** ({verdict} the ≤ {TARGET}× target)\n"
+    if "lightning" not in modes:
+        table += "\nLightning is not installed (`pip install -e '.[bench]'` adds it to this comparison).\n"
+    print(table)
+    if ns.write:
+        from _report import update_readme
+
+        update_readme("trainer_overhead", table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
