@@ -128,8 +128,8 @@ class Trainer:
         self.global_step = 0
         self.history: list[dict[str, Any]] = []
         self.epoch_start_generator: torch.Tensor | None = None
-        self._loss_sum: torch.Tensor | float = 0.0
-        self._loss_count = 0
+        self._losses: list[torch.Tensor] = []  # this epoch's detached batch losses (read rarely)
+        self._sizes: list[int] = []
         # transient state
         self.should_stop = False
         self.stop_reason = ""
@@ -137,7 +137,9 @@ class Trainer:
         self.steps_per_epoch = 0
         self.guard_nonfinite = False
         self.last_logged_loss: float | None = None
+        self.last_loss: torch.Tensor | None = None  # the latest batch loss, detached (not synchronised)
         self.extra_results: dict[str, Any] = {}
+        self._saved: list[Path] | None = None  # periodic checkpoints of this run, oldest first
 
     # ------------------------------------------------------------------ steps
     def prepare_batch(self, batch: Any) -> Any:
@@ -216,7 +218,7 @@ class Trainer:
         if self.batch_in_epoch == 0:
             if generator is not None:
                 self.epoch_start_generator = generator.get_state()
-            self._loss_sum, self._loss_count = 0.0, 0
+            self._losses, self._sizes = [], []
         else:  # resuming inside an epoch: same order, consumed batches skipped unread
             if generator is not None and self.epoch_start_generator is not None:
                 generator.set_state(self.epoch_start_generator)
@@ -237,7 +239,7 @@ class Trainer:
         self.batch_in_epoch = 0
         if generator is not None:
             self.epoch_start_generator = generator.get_state()
-        self._loss_sum, self._loss_count = 0.0, 0
+        self._losses, self._sizes = [], []
         for cb in self.callbacks:
             cb.on_epoch_end(self, row)
 
@@ -250,9 +252,9 @@ class Trainer:
             with self._autocast():
                 loss = self.training_step(batch)
             self.backward(loss)
-            n = len(batch["label"]) if isinstance(batch, dict) and "label" in batch else 1
-            self._loss_sum = self._loss_sum + loss.detach().float() * n
-            self._loss_count += n
+            self.last_loss = loss.detach()
+            self._losses.append(self.last_loss)
+            self._sizes.append(len(batch["label"]) if isinstance(batch, dict) and "label" in batch else 1)
             micro += 1
             self.batch_in_epoch += 1
             if micro % accumulate and micro < remaining:
@@ -269,10 +271,16 @@ class Trainer:
                 self.should_stop = True
                 break
 
+    def _loss_total(self) -> torch.Tensor:
+        """The epoch's sample-weighted loss sum so far (a few tensor ops, on the device)."""
+        if not self._losses:
+            return torch.zeros(())
+        losses = torch.stack(self._losses).float()
+        return (losses * torch.tensor(self._sizes, dtype=losses.dtype, device=losses.device)).sum()
+
     def _mean_loss(self) -> float:
-        if not self._loss_count:
-            return float("nan")
-        return float(self._loss_sum / self._loss_count)
+        count = sum(self._sizes)
+        return float(self._loss_total()) / count if count else float("nan")
 
     def _step_scheduler_epoch(self, row: dict[str, Any]) -> None:
         if self.scheduler is None or self.scheduler_interval != "epoch":
@@ -339,8 +347,8 @@ class Trainer:
 
     def check_finite(self) -> None:
         """Raise :class:`NonFiniteLossError` if a NaN/Inf entered this epoch's loss sum."""
-        total = self._loss_sum
-        if isinstance(total, torch.Tensor) and not bool(torch.isfinite(total)):
+        if self._losses and not bool(torch.isfinite(self._loss_total())):
+            self.writer.wait()  # checkpoints already queued are good ones: let them land first
             last = list_checkpoints(self.run_dir / "checkpoints") if self.run_dir else []
             kept = f"; the last good checkpoint is {last[0]}" if last else ""
             raise NonFiniteLossError(
@@ -363,8 +371,8 @@ class Trainer:
             "global_step": self.global_step,
             "loader_generator": self.epoch_start_generator,
             "rng": capture_rng(),
-            "loss_sum": self._loss_sum if isinstance(self._loss_sum, torch.Tensor) else torch.tensor(self._loss_sum),
-            "loss_count": self._loss_count,
+            "epoch_losses": torch.stack(self._losses) if self._losses else torch.zeros(0),
+            "epoch_sizes": list(self._sizes),
             "history": [dict(row) for row in self.history],
             "callbacks": {f"{type(cb).__name__}.{i}": cb.state_dict() for i, cb in enumerate(self.callbacks)},
             "config": self.config,
@@ -381,8 +389,10 @@ class Trainer:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"epoch{self.epoch:04d}-step{self.global_step:07d}.pt"
         links = [directory / "last.pt"] + ([directory / "best.pt"] if best else [])
-        existing = [p for p in list_checkpoints(directory) if p != path]
-        prune = existing[max(0, keep_last - 1) :]
+        if self._saved is None:  # first save in this process: pick up what earlier runs left
+            self._saved = list(reversed(list_checkpoints(directory)))
+        self._saved = [p for p in self._saved if p != path] + [path]
+        prune, self._saved = self._saved[:-keep_last], self._saved[-keep_last:]
         self.writer.submit(snapshot(self.checkpoint_payload()), path, links, prune)
         return path
 
@@ -397,9 +407,8 @@ class Trainer:
         self.epoch, self.batch_in_epoch = payload["epoch"], payload["batch_in_epoch"]
         self.global_step = payload["global_step"]
         self.history = [dict(row) for row in payload["history"]]
-        self._loss_sum, self._loss_count = payload["loss_sum"].to(self.device), payload["loss_count"]
-        if self._loss_count == 0:
-            self._loss_sum = 0.0
+        self._losses = list(payload["epoch_losses"].to(self.device).unbind(0))
+        self._sizes = list(payload["epoch_sizes"])
         self.epoch_start_generator = payload.get("loader_generator")
         if generator is not None and self.epoch_start_generator is not None:
             generator.set_state(self.epoch_start_generator)

@@ -1,0 +1,134 @@
+"""Checkpoint files: safe loading, corruption fallback, atomic replacement under SIGKILL."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from modforge.train.checkpoint import (
+    CHECKPOINT_FORMAT,
+    CheckpointError,
+    CheckpointWriter,
+    CorruptCheckpointError,
+    UnsafeCheckpointError,
+    atomic_save,
+    find_resumable,
+    load_checkpoint,
+)
+
+
+def payload(step: int) -> dict:
+    return {"format": CHECKPOINT_FORMAT, "global_step": step, "model": {"w": torch.full((4,), float(step))}}
+
+
+class Evil:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    torch.save({"format": CHECKPOINT_FORMAT, "model": Evil(str(marker))}, path)
+    with pytest.raises(UnsafeCheckpointError, match="refused to load .*posix.system|refused to load .*os.system|refused to load"):
+        load_checkpoint(path)
+    assert not marker.exists()
+    raw = tmp_path / "raw.pt"
+    raw.write_bytes(pickle.dumps(Evil(str(marker))))
+    with pytest.raises(CheckpointError):
+        load_checkpoint(raw)
+    assert not marker.exists()
+    (tmp_path / "checkpoints").mkdir()
+    os.replace(path, tmp_path / "checkpoints" / "last.pt")
+    with pytest.raises(UnsafeCheckpointError):  # never "falls back" past a malicious file silently
+        find_resumable(tmp_path)
+    assert not marker.exists()
+
+
+def test_corrupt_last_falls_back_to_the_newest_valid_checkpoint(tmp_path, caplog):
+    folder = tmp_path / "checkpoints"
+    for step in (10, 20, 30):
+        atomic_save(payload(step), folder / f"epoch0000-step{step:07d}.pt")
+    os.link(folder / "epoch0000-step0000030.pt", folder / "last.pt")
+    data = (folder / "last.pt").read_bytes()
+    (folder / "last.pt").unlink()  # last.pt and the newest file are both damaged
+    (folder / "last.pt").write_bytes(data[: len(data) // 2])
+    (folder / "epoch0000-step0000030.pt").write_bytes(data[:100])
+    with caplog.at_level(logging.WARNING, logger="modforge.train"):
+        path, loaded = find_resumable(tmp_path)
+    assert path.name == "epoch0000-step0000020.pt" and loaded["global_step"] == 20
+    assert "truncated or damaged" in caplog.text and "resuming from" in caplog.text
+    with pytest.raises(CorruptCheckpointError, match="truncated or damaged"):
+        load_checkpoint(folder / "last.pt")
+
+
+def test_nothing_usable_and_foreign_files(tmp_path):
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        find_resumable(tmp_path / "missing")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.pt").write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        find_resumable(tmp_path)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"state_dict": {}}, foreign)
+    with pytest.raises(CheckpointError, match="not a modforge checkpoint"):
+        load_checkpoint(foreign)
+
+
+def test_writer_writes_links_prunes_and_reports_errors(tmp_path):
+    writer = CheckpointWriter()
+    folder = tmp_path / "c"
+    writer.submit(payload(1), folder / "epoch0000-step0000001.pt", [folder / "last.pt"])
+    writer.submit(payload(2), folder / "epoch0000-step0000002.pt", [folder / "last.pt", folder / "best.pt"],
+                  prune=[folder / "epoch0000-step0000001.pt"])
+    writer.wait()
+    assert load_checkpoint(folder / "last.pt")["global_step"] == 2 and load_checkpoint(folder / "best.pt")["global_step"] == 2
+    assert not (folder / "epoch0000-step0000001.pt").exists()
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    writer.submit(payload(3), blocker / "x.pt")
+    with pytest.raises(CheckpointError, match="writing a checkpoint failed"):
+        writer.wait()
+
+
+WRITER = """
+import sys, torch
+from modforge.train.checkpoint import CHECKPOINT_FORMAT, atomic_save
+path = sys.argv[1]
+big = torch.randn(2_000_000)
+step = 0
+while True:
+    step += 1
+    atomic_save({"format": CHECKPOINT_FORMAT, "global_step": step, "model": {"w": big + step}}, path)
+    print(step, flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.05, 0.13, 0.29])
+def test_sigkill_during_saves_never_leaves_a_torn_file(tmp_path, delay):
+    path = tmp_path / "last.pt"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline()  # at least one complete save exists
+        time.sleep(delay)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    loaded = load_checkpoint(path)
+    step = loaded["global_step"]
+    assert torch.equal(loaded["model"]["w"][:3] - step, loaded["model"]["w"][:3] - step)
+    leftovers = [p.name for p in Path(tmp_path).iterdir() if p.name != "last.pt"]
+    assert all(name.startswith(".last.pt.tmp") for name in leftovers)  # only an abandoned temp file, never a torn last.pt
