@@ -38,6 +38,7 @@ class Evil:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_a_checkpoint_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
     marker = tmp_path / "pwned"
     path = tmp_path / "evil.pt"
