@@ -209,3 +209,33 @@ def test_tensorboard_callback_writes_each_epochs_scalars(cli, write, tmp_path):
     acc.Reload()
     assert {"train_loss", "val_accuracy", "val_loss"} <= set(acc.Tags()["scalars"])
     assert [e.step for e in acc.Scalars("train_loss")] == [1, 2, 3]
+
+
+def test_resuming_from_every_checkpoint_of_a_run_is_bitwise_identical(write, tmp_path):
+    """Deterministic companion of the SIGKILL test: every mid-epoch and end-of-epoch
+    checkpoint, resumed, ends exactly like the uninterrupted run."""
+    import shutil
+
+    import modforge as mf
+    from modforge.experiment.runner import train_run
+    from modforge.experiment.schema import validate_config
+    from modforge.train.checkpoint import load_checkpoint
+
+    text = RESUMABLE.replace("max_epochs: 6", "max_epochs: 3").replace("every_n_steps: 5, keep_last: 2",
+                                                                     "every_n_steps: 11, keep_last: 100")
+    cfg_path = write("every.yaml", text)
+    full = tmp_path / "full"
+    full.mkdir()
+    train_run(validate_config(mf.load_config(cfg_path)), full)
+    ref_model = load_checkpoint(full / "checkpoints" / "last.pt")["model"]
+    ref_metrics = (full / "metrics.csv").read_text()
+    checkpoints = sorted((full / "checkpoints").glob("epoch*-step*.pt"))
+    assert len(checkpoints) >= 10
+    for ckpt in checkpoints[:-1]:
+        run = tmp_path / f"from-{ckpt.stem}"
+        (run / "checkpoints").mkdir(parents=True)
+        shutil.copy(ckpt, run / "checkpoints" / ckpt.name)
+        train_run(validate_config(mf.load_config(cfg_path)), run, resume=load_checkpoint(ckpt))
+        assert (run / "metrics.csv").read_text() == ref_metrics, ckpt.name
+        model = load_checkpoint(run / "checkpoints" / "last.pt")["model"]
+        assert all(torch.equal(model[k], ref_model[k]) for k in ref_model), ckpt.name

@@ -14,7 +14,7 @@ from .base import Callback
 class CSVLogger(Callback):
     """Writes the trainer's history to ``metrics.csv`` in the run folder: the whole file at
     the start (so a resumed run holds exactly the rows of its checkpoint, no duplicates),
-    then one row per epoch; a new column rewrites the file with the wider header.
+    then one flushed row per epoch; a new column rewrites the file with the wider header.
 
     Args:
         filename: file name inside the run folder.
@@ -25,11 +25,11 @@ class CSVLogger(Callback):
     def __init__(self, filename: str = "metrics.csv"):
         self.filename = filename
         self.columns: list[str] = []
-
-    def _path(self, trainer) -> Path | None:
-        return Path(trainer.run_dir) / self.filename if trainer.run_dir else None
+        self._file = None
+        self._writer: csv.DictWriter | None = None
 
     def _rewrite(self, path: Path, rows: list[dict[str, Any]]) -> None:
+        self._close()
         self.columns = []
         for row in rows:
             self.columns += [k for k in row if k not in self.columns]
@@ -39,18 +39,26 @@ class CSVLogger(Callback):
             writer.writeheader()
             writer.writerows(rows)
         tmp.replace(path)
+        self._file = open(path, "a", newline="")  # noqa: SIM115 - kept open for the run, closed in on_fit_end
+        self._writer = csv.DictWriter(self._file, fieldnames=self.columns)
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file, self._writer = None, None
 
     def on_fit_start(self, trainer) -> None:
-        path = self._path(trainer)
-        if path is not None:
-            self._rewrite(path, trainer.history)
+        if trainer.run_dir is not None:
+            self._rewrite(Path(trainer.run_dir) / self.filename, trainer.history)
 
     def on_epoch_end(self, trainer, row: dict[str, Any]) -> None:
-        path = self._path(trainer)
-        if path is None:
+        if trainer.run_dir is None:
             return
-        if any(k not in self.columns for k in row) or not path.exists():
-            self._rewrite(path, trainer.history)
+        if self._writer is None or any(k not in self.columns for k in row):
+            self._rewrite(Path(trainer.run_dir) / self.filename, trainer.history)
             return
-        with open(path, "a", newline="") as fh:
-            csv.DictWriter(fh, fieldnames=self.columns).writerow(row)
+        self._writer.writerow(row)
+        self._file.flush()
+
+    def on_fit_end(self, trainer) -> None:
+        self._close()
