@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from ..components.layouts import Layout
+from ..core.layouts import Layout
 
 __all__ = ["ArrayDataset", "DataSplits", "collate"]
 

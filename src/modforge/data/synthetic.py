@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..components.layouts import Layout
+from ..core.layouts import Layout
 from ..core.registries import register_dataset
 from .base import ArrayDataset, DataSplits
 from .splits import stratified_three_way
