@@ -52,3 +52,11 @@ def update_readme(section: str, body: str) -> None:
     else:
         text = text.rstrip("\n") + f"\n\n{block}\n"
     README.write_text(text)
+
+
+def publish(section: str, table: str, write: bool) -> int:
+    """Print a benchmark's table and, with ``write``, record it in README.md; exit status 0."""
+    print(table)
+    if write:
+        update_readme(section, table)
+    return 0

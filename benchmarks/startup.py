@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _report import alternate, median, update_readme  # noqa: E402
+from _report import alternate, median, publish  # noqa: E402
 
 TARGET = 1.3
 
@@ -39,10 +39,7 @@ def main() -> int:
         + "".join(f"| `{name}` | {median(t):.3f} | {len(t)} |\n" for name, t in times.items())
         + f"\n**Ratio `modforge list` / `import torch`: {ratio:.2f}×** ({verdict} the ≤ {TARGET}× target)\n"
     )
-    print(table)
-    if ns.write:
-        update_readme("startup", table)
-    return 0
+    return publish("startup", table, ns.write)
 
 
 if __name__ == "__main__":

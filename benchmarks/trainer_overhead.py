@@ -198,12 +198,9 @@ def main() -> int:
     table = "\n".join(lines) + f"\n\n**Trainer / hand-written loop: {ratio:.3f}×** ({verdict} the ≤ {TARGET}× target)\n"
     if "lightning" not in modes:
         table += "\nLightning is not installed (`pip install -e '.[bench]'` adds it to this comparison).\n"
-    print(table)
-    if ns.write:
-        from _report import update_readme
+    from _report import publish
 
-        update_readme("trainer_overhead", table)
-    return 0
+    return publish("trainer_overhead", table, ns.write)
 
 
 if __name__ == "__main__":
