@@ -239,3 +239,19 @@ def test_resuming_from_every_checkpoint_of_a_run_is_bitwise_identical(write, tmp
         assert (run / "metrics.csv").read_text() == ref_metrics, ckpt.name
         model = load_checkpoint(run / "checkpoints" / "last.pt")["model"]
         assert all(torch.equal(model[k], ref_model[k]) for k in ref_model), ckpt.name
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.monitor=val_acc", "train.monitor: 'val_acc' is never logged; did you mean 'val_accuracy'?"),
+        ("data.batch_size=0", "data: batch sizes must be at least 1"),
+        ("train.max_epochs=0", "train: accumulate, max_epochs and log_every must be at least 1"),
+        ("train.precision=8", "train.precision: expected one of '32', 'bf16', '16', got 8"),
+    ],
+)
+def test_bad_training_settings_fail_before_training_with_one_line(cli, tiny, tmp_path, override, message):
+    res = cli("train", str(tiny), "--run-dir", "run", override)
+    assert res.code == 2, res
+    assert message in res.err and "Traceback" not in res.err
+    assert not (tmp_path / "run" / "metrics.csv").exists()

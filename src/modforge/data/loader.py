@@ -58,6 +58,12 @@ class LoaderSettings:
     pin_memory: bool = False
     drop_last: bool = False
 
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or (self.eval_batch_size is not None and self.eval_batch_size < 1):
+            raise ValueError("batch sizes must be at least 1")
+        if self.num_workers < 0:
+            raise ValueError("num_workers must not be negative")
+
 
 def make_loader(
     dataset: Dataset,

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..core.config import Config
+from ..core.errors import ConfigError
 from ..core.registries import CALLBACKS, DATASETS, METRICS
 from ..data.base import DataSplits
 from ..data.loader import LoaderSettings, make_loader
@@ -65,10 +66,11 @@ class Experiment:
         seed_everything(seed)
         data = dict(cfg.data.get("data") or {})
         if not data:
-            from ..core.errors import ConfigError
-
             raise ConfigError("a training config needs a 'data:' section (e.g. data: {type: digits})", path="data")
-        loader = LoaderSettings(**{k: data.pop(k) for k in LOADER_KEYS if k in data})
+        try:
+            loader = LoaderSettings(**{k: data.pop(k) for k in LOADER_KEYS if k in data})
+        except ValueError as exc:
+            raise ConfigError(str(exc), path="data", source=cfg.where("data")) from None
         if splits is None:
             splits = DATASETS.build(
                 data,
@@ -94,6 +96,22 @@ class Experiment:
                 spec, path=f"train.metrics.{i}", origin_of=cfg.where, num_classes=splits.num_classes
             )
         return cls(cfg, settings, splits, loader, seed, model, metrics)
+
+    def check_monitor(self) -> None:
+        """Refuse a ``train.monitor`` no epoch will ever log, before any training."""
+        logged = ["train_loss"]
+        if self.splits.val is not None:
+            logged += [f"val_{name}" for name, metric in self.metrics.items() if metric.scalar]
+        if self.monitor not in logged:
+            import difflib
+
+            close = difflib.get_close_matches(self.monitor, logged, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(
+                f"'{self.monitor}' is never logged{hint} (logged each epoch: {', '.join(logged)})",
+                path="train.monitor",
+                source=self.cfg.where("train.monitor"),
+            )
 
     def callbacks(self) -> list:
         """The default callbacks (CSV, progress, checkpoint, NaN guard) and the configured ones;
@@ -126,6 +144,14 @@ class Experiment:
             else (settings.max_steps or settings.max_epochs * steps_per_epoch)
         )
         scheduler = build_scheduler(settings.scheduler, optimizer, total_steps=total, origin_of=self.cfg.where)
+        self.check_monitor()
+        try:
+            return self._trainer(optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir)
+        except ValueError as exc:
+            raise ConfigError(str(exc), path="train", source=self.cfg.where("train")) from None
+
+    def _trainer(self, optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir) -> Trainer:
+        settings = self.settings
         return Trainer(
             self.model,
             optimizer,
