@@ -255,3 +255,12 @@ def test_bad_training_settings_fail_before_training_with_one_line(cli, tiny, tmp
     assert res.code == 2, res
     assert message in res.err and "Traceback" not in res.err
     assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_a_callbacks_own_monitor_overrides_the_train_default(cli, write, tmp_path):
+    cfg = write("mon.yaml", TINY.replace("  num_threads: 1", "  num_threads: 1\n  monitor: val_accuracy\n"
+                                                           "  callbacks: [{type: early_stopping, args: {monitor: val_loss, patience: 1}}]"))
+    res = cli("train", str(cfg), "--run-dir", "run", "train.max_epochs=6")
+    assert res.code == 0, res.err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["monitor"] == "val_accuracy" and "val_accuracy" in summary["best"]

@@ -117,8 +117,13 @@ class Experiment:
         """The default callbacks (CSV, progress, checkpoint, NaN guard) and the configured ones;
         a configured callback of a default's type replaces it."""
         settings, monitor = self.settings, self.monitor
-        user = [
-            CALLBACKS.build(spec, path=f"train.callbacks.{i}", origin_of=self.cfg.where, monitor=monitor, mode="auto")
+        user = [  # train.monitor is only a default: a callback's own args.monitor/mode win
+            CALLBACKS.build(
+                spec,
+                path=f"train.callbacks.{i}",
+                origin_of=self.cfg.where,
+                **{k: v for k, v in (("monitor", monitor), ("mode", "auto")) if k not in spec["args"]},
+            )
             for i, spec in enumerate(settings.callbacks)
         ]
         user_types = {spec["type"] for spec in settings.callbacks}

@@ -10,6 +10,12 @@ HELP = "list registered parts (all kinds, or one kind), optionally filtered by a
 _WILDCARDS = set("*?[")
 
 
+def _first_sentence(text: str, limit: int = 90) -> str:
+    """A one-line description: the first sentence, cut at ``limit`` characters."""
+    sentence = text.split(". ", 1)[0].rstrip(".") + "." if text else ""
+    return sentence if len(sentence) <= limit else sentence[: limit - 1].rstrip() + "…"
+
+
 def _parser() -> CommandParser:
     parser = CommandParser("list", description=HELP)
     parser.add_argument("kind", nargs="?", help=f"one of: {', '.join(REGISTRIES)} (default: all)")
@@ -26,7 +32,7 @@ def run(argv: list[str]) -> int:
         kind, pattern = None, kind  # `modforge list 'res*'`: a pattern over every kind
     registries = [registry_for(kind)] if kind else list(REGISTRIES.values())
     rows = [
-        (entry.kind, entry.name, entry.origin, entry.summary)
+        (entry.kind, entry.name, entry.origin, _first_sentence(entry.summary))
         for registry in registries
         for entry in registry.entries(pattern)
     ]
