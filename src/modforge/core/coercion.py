@@ -27,7 +27,6 @@ import yaml
 from .errors import ConfigValueError
 
 __all__ = [
-    "ANY",
     "allows_none",
     "choices_of",
     "coerce",
@@ -37,7 +36,6 @@ __all__ = [
     "to_plain",
 ]
 
-ANY = Any
 _NONE_WORDS = frozenset({"none", "null", "~"})
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -419,7 +418,3 @@ class Trainer:
             if key in states:
                 cb.load_state_dict(states[key])
 
-
-def nan_to_none(value: Any) -> Any:
-    """JSON cannot hold NaN: report it as null."""
-    return None if isinstance(value, float) and math.isnan(value) else value
