@@ -108,11 +108,10 @@ WRITER = """
 import sys, torch
 from modforge.train.checkpoint import CHECKPOINT_FORMAT, atomic_save
 path = sys.argv[1]
-big = torch.randn(2_000_000)
 step = 0
 while True:
     step += 1
-    atomic_save({"format": CHECKPOINT_FORMAT, "global_step": step, "model": {"w": big + step}}, path)
+    atomic_save({"format": CHECKPOINT_FORMAT, "global_step": step, "model": {"w": torch.full((2_000_000,), float(step))}}, path)
     print(step, flush=True)
 """
 
@@ -130,6 +129,6 @@ def test_sigkill_during_saves_never_leaves_a_torn_file(tmp_path, delay):
         proc.wait()
     loaded = load_checkpoint(path)
     step = loaded["global_step"]
-    assert torch.equal(loaded["model"]["w"][:3] - step, loaded["model"]["w"][:3] - step)
+    assert step >= 1 and bool((loaded["model"]["w"] == float(step)).all())  # every value from one complete save
     leftovers = [p.name for p in Path(tmp_path).iterdir() if p.name != "last.pt"]
     assert all(name.startswith(".last.pt.tmp") for name in leftovers)  # only an abandoned temp file, never a torn last.pt

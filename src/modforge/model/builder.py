@@ -54,6 +54,18 @@ def fit_layout(source: Layout, accepts: Sequence[Layout], in_dim: Any) -> tuple[
     return None
 
 
+def _resolve(registry: Any, spec: dict[str, Any], path: str, common: dict[str, Any]) -> Any:
+    """The class or function a stage/loss spec names (before building it), located for errors."""
+    obj, _sig = registry.resolve(
+        spec["type"],
+        allowed_modules=common["allowed_modules"],
+        base_dir=common["base_dir"],
+        path=f"{path}.type",
+        source=common["origin_of"](f"{path}.type"),
+    )
+    return obj
+
+
 def _dry_run(module: nn.Module, *args: Any) -> Any:
     """Call ``module`` once in eval mode without gradients, restoring its mode after."""
     was_training = module.training
@@ -137,13 +149,7 @@ def build_model(
     stages, losses = parse_model_section(section, origin_of=where)
     common = dict(origin_of=where, allowed_modules=allowed, base_dir=base_dir)
 
-    first_obj, _ = REGISTRIES[stages[0].kind].resolve(
-        stages[0].spec["type"],
-        allowed_modules=allowed,
-        base_dir=base_dir,
-        path=f"{stages[0].path}.type",
-        source=where(f"{stages[0].path}.type"),
-    )
+    first_obj = _resolve(REGISTRIES[stages[0].kind], stages[0].spec, stages[0].path, common)
     in_layout = _first_layout(layout, input_shape, accepted_layouts(first_obj, stages[0].kind))
     generator = torch.Generator().manual_seed(0)
     example = example_input(in_layout, in_dim, spatial=_spatial(in_layout, input_shape), generator=generator)
@@ -158,13 +164,7 @@ def build_model(
         src_name = stage.prev or "input"
         src_layout, src_dim, src_example = outputs[src_name]
         registry = REGISTRIES[stage.kind]
-        obj, _sig = registry.resolve(
-            stage.spec["type"],
-            allowed_modules=allowed,
-            base_dir=base_dir,
-            path=f"{stage.path}.type",
-            source=where(f"{stage.path}.type"),
-        )
+        obj = _resolve(registry, stage.spec, stage.path, common)
         accepts = accepted_layouts(obj, stage.kind)
         fitted = fit_layout(src_layout, accepts, src_dim)
         if fitted is None:
@@ -252,13 +252,7 @@ def _build_losses(losses, built, outputs, inputs, num_classes, label, common) ->
     dims["embedding"] = dims["features"] = last.in_dim if last.kind == "head" else last.out_dim
     out = []
     for spec in losses:
-        obj, _ = LOSSES.resolve(
-            spec.spec["type"],
-            allowed_modules=common["allowed_modules"],
-            base_dir=common["base_dir"],
-            path=f"{spec.path}.type",
-            source=common["origin_of"](f"{spec.path}.type"),
-        )
+        obj = _resolve(LOSSES, spec.spec, spec.path, common)
         input_key = getattr(obj, "input_key", "logits")
         target_key = getattr(obj, "target_key", "label")
         fn = LOSSES.build(

@@ -417,4 +417,3 @@ class Trainer:
             key = f"{type(cb).__name__}.{i}"
             if key in states:
                 cb.load_state_dict(states[key])
-
