@@ -12,8 +12,8 @@ loading them, so on the CPU a run that is killed and resumed ends bitwise identi
 that never stopped.
 
 Hot loop. The loss is accumulated on the device; the host reads it only every
-``log_every`` steps and at epoch ends. Checkpoints are snapshotted and written by a
-background thread.
+``log_every`` steps and at epoch ends. Checkpoints are serialized on the spot and
+written to disk by a background thread.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch.nn as nn
 from .._version import __version__
 from ..core.errors import ModforgeError
 from .callbacks.base import Callback
-from .checkpoint import CHECKPOINT_FORMAT, CheckpointWriter, list_checkpoints, snapshot
+from .checkpoint import CHECKPOINT_FORMAT, CheckpointWriter, list_checkpoints, serialize
 from .metrics import Metric
 from .rng import capture_rng, restore_rng
 
@@ -379,7 +379,7 @@ class Trainer:
         }
 
     def save_checkpoint(self, *, keep_last: int = 3, best: bool = False) -> Path | None:
-        """Snapshot now, write in the background; re-point ``last.pt`` (and ``best.pt``)."""
+        """Serialize the state now, write it in the background; re-point ``last.pt`` (and ``best.pt``)."""
         if self.run_dir is None:
             return None
         if self.guard_nonfinite:
@@ -392,7 +392,7 @@ class Trainer:
             self._saved = list(reversed(list_checkpoints(directory)))
         self._saved = [p for p in self._saved if p != path] + [path]
         prune, self._saved = self._saved[:-keep_last], self._saved[-keep_last:]
-        self.writer.submit(snapshot(self.checkpoint_payload()), path, links, prune)
+        self.writer.submit(serialize(self.checkpoint_payload()), path, links, prune)
         return path
 
     def load_state(self, payload: dict[str, Any], generator: torch.Generator | None = None) -> None:

@@ -56,6 +56,7 @@ class Progress(Callback):
                 TimeElapsedColumn(),
                 TextColumn("{task.fields[info]}"),
                 transient=False,
+                auto_refresh=False,  # no refresh thread competing for the GIL: redraws happen in the hooks
             )
             self._progress.start()
 
@@ -71,24 +72,32 @@ class Progress(Callback):
                 info="",
             )
 
-    def on_step_end(self, trainer) -> None:
-        if self._progress is None:
-            return
+    def _due(self) -> bool:
+        """Redraw at most 10 times a second: the bar must not slow training (a redraw of
+        the rich display costs about a millisecond)."""
         now = time.perf_counter()
-        if now < self._next_update:  # redraw at most 10 times a second: the bar must not slow training
-            return
+        if now < self._next_update:
+            return False
         self._next_update = now + 0.1
+        return True
+
+    def on_step_end(self, trainer) -> None:
+        if self._progress is None or not self._due():
+            return
         info = f"loss {trainer.last_logged_loss:.4g}" if trainer.last_logged_loss is not None else ""
         self._progress.update(self._task, completed=trainer.batch_in_epoch, info=info, refresh=True)
 
     def on_epoch_end(self, trainer, row: dict[str, Any]) -> None:
         seconds = time.perf_counter() - self._started
-        if self._progress is not None:
-            self._progress.update(self._task, completed=trainer.steps_per_epoch, info=_format(row), refresh=True)
+        if self._progress is not None:  # the final state is drawn by on_fit_end if not now
+            self._progress.update(
+                self._task, completed=trainer.steps_per_epoch, info=_format(row), refresh=self._due()
+            )
         else:
             log.info("epoch %d/%d · %.1fs · %s", row["epoch"], trainer.max_epochs, seconds, _format(row))
 
     def on_fit_end(self, trainer) -> None:
         if self._progress is not None:
+            self._progress.refresh()
             self._progress.stop()
             self._progress = None
