@@ -79,11 +79,12 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def serialize(payload: Any) -> bytes:
-    """The bytes ``torch.save`` would write (capturing the state at this moment)."""
+def serialize(payload: Any) -> memoryview:
+    """The bytes ``torch.save`` would write, capturing the state at this moment (a view
+    of the buffer, not a copy of it)."""
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    return buffer.getvalue()
+    return buffer.getbuffer()
 
 
 def atomic_save(payload: Any, path: str | os.PathLike, *, sync_dir: bool = True) -> Path:
@@ -138,7 +139,7 @@ class CheckpointWriter:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
-    def submit(self, data: bytes, path: Path, links: Iterable[Path] = (), prune: Iterable[Path] = ()) -> None:
+    def submit(self, data: bytes | memoryview, path: Path, links: Iterable[Path] = (), prune: Iterable[Path] = ()) -> None:
         """Write ``data`` (from :func:`serialize`) to ``path`` in the background, then point
         each of ``links`` at it, then delete the files in ``prune``."""
         self._raise_pending()

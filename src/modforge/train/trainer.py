@@ -246,9 +246,13 @@ class Trainer:
         micro = 0
         accumulate = self.accumulate
         remaining = self.steps_per_epoch - self.batch_in_epoch
+        autocast = self._autocast_dtype is not None
         for batch in loader:
             batch = self.prepare_batch(batch)
-            with self._autocast():
+            if autocast:
+                with self._autocast():
+                    loss = self.training_step(batch)
+            else:  # no context manager per step when there is nothing to cast
                 loss = self.training_step(batch)
             self.backward(loss)
             self.last_loss = loss.detach()
@@ -266,7 +270,7 @@ class Trainer:
                 self.last_logged_loss = float(loss.detach())
             for cb in self._step_callbacks:
                 cb.on_step_end(self)
-            if self.should_stop or self._steps_done():
+            if self.should_stop or (self.max_steps is not None and self.global_step >= self.max_steps):
                 self.should_stop = True
                 break
 
@@ -385,10 +389,10 @@ class Trainer:
         if self.guard_nonfinite:
             self.check_finite()
         directory = self.run_dir / "checkpoints"
-        directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"epoch{self.epoch:04d}-step{self.global_step:07d}.pt"
         links = [directory / "last.pt"] + ([directory / "best.pt"] if best else [])
         if self._saved is None:  # first save in this process: pick up what earlier runs left
+            directory.mkdir(parents=True, exist_ok=True)
             self._saved = list(reversed(list_checkpoints(directory)))
         self._saved = [p for p in self._saved if p != path] + [path]
         prune, self._saved = self._saved[:-keep_last], self._saved[-keep_last:]

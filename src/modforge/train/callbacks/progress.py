@@ -62,13 +62,19 @@ class Progress(Callback):
 
     def on_epoch_start(self, trainer) -> None:
         self._started = time.perf_counter()
-        if self._progress is not None:
-            if self._task is not None:
-                self._progress.remove_task(self._task)
+        if self._progress is None:
+            return
+        description = f"epoch {trainer.epoch + 1}/{trainer.max_epochs}"
+        if self._task is None:
             self._task = self._progress.add_task(
-                f"epoch {trainer.epoch + 1}/{trainer.max_epochs}",
+                description, total=trainer.steps_per_epoch, completed=trainer.batch_in_epoch, info=""
+            )
+        else:  # one bar, re-labelled per epoch: no new task and no redraw here (both cost a render)
+            self._progress.update(
+                self._task,
                 total=trainer.steps_per_epoch,
                 completed=trainer.batch_in_epoch,
+                description=description,
                 info="",
             )
 
@@ -98,6 +104,5 @@ class Progress(Callback):
 
     def on_fit_end(self, trainer) -> None:
         if self._progress is not None:
-            self._progress.refresh()
-            self._progress.stop()
+            self._progress.stop()  # draws the final state
             self._progress = None
