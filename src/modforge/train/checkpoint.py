@@ -3,8 +3,8 @@
 Writing: the payload is serialized on the training thread, the moment it is taken (so the
 file holds exactly that state, and the GIL-bound pickling never competes with the
 training thread from another thread — measured, that competition cost more than the
-pickling itself). A single background thread then does only system calls, all of them
-GIL-free: it writes the bytes to a temporary file in the same directory in one call,
+pickling itself). A single background thread then does the disk work, which is system
+calls with only brief Python in between: it writes the bytes to a temporary file in the same directory in one call,
 fsyncs, renames it into place (``os.replace``), re-points ``last.pt`` (and ``best.pt``
 when asked) to it the same way and fsyncs the directory once. A process killed at any
 moment leaves either the previous complete checkpoint or the new complete one — never a

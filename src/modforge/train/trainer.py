@@ -270,7 +270,7 @@ class Trainer:
                 self.last_logged_loss = float(loss.detach())
             for cb in self._step_callbacks:
                 cb.on_step_end(self)
-            if self.should_stop or (self.max_steps is not None and self.global_step >= self.max_steps):
+            if self.should_stop or self._steps_done():
                 self.should_stop = True
                 break
 
