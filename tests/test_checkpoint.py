@@ -17,13 +17,11 @@ import torch
 from modforge.train.checkpoint import (
     CHECKPOINT_FORMAT,
     CheckpointError,
-    CheckpointWriter,
     CorruptCheckpointError,
     UnsafeCheckpointError,
     atomic_save,
     find_resumable,
     load_checkpoint,
-    serialize,
 )
 
 
@@ -87,22 +85,6 @@ def test_nothing_usable_and_foreign_files(tmp_path):
     torch.save({"state_dict": {}}, foreign)
     with pytest.raises(CheckpointError, match="not a modforge checkpoint"):
         load_checkpoint(foreign)
-
-
-def test_writer_writes_links_prunes_and_reports_errors(tmp_path):
-    writer = CheckpointWriter()
-    folder = tmp_path / "c"
-    writer.submit(serialize(payload(1)), folder / "epoch0000-step0000001.pt", [folder / "last.pt"])
-    writer.submit(serialize(payload(2)), folder / "epoch0000-step0000002.pt", [folder / "last.pt", folder / "best.pt"],
-                  prune=[folder / "epoch0000-step0000001.pt"])
-    writer.wait()
-    assert load_checkpoint(folder / "last.pt")["global_step"] == 2 and load_checkpoint(folder / "best.pt")["global_step"] == 2
-    assert not (folder / "epoch0000-step0000001.pt").exists()
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
-    writer.submit(serialize(payload(3)), blocker / "x.pt")
-    with pytest.raises(CheckpointError, match="writing a checkpoint failed"):
-        writer.wait()
 
 
 WRITER = """

@@ -1,15 +1,14 @@
-"""Checkpoint files: written atomically (in the background), read without running code.
+"""Checkpoint files: written atomically without making training wait, read without running code.
 
 Writing: the payload is serialized on the training thread, the moment it is taken (so the
-file holds exactly that state, and the GIL-bound pickling never competes with the
-training thread from another thread — measured, that competition cost more than the
-pickling itself). A single background thread then does the disk work, which is system
-calls with only brief Python in between: it writes the bytes to a temporary file in the same directory in one call,
-fsyncs, renames it into place (``os.replace``), re-points ``last.pt`` (and ``best.pt``
-when asked) to it the same way and fsyncs the directory once. A process killed at any
-moment leaves either the previous complete checkpoint or the new complete one — never a
-torn ``last.pt``. Training does not wait for the disk; :meth:`CheckpointWriter.wait` does,
-at the end.
+file holds exactly that state; pickling on another thread would compete for the GIL —
+measured, that competition cost more than the pickling itself), and written to a
+temporary file next to its final name. Making it durable and visible — fsync, rename into
+place, re-point ``last.pt`` (and ``best.pt``), prune old files, fsync the directory — is
+handed to the commit helper process (:mod:`.commit_helper`, :mod:`.checkpoint_commit`).
+A process killed at any moment leaves either the previous complete checkpoint or the new
+complete one under every name — never a torn ``last.pt``. :meth:`CheckpointWriter.wait`
+waits for the helper, at the end of training.
 
 Reading: ``torch.load(weights_only=True)`` only: a file that would need to run code to
 unpickle is refused with :class:`UnsafeCheckpointError` and the code never runs. A
@@ -23,9 +22,7 @@ import io
 import logging
 import os
 import pickle
-import queue
 import re
-import shutil
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,6 +31,8 @@ from typing import Any
 import torch
 
 from ..core.errors import UsageError
+from .checkpoint_commit import commit
+from .commit_helper import HELPER, CommitJob
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -45,8 +44,8 @@ __all__ = [
     "find_resumable",
     "list_checkpoints",
     "load_checkpoint",
-    "point_to",
     "serialize",
+    "write_temp",
 ]
 
 log = logging.getLogger("modforge.train")
@@ -66,19 +65,6 @@ class UnsafeCheckpointError(CheckpointError):
     """A checkpoint that holds objects whose unpickling would run code; refused unread."""
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def serialize(payload: Any) -> memoryview:
     """The bytes ``torch.save`` would write, capturing the state at this moment (a view
     of the buffer, not a copy of it)."""
@@ -87,105 +73,86 @@ def serialize(payload: Any) -> memoryview:
     return buffer.getbuffer()
 
 
-def atomic_save(payload: Any, path: str | os.PathLike, *, sync_dir: bool = True) -> Path:
-    """Write ``payload`` (an object, or bytes from :func:`serialize`) to a temporary file,
-    fsync, rename over ``path`` (then fsync the directory, unless the caller does it once
-    for several renames)."""
-    path = Path(path)
+def write_temp(data: bytes | memoryview, path: Path) -> Path:
+    """Write ``data`` to a new temporary file next to ``path`` (one system call into the
+    page cache; not yet durable — :func:`~.checkpoint_commit.commit` does that)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o644)
     try:
-        with open(tmp, "wb") as fh:
-            if isinstance(payload, (bytes, bytearray, memoryview)):
-                fh.write(payload)  # one write: one GIL release, whatever the number of tensors
-            else:
-                torch.save(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    if sync_dir:
-        _fsync_dir(path.parent)
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def atomic_save(payload: Any, path: str | os.PathLike) -> Path:
+    """Write ``payload`` (an object, or bytes from :func:`serialize`) to ``path`` atomically
+    and durably, on this thread: temporary file, fsync, rename, directory fsync."""
+    path = Path(path).absolute()
+    data = payload if isinstance(payload, (bytes, bytearray, memoryview)) else serialize(payload)
+    commit(str(write_temp(data, path)), str(path))
     return path
 
 
-def point_to(target: Path, link: Path, *, sync_dir: bool = True) -> None:
-    """Make ``link`` (e.g. ``last.pt``) a hard link to ``target``, atomically (a copy
-    where hard links are not supported)."""
-    tmp = link.with_name(f".{link.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        tmp.unlink()
-    try:
-        os.link(target, tmp)
-    except OSError:
-        shutil.copyfile(target, tmp)
-    os.replace(tmp, link)
-    if sync_dir:
-        _fsync_dir(link.parent)
-
-
 class CheckpointWriter:
-    """One background thread writing checkpoints in submission order.
+    """Writes checkpoints in submission order without making training wait for the disk.
 
-    Errors in the thread are re-raised on the training thread at the next
-    :meth:`submit` or :meth:`wait`, so a full disk stops training loudly.
+    :meth:`submit` writes the bytes to a temporary file on the calling thread (a memory
+    copy into the page cache) and hands the rest — fsync, renames, links, pruning — to
+    the commit helper process (see :mod:`.checkpoint_commit`); where no helper can run
+    (or with ``asynchronous=False``) it commits on the spot. A failed commit is raised
+    as :class:`CheckpointError` at the next :meth:`submit` or :meth:`wait`, so a full
+    disk stops training loudly.
     """
 
     def __init__(self, asynchronous: bool = True):
         self.asynchronous = asynchronous
-        self._queue: queue.Queue = queue.Queue()
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
+        self.unanswered = 0  # commits handed to the helper and not yet confirmed
+        self._error: str | None = None
 
     def submit(self, data: bytes | memoryview, path: Path, links: Iterable[Path] = (), prune: Iterable[Path] = ()) -> None:
-        """Write ``data`` (from :func:`serialize`) to ``path`` in the background, then point
-        each of ``links`` at it, then delete the files in ``prune``."""
+        """Write ``data`` (from :func:`serialize`) to ``path``, then point each of ``links``
+        at it, then delete the files in ``prune``."""
         self._raise_pending()
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"CheckpointWriter.submit takes serialized bytes (see serialize()), got {type(data).__name__}")
-        job = (data, Path(path), [Path(p) for p in links], [Path(p) for p in prune])
-        if not self.asynchronous:
-            self._run(job)
-            self._raise_pending()
-            return
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._loop, name="modforge-checkpoint-writer", daemon=True)
-            self._thread.start()
-        self._queue.put(job)
-
-    def wait(self) -> None:
-        """Block until every submitted checkpoint is on disk; re-raise a writer error."""
-        if self._thread is not None and self._thread.is_alive():
-            self._queue.join()
+        path = Path(path).absolute()
+        try:
+            tmp = write_temp(data, path)
+        except OSError as exc:
+            raise CheckpointError(f"writing a checkpoint failed: {type(exc).__name__}: {exc}") from exc
+        job = CommitJob(str(tmp), str(path), [str(Path(p).absolute()) for p in links],
+                        [str(Path(p).absolute()) for p in prune])
+        if not (self.asynchronous and HELPER.send(self, job)):
+            self.commit_here(job)
         self._raise_pending()
 
-    def _loop(self) -> None:
-        while True:
-            job = self._queue.get()
-            try:
-                self._run(job)
-            finally:
-                self._queue.task_done()
+    def wait(self) -> None:
+        """Block until every submitted checkpoint is on disk; re-raise a commit error."""
+        HELPER.drain(self)
+        self._raise_pending()
 
-    def _run(self, job: tuple) -> None:
-        data, path, links, prune = job
+    def commit_here(self, job: CommitJob) -> None:
+        """Commit ``job`` on this thread, recording (not raising) a failure."""
         try:
-            atomic_save(data, path, sync_dir=False)
-            for link in links:
-                point_to(path, link, sync_dir=False)
-            for old in prune:
-                if old.exists() and old != path:
-                    old.unlink()
-            _fsync_dir(path.parent)  # one directory sync makes every rename above durable
-        except BaseException as exc:  # noqa: BLE001 - handed to the training thread
-            self._error = exc
+            commit(job.tmp, job.path, job.links, job.prune)
+        except OSError as exc:
+            self.failed(f"{type(exc).__name__}: {exc}")
+
+    def failed(self, error: str) -> None:
+        if self._error is None:
+            self._error = error
 
     def _raise_pending(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
-            raise CheckpointError(f"writing a checkpoint failed: {type(error).__name__}: {error}") from error
+            raise CheckpointError(f"writing a checkpoint failed: {error}")
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

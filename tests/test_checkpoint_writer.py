@@ -1,0 +1,116 @@
+"""The checkpoint writer and its commit helper process: order, links, pruning, errors,
+and recovery when the helper dies."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+import pytest
+import torch
+
+import modforge.train.checkpoint as checkpoint_module
+from modforge.train.checkpoint import (
+    CHECKPOINT_FORMAT,
+    CheckpointError,
+    CheckpointWriter,
+    load_checkpoint,
+    serialize,
+)
+from modforge.train.checkpoint_commit import commit
+from modforge.train.commit_helper import HELPER, CommitHelper
+
+
+def payload(step: int) -> bytes:
+    return serialize({"format": CHECKPOINT_FORMAT, "global_step": step, "model": {"w": torch.full((4,), float(step))}})
+
+
+def step_of(path) -> int:
+    return load_checkpoint(path)["global_step"]
+
+
+@pytest.fixture
+def helper(monkeypatch):
+    """A helper of the test's own, so killing it leaves the process-wide one alone."""
+    own = CommitHelper()
+    monkeypatch.setattr(checkpoint_module, "HELPER", own)
+    yield own
+    own.close()
+
+
+def ckpt(folder, step: int):
+    return folder / f"epoch0000-step{step:07d}.pt"
+
+
+def test_writer_commits_in_order_with_links_and_pruning_through_the_helper(tmp_path, helper):
+    writer, folder = CheckpointWriter(), tmp_path / "c"
+    writer.submit(payload(1), ckpt(folder, 1), [folder / "last.pt"])
+    assert helper.pid is not None  # handed over, not committed on this thread
+    writer.submit(payload(2), ckpt(folder, 2), [folder / "last.pt", folder / "best.pt"], prune=[ckpt(folder, 1)])
+    writer.submit(payload(3), ckpt(folder, 3), [folder / "last.pt"])
+    writer.wait()
+    assert writer.unanswered == 0
+    assert (step_of(folder / "last.pt"), step_of(folder / "best.pt"), step_of(ckpt(folder, 3))) == (3, 2, 3)
+    assert sorted(p.name for p in folder.iterdir()) == ["best.pt", ckpt(folder, 2).name, ckpt(folder, 3).name, "last.pt"]
+    assert os.path.samefile(folder / "last.pt", ckpt(folder, 3))  # a link, not a second copy
+
+
+def test_a_failed_commit_is_raised_at_wait_and_a_bad_folder_at_submit(tmp_path, helper):
+    writer = CheckpointWriter()
+    (tmp_path / "in_the_way").mkdir()
+    (tmp_path / "in_the_way" / "x").write_text("a directory where last.pt should go")
+    writer.submit(payload(1), ckpt(tmp_path, 1), [tmp_path / "in_the_way"])
+    with pytest.raises(CheckpointError, match="writing a checkpoint failed"):
+        writer.wait()
+    writer.wait()  # reported once
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(CheckpointError, match="writing a checkpoint failed.*File exists"):
+        writer.submit(payload(2), blocker / "x.pt")
+
+
+def test_synchronous_writer_commits_before_returning(tmp_path, helper):
+    writer = CheckpointWriter(asynchronous=False)
+    writer.submit(payload(5), ckpt(tmp_path, 5), [tmp_path / "last.pt"])
+    assert step_of(tmp_path / "last.pt") == 5 and helper.pid is None
+
+
+def test_jobs_of_a_helper_that_dies_are_committed_here(tmp_path, helper, caplog):
+    writer = CheckpointWriter()
+    writer.submit(payload(1), ckpt(tmp_path, 1), [tmp_path / "last.pt"])
+    writer.wait()
+    os.kill(helper.pid, signal.SIGSTOP)  # the next jobs reach it but are never run...
+    writer.submit(payload(2), ckpt(tmp_path, 2), [tmp_path / "last.pt"])
+    writer.submit(payload(3), ckpt(tmp_path, 3), [tmp_path / "last.pt"], prune=[ckpt(tmp_path, 1)])
+    assert writer.unanswered == 2
+    os.kill(helper.pid, signal.SIGKILL)  # ...because it dies
+    with caplog.at_level(logging.WARNING, logger="modforge.train"):
+        writer.wait()
+    assert "ended unexpectedly" in caplog.text
+    assert step_of(tmp_path / "last.pt") == 3 and step_of(ckpt(tmp_path, 2)) == 2
+    assert not ckpt(tmp_path, 1).exists() and not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    writer.submit(payload(4), ckpt(tmp_path, 4), [tmp_path / "last.pt"])  # from now on: on this thread
+    assert step_of(tmp_path / "last.pt") == 4 and helper.pid is None
+
+
+def test_commit_replaces_existing_names_and_keeps_them_complete(tmp_path):
+    for step in (1, 2):
+        tmp = tmp_path / f".new{step}"
+        tmp.write_bytes(payload(step))
+        commit(str(tmp), str(tmp_path / "same.pt"), [str(tmp_path / "last.pt")])
+    assert step_of(tmp_path / "same.pt") == 2 and step_of(tmp_path / "last.pt") == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "same.pt"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_does_not_use_its_parents_helper(tmp_path):
+    writer = CheckpointWriter()
+    writer.submit(payload(1), ckpt(tmp_path, 1))
+    writer.wait()
+    assert HELPER.pid is not None
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        os._exit(0 if HELPER.pid is None else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
