@@ -16,6 +16,7 @@ from modforge.train.checkpoint import (
     CheckpointError,
     CheckpointWriter,
     load_checkpoint,
+    remove_abandoned_temps,
     serialize,
 )
 from modforge.train.checkpoint_commit import commit
@@ -114,3 +115,18 @@ def test_a_forked_child_does_not_use_its_parents_helper(tmp_path):
         os._exit(0 if HELPER.pid is None else 1)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.skipif(os.name != "posix", reason="process liveness via signal 0")
+def test_temp_files_of_killed_processes_are_removed_but_not_those_of_live_ones(tmp_path):
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    abandoned = [tmp_path / f".epoch0001-step0000010.pt.tmp-{dead_pid}-7", tmp_path / f".last.pt.link-{dead_pid}"]
+    kept = [tmp_path / f".last.pt.tmp-{os.getpid()}-1", tmp_path / f".last.pt.tmp-{os.getppid()}-1", tmp_path / "last.pt"]
+    for path in abandoned + kept:
+        path.write_bytes(b"x")
+    assert sorted(remove_abandoned_temps(tmp_path)) == sorted(abandoned)
+    assert sorted(tmp_path.iterdir()) == sorted(kept)

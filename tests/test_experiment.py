@@ -163,6 +163,7 @@ def test_sigkill_at_random_moments_then_resume_is_bitwise_identical(write, tmp_p
         proc = _train(["--resume", str(run)], tmp_path)
     assert proc.wait(timeout=300) == 0, proc.stderr.read()
     assert kills >= 2  # the run really was interrupted (and resumed) more than once
+    assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # killed saves cleaned up
     model, metrics = _final(run)
     assert metrics == ref_metrics
     assert all(torch.equal(model[k], ref_model[k]) for k in ref_model)

@@ -137,17 +137,19 @@ class ModularModel(nn.Module):
         return full
 
     def _run_stages(self, batch: dict[str, Any], full: list[Any] | None, need_embedding: bool) -> None:
+        parts, adapters = self.parts, self.adapters if len(self.adapters) else None  # looked up once per call
         last = len(self.stage_info) - 1
         for i, info in enumerate(self.stage_info):
-            part = self.parts[info.name]
             src = batch["input"] if info.prev is None else batch[info.prev]
-            if info.name in self.adapters:
-                src = self.adapters[info.name](src)
+            if adapters is not None and info.name in adapters:
+                src = adapters[info.name](src)
             is_last = i == last
             if is_last and self.has_head:
                 batch["embedding"] = src
             try:
-                out = self._call(part, info, src, batch, full, need_embedding and is_last and not self.has_head)
+                out = self._call(
+                    parts[info.name], info, src, batch, full, need_embedding and is_last and not self.has_head
+                )
             except UsageError:
                 raise
             except Exception as exc:
@@ -156,14 +158,16 @@ class ModularModel(nn.Module):
                     f"stage '{info.name}' ({info.kind} '{info.type}') failed on {shown}: {type(exc).__name__}: {exc}"
                 ) from exc
             batch[info.name] = out
-        batch["logits"] = batch[self.stage_info[-1].name]
-        batch.setdefault("embedding", batch["logits"])
+        batch["logits"] = out
+        batch.setdefault("embedding", out)
         batch["features"] = batch["embedding"]
 
     @staticmethod
     def _call(
         part: nn.Module, info: StageInfo, src: Any, batch: dict[str, Any], full: list[Any] | None, want_embedding: bool
     ) -> Any:
+        if full is None and not want_embedding and not info.dict_io:  # the common case: a tensor in, a tensor out
+            return part(src)
         if info.dict_io:
             result = part(batch)
             if isinstance(result, Mapping) and result is not batch:
@@ -196,10 +200,11 @@ class ModularModel(nn.Module):
         if self._dict_stages:
             for key in [k for k in batch if k not in given and isinstance(k, str) and is_loss_key(k)]:
                 weighted.append(_scalar(batch[key], key))
+        loss_fns = self.loss_fns
         for info in self.loss_info:
             if info.target_key not in batch:
                 continue  # inference: no labels, no configured losses
-            value = _scalar(self.loss_fns[info.key](batch[info.input_key], batch[info.target_key]), info.key)
+            value = _scalar(loss_fns[info.key](batch[info.input_key], batch[info.target_key]), info.key)
             batch[info.key] = value
             weighted.append(value * info.weight if info.weight != 1.0 else value)
         if weighted:

@@ -44,6 +44,7 @@ __all__ = [
     "find_resumable",
     "list_checkpoints",
     "load_checkpoint",
+    "remove_abandoned_temps",
     "serialize",
     "write_temp",
 ]
@@ -51,6 +52,7 @@ __all__ = [
 log = logging.getLogger("modforge.train")
 CHECKPOINT_FORMAT = "modforge.checkpoint/1"
 _NAME = re.compile(r"^epoch(\d+)-step(\d+)\.pt$")
+_TEMP = re.compile(r"^\..+\.(?:tmp|link)-(\d+)")  # write_temp's and the commit's staging names
 
 
 class CheckpointError(UsageError):
@@ -184,6 +186,31 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a modforge checkpoint (expected format {CHECKPOINT_FORMAT!r})")
     return payload
+
+
+def remove_abandoned_temps(directory: Path) -> list[Path]:
+    """Delete the temporary files that processes killed mid-save left in ``directory``
+    (only those whose process is gone: a live one may still be committing its file)."""
+    removed = []
+    if os.name != "posix" or not directory.is_dir():
+        return removed
+    for entry in directory.iterdir():
+        match = _TEMP.match(entry.name)
+        if match is None or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
+            continue
+        entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def list_checkpoints(directory: Path) -> list[Path]:

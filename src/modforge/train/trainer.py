@@ -31,7 +31,13 @@ import torch.nn as nn
 from .._version import __version__
 from ..core.errors import ModforgeError
 from .callbacks.base import Callback
-from .checkpoint import CHECKPOINT_FORMAT, CheckpointWriter, list_checkpoints, serialize
+from .checkpoint import (
+    CHECKPOINT_FORMAT,
+    CheckpointWriter,
+    list_checkpoints,
+    remove_abandoned_temps,
+    serialize,
+)
 from .metrics import Metric
 from .rng import capture_rng, restore_rng
 
@@ -393,6 +399,7 @@ class Trainer:
         links = [directory / "last.pt"] + ([directory / "best.pt"] if best else [])
         if self._saved is None:  # first save in this process: pick up what earlier runs left
             directory.mkdir(parents=True, exist_ok=True)
+            remove_abandoned_temps(directory)
             self._saved = list(reversed(list_checkpoints(directory)))
         self._saved = [p for p in self._saved if p != path] + [path]
         prune, self._saved = self._saved[:-keep_last], self._saved[-keep_last:]

@@ -42,6 +42,6 @@ class MLP(Backbone):
         self.out_dim = hidden_dims[-1] if hidden_dims else in_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.children():
+        for block in self._modules.values():  # the blocks in order (as nn.Sequential iterates)
             x = block(x)
         return x

@@ -45,9 +45,9 @@ class EarlyStopping(Callback):
         self.bad_evaluations += 1
         if self.bad_evaluations >= max(self.patience, 1):
             self.stopped_epoch = row["epoch"]
+            best = "none yet" if self.best is None else f"{self.best:.6g}"
             trainer.request_stop(
-                f"early stopping: {self.monitor} did not improve for {self.bad_evaluations} "
-                f"evaluation(s) (best {self.best})"
+                f"early stopping: {self.monitor} did not improve for {self.bad_evaluations} evaluation(s) (best {best})"
             )
 
     def state_dict(self) -> dict[str, Any]:
