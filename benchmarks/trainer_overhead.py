@@ -9,7 +9,7 @@ Method: paired runs. Each run is a fresh process that first trains the hand-writ
 and the contender for one untimed epoch each (one-off costs — lazy imports, which this
 environment compiles from source every time, the allocator's first requests — are not
 billed), then times 10 epochs of freshly built models in the order loop, contender,
-contender, loop. Its ratio is contender time / loop time within that process, so what
+contender, loop, twice. Its ratio is contender time / loop time within that process, so what
 differs between processes (memory layout, which CPU it lands on, a noisy neighbour on
 the host) cancels out; the figure is the median of those ratios over the runs. Model and
 data construction are excluded from the timings.
@@ -148,7 +148,7 @@ def run_lightning(epochs: int = EPOCHS) -> float:
 
 def _child(contender: str) -> None:
     """One process: warm up, then time the hand-written loop and ``contender`` in the order
-    loop, contender, contender, loop (so drift within the process cancels out)."""
+    loop, contender, contender, loop, twice (so drift within the process cancels out)."""
     import torch
 
     torch.set_num_threads(1)
@@ -164,7 +164,7 @@ def _child(contender: str) -> None:
         run("loop", 1)
         run(contender, 1)
         times = {"loop": [], contender: []}
-        for mode in ("loop", contender, contender, "loop"):
+        for mode in ("loop", contender, contender, "loop") * 2:
             times[mode].append(run(mode))
     finally:
         for d in dirs:
