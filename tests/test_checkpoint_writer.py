@@ -57,6 +57,18 @@ def test_writer_commits_in_order_with_links_and_pruning_through_the_helper(tmp_p
     assert os.path.samefile(folder / "last.pt", ckpt(folder, 3))  # a link, not a second copy
 
 
+def test_the_same_path_saved_twice_in_a_row_gets_both_versions_in_order(tmp_path, helper):
+    writer = CheckpointWriter()
+    os.kill(helper.ensure(), signal.SIGSTOP)  # both jobs wait in the pipe, their temp files side by side
+    try:
+        writer.submit(payload(1), ckpt(tmp_path, 1), [tmp_path / "last.pt"])
+        writer.submit(payload(2), ckpt(tmp_path, 1), [tmp_path / "last.pt", tmp_path / "best.pt"])
+    finally:
+        os.kill(helper.pid, signal.SIGCONT)
+    writer.wait()
+    assert [step_of(tmp_path / n) for n in (ckpt(tmp_path, 1).name, "last.pt", "best.pt")] == [2, 2, 2]
+
+
 def test_a_failed_commit_is_raised_at_wait_and_a_bad_folder_at_submit(tmp_path, helper):
     writer = CheckpointWriter()
     (tmp_path / "in_the_way").mkdir()
@@ -104,6 +116,42 @@ def test_commit_replaces_existing_names_and_keeps_them_complete(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "same.pt"]
 
 
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs a second file system")
+def test_a_link_on_another_file_system_is_a_synced_copy(tmp_path):
+    import tempfile
+
+    if os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("/dev/shm is on the same file system here")
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as other:
+        for step in (1, 2):
+            tmp = tmp_path / f".new{step}"
+            tmp.write_bytes(payload(step))
+            commit(str(tmp), str(ckpt(tmp_path, step)), [os.path.join(other, "best.pt"), os.path.join(other, "last.pt")])
+        assert step_of(os.path.join(other, "last.pt")) == 2 and step_of(os.path.join(other, "best.pt")) == 2
+        assert sorted(os.listdir(other)) == ["best.pt", "last.pt"] and len(list(tmp_path.iterdir())) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_jobs_are_pending_saves_and_waits_on_its_own(tmp_path, helper):
+    writer = CheckpointWriter()
+    os.kill(helper.ensure(), signal.SIGSTOP)
+    try:
+        writer.submit(payload(1), ckpt(tmp_path, 1), [tmp_path / "last.pt"])  # pending in the parent
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the child
+            signal.alarm(30)  # a hang fails the test instead of blocking it
+            helper._after_fork()  # what os.register_at_fork runs for the process-wide helper
+            writer.submit(payload(7), tmp_path / "child" / "x.pt")
+            writer.wait()
+            os._exit(0 if step_of(tmp_path / "child" / "x.pt") == 7 and writer.unanswered == 0 else 1)
+        _, status = os.waitpid(child, 0)
+    finally:
+        os.kill(helper.pid, signal.SIGCONT)
+    assert os.waitstatus_to_exitcode(status) == 0
+    writer.wait()
+    assert step_of(tmp_path / "last.pt") == 1
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_does_not_use_its_parents_helper(tmp_path):
     writer = CheckpointWriter()
@@ -124,8 +172,17 @@ def test_temp_files_of_killed_processes_are_removed_but_not_those_of_live_ones(t
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(gone.stdout)
-    abandoned = [tmp_path / f".epoch0001-step0000010.pt.tmp-{dead_pid}-7", tmp_path / f".last.pt.link-{dead_pid}"]
-    kept = [tmp_path / f".last.pt.tmp-{os.getpid()}-1", tmp_path / f".last.pt.tmp-{os.getppid()}-1", tmp_path / "last.pt"]
+    abandoned = [
+        tmp_path / f".epoch0001-step0000010.pt.tmp-{dead_pid}-7",
+        tmp_path / f".epoch0001-step0000010.pt.tmp-{dead_pid}+{dead_pid}-8",
+        tmp_path / f".last.pt.link-{dead_pid}",
+    ]
+    kept = [
+        tmp_path / f".last.pt.tmp-{os.getpid()}-1",
+        tmp_path / f".last.pt.tmp-{os.getppid()}-1",
+        tmp_path / f".last.pt.tmp-{dead_pid}+{os.getppid()}-2",  # its trainer died, its helper still commits
+        tmp_path / "last.pt",
+    ]
     for path in abandoned + kept:
         path.write_bytes(b"x")
     assert sorted(remove_abandoned_temps(tmp_path)) == sorted(abandoned)

@@ -19,11 +19,11 @@ then falls back to the newest older checkpoint that loads, with a warning.
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import os
 import pickle
 import re
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,9 @@ __all__ = [
 log = logging.getLogger("modforge.train")
 CHECKPOINT_FORMAT = "modforge.checkpoint/1"
 _NAME = re.compile(r"^epoch(\d+)-step(\d+)\.pt$")
-_TEMP = re.compile(r"^\..+\.(?:tmp|link)-(\d+)")  # write_temp's and the commit's staging names
+# write_temp's names (".NAME.tmp-PID[+PID...]-N") and the commit's staging names (".NAME.link-PID")
+_TEMP = re.compile(r"^\..+\.(?:tmp|link)-(\d+(?:\+\d+)*)(?:-\d+)?$")
+_TEMP_NUMBERS = itertools.count()
 
 
 class CheckpointError(UsageError):
@@ -75,12 +77,24 @@ def serialize(payload: Any) -> memoryview:
     return buffer.getbuffer()
 
 
-def write_temp(data: bytes | memoryview, path: Path) -> Path:
+def write_temp(data: bytes | memoryview, path: Path, owners: Iterable[int] = ()) -> Path:
     """Write ``data`` to a new temporary file next to ``path`` (one system call into the
-    page cache; not yet durable — :func:`~.checkpoint_commit.commit` does that)."""
+    page cache; not yet durable — :func:`~.checkpoint_commit.commit` does that).
+
+    The name is unique and carries the ids of the processes that may still commit it
+    (this one and ``owners``), so :func:`remove_abandoned_temps` never removes a file that
+    a live process is about to publish.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o644)
+    pids = "+".join(str(pid) for pid in (os.getpid(), *owners))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = path.with_name(f".{path.name}.tmp-{pids}-{next(_TEMP_NUMBERS)}")
+        try:
+            fd = os.open(tmp, flags, 0o644)
+            break
+        except FileExistsError:  # left by an earlier process with the same id
+            continue
     try:
         view = memoryview(data).cast("B")
         while view:
@@ -115,8 +129,12 @@ class CheckpointWriter:
 
     def __init__(self, asynchronous: bool = True):
         self.asynchronous = asynchronous
-        self.unanswered = 0  # commits handed to the helper and not yet confirmed
         self._error: str | None = None
+
+    @property
+    def unanswered(self) -> int:
+        """Checkpoints handed to the helper and not yet confirmed."""
+        return HELPER.unanswered(self)
 
     def submit(self, data: bytes | memoryview, path: Path, links: Iterable[Path] = (), prune: Iterable[Path] = ()) -> None:
         """Write ``data`` (from :func:`serialize`) to ``path``, then point each of ``links``
@@ -125,13 +143,14 @@ class CheckpointWriter:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"CheckpointWriter.submit takes serialized bytes (see serialize()), got {type(data).__name__}")
         path = Path(path).absolute()
+        helper = HELPER.ensure() if self.asynchronous else None
         try:
-            tmp = write_temp(data, path)
+            tmp = write_temp(data, path, owners=() if helper is None else (helper,))
         except OSError as exc:
             raise CheckpointError(f"writing a checkpoint failed: {type(exc).__name__}: {exc}") from exc
         job = CommitJob(str(tmp), str(path), [str(Path(p).absolute()) for p in links],
                         [str(Path(p).absolute()) for p in prune])
-        if not (self.asynchronous and HELPER.send(self, job)):
+        if helper is None or not HELPER.send(self, job):
             self.commit_here(job)
         self._raise_pending()
 
@@ -196,7 +215,10 @@ def remove_abandoned_temps(directory: Path) -> list[Path]:
         return removed
     for entry in directory.iterdir():
         match = _TEMP.match(entry.name)
-        if match is None or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
+        if match is None:
+            continue
+        pids = [int(pid) for pid in match.group(1).split("+")]
+        if os.getpid() in pids or any(_alive(pid) for pid in pids):
             continue
         entry.unlink(missing_ok=True)
         removed.append(entry)

@@ -12,13 +12,14 @@ separate process never touches the training process's GIL.
 
 Helper protocol, one JSON object per line: requests ``{"id", "tmp", "path", "links",
 "prune"}`` on stdin, answers ``{"id", "error"}`` (``error`` is ``null`` or a message) on
-stdout, in request order. The helper ignores Ctrl-C (the whole terminal process group
-gets it; the training process decides what to do) and ends at end of input, after
+stdout, in request order. The helper runs in its own process group and ignores Ctrl-C
+(the training process decides what an interrupt means), and ends at end of input, after
 committing everything it was sent — also when the training process was killed.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ import sys
 from collections.abc import Iterable
 from typing import BinaryIO
 
-__all__ = ["commit", "fsync_dir", "serve"]
+__all__ = ["commit", "finish", "fsync_dir", "serve", "write_all"]
 
 
 def fsync_dir(directory: str) -> None:
@@ -54,21 +55,24 @@ def _fsync_file(path: str) -> None:
 
 def _place(source: str, target: str) -> None:
     """Make ``target`` another name of ``source`` (a hard link; a synced copy where the file
-    system has none), replacing an existing ``target`` atomically."""
+    system has none or ``target`` is on another one), replacing an existing ``target``
+    atomically."""
     try:
         os.link(source, target)
         return
-    except FileExistsError:
+    except OSError:  # it exists (link under a staging name, rename over it), or no link is possible
         pass
-    except OSError:  # no hard links here: copy
-        staged = _staged_name(target)
-        shutil.copyfile(source, staged)
-        _fsync_file(staged)
-        os.replace(staged, target)
-        return
     staged = _staged_name(target)
-    os.link(source, staged)
-    os.replace(staged, target)
+    try:
+        try:
+            os.link(source, staged)
+        except OSError:  # no hard links here, or another file system: a synced copy
+            shutil.copyfile(source, staged)
+            _fsync_file(staged)
+        os.replace(staged, target)
+    finally:
+        if os.path.lexists(staged):
+            os.unlink(staged)
 
 
 def _staged_name(target: str) -> str:
@@ -81,7 +85,7 @@ def _staged_name(target: str) -> str:
 
 def commit(tmp: str, path: str, links: Iterable[str] = (), prune: Iterable[str] = ()) -> None:
     """Durably publish the complete file ``tmp`` as ``path`` and as each of ``links``, then
-    delete the files in ``prune`` (never ``path`` itself).
+    delete the files in ``prune`` (never one of those names).
 
     Each name switches atomically from its old file to the new one: a process killed at
     any moment leaves every name pointing to a complete checkpoint.
@@ -91,11 +95,24 @@ def commit(tmp: str, path: str, links: Iterable[str] = (), prune: Iterable[str] 
         _fsync_file(tmp)
         for target in targets[:-1]:
             _place(tmp, target)
-        os.replace(tmp, targets[-1])  # the temporary name itself becomes the last target
+        try:
+            os.replace(tmp, targets[-1])  # the temporary name itself becomes the last name
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            _place(tmp, targets[-1])  # a link on another file system: a synced copy
+            os.unlink(tmp)
     except BaseException:
         if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
+    finish(targets, prune)
+
+
+def finish(targets: Iterable[str], prune: Iterable[str]) -> None:
+    """The last step of :func:`commit`: delete ``prune`` (but none of ``targets``), then make
+    the renames durable."""
+    targets = list(targets)
     for old in prune:
         if old not in targets:
             try:
@@ -106,8 +123,9 @@ def commit(tmp: str, path: str, links: Iterable[str] = (), prune: Iterable[str] 
         fsync_dir(directory)
 
 
-def serve(requests: BinaryIO, answers: BinaryIO) -> None:
-    """The helper's loop: commit each request, answer each in order, until end of input."""
+def serve(requests: BinaryIO, answers: int) -> None:
+    """The helper's loop: commit each request, answer each in order on file descriptor
+    ``answers``, until end of input."""
     answering = True
     for line in requests:
         job = json.loads(line)
@@ -118,12 +136,18 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
             error = f"{type(exc).__name__}: {exc}"
         if answering:
             try:
-                answers.write(json.dumps({"id": job["id"], "error": error}).encode() + b"\n")
-                answers.flush()
+                write_all(answers, json.dumps({"id": job["id"], "error": error}).encode() + b"\n")
             except BrokenPipeError:  # the training process is gone: still commit what it sent
                 answering = False
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    serve(sys.stdin.buffer, sys.stdout.fileno())

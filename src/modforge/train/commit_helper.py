@@ -7,7 +7,7 @@ Answers are read without blocking at the next hand-over, and blocking only in
 :meth:`CommitHelper.drain` (end of training). If the helper ends unexpectedly, every job
 it had not confirmed is committed on the training thread — nothing written is lost — and
 the process commits its own checkpoints from then on. Where no helper can be started
-(no ``posix_spawn``, no interpreter path), :meth:`CommitHelper.send` says so and the
+(no ``posix_spawn``, no interpreter path), :meth:`CommitHelper.ensure` says so and the
 writer commits on its own thread.
 """
 
@@ -22,6 +22,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .checkpoint_commit import finish, write_all
 
 if TYPE_CHECKING:  # pragma: no cover
     from .checkpoint import CheckpointWriter
@@ -49,7 +51,8 @@ class CommitHelper:
         self._lock = threading.Lock()
         self._usable = hasattr(os, "posix_spawn") and bool(sys.executable)
         self._pid: int | None = None
-        self._requests = self._answers = -1
+        self._requests = self._answers = -1  # our ends of the two pipes
+        self._spawn_ends: tuple[int, ...] = ()  # the helper's ends, until it has them
         self._jobs: dict[int, tuple[CheckpointWriter, CommitJob]] = {}  # sent, not yet answered (in order)
         self._next_id = 0
         self._partial = b""
@@ -59,29 +62,38 @@ class CommitHelper:
         """The helper's process id while it runs."""
         return self._pid
 
-    def send(self, writer: CheckpointWriter, job: CommitJob) -> bool:
-        """Hand ``job`` to the helper; False when there is none (commit it yourself)."""
+    def ensure(self) -> int | None:
+        """The helper's process id, starting it if needed; None where there can be none."""
         with self._lock:
-            if self._pid is None and not (self._usable and self._start()):
-                return False
-            self._collect(block=False)
-            if self._pid is None:  # it ended while we read
+            if self._pid is None and self._usable:
+                self._start()
+            return self._pid
+
+    def send(self, writer: CheckpointWriter, job: CommitJob) -> bool:
+        """Hand ``job`` to the helper; False when it cannot take it (commit it yourself)."""
+        with self._lock:
+            if self._pid is not None:
+                self._collect(block=False)
+            if self._pid is None:  # not started, or it ended while we read
                 return False
             job_id, self._next_id = self._next_id, self._next_id + 1
             line = json.dumps({"id": job_id, **dataclasses.asdict(job)}).encode() + b"\n"
             try:
-                _write_all(self._requests, line)
+                write_all(self._requests, line)
             except OSError:
                 self._lost("its input pipe broke")
                 return False
             self._jobs[job_id] = (writer, job)
-            writer.unanswered += 1
             return True
+
+    def unanswered(self, writer: CheckpointWriter) -> int:
+        """How many jobs of ``writer`` the helper has not confirmed yet."""
+        return sum(1 for owner, _ in self._jobs.values() if owner is writer)
 
     def drain(self, writer: CheckpointWriter) -> None:
         """Wait until the helper has answered every job of ``writer``."""
         with self._lock:
-            while writer.unanswered and self._pid is not None:
+            while self._pid is not None and self.unanswered(writer):
                 self._collect(block=True)
 
     def close(self) -> None:
@@ -90,32 +102,35 @@ class CommitHelper:
             if self._pid is None:
                 return
             os.close(self._requests)
-            os.set_blocking(self._answers, True)
+            self._requests = -1
             while self._pid is not None:
                 self._collect(block=True)  # until end of output: then it has finished
 
     # ----------------------------------------------------------------- internals
-    def _start(self) -> bool:
-        request_read, request_write = os.pipe()
-        answer_read, answer_write = os.pipe()
+    def _start(self) -> None:
+        # every descriptor is on self at once: a fork from another thread meanwhile can close them
+        request_read, self._requests = os.pipe()
+        self._answers, answer_write = os.pipe()
+        self._spawn_ends = (request_read, answer_write)
+        args = [sys.executable, "-I", "-S", *(["-X", "utf8"] if sys.flags.utf8_mode else []), WORKER]
         try:
             pid = os.posix_spawn(
                 sys.executable,
-                [sys.executable, "-I", "-S", WORKER],
+                args,
                 os.environ,
                 file_actions=[(os.POSIX_SPAWN_DUP2, request_read, 0), (os.POSIX_SPAWN_DUP2, answer_write, 1)],
+                setpgroup=0,  # its own process group: a Ctrl-C meant for training does not reach it
             )
         except OSError as exc:
-            for fd in (request_read, request_write, answer_read, answer_write):
-                os.close(fd)
+            self._close_fds()
             self._usable = False
             log.debug("no checkpoint commit helper (%s); checkpoints are committed on the training thread", exc)
-            return False
-        os.close(request_read)
-        os.close(answer_write)
-        os.set_blocking(answer_read, False)
-        self._pid, self._requests, self._answers = pid, request_write, answer_read
-        return True
+            return
+        for fd in self._spawn_ends:
+            os.close(fd)
+        self._spawn_ends = ()
+        os.set_blocking(self._answers, False)
+        self._pid = pid
 
     def _collect(self, block: bool) -> None:
         """Read the answers available (with ``block``: wait for at least one read)."""
@@ -128,20 +143,20 @@ class CommitHelper:
             if not chunk:
                 self._ended()
                 return
-            *lines, self._partial = (self._partial + chunk).split(b"\n")
-            for line in lines:
-                answer = json.loads(line)
-                writer, _ = self._jobs.pop(answer["id"])
-                writer.unanswered -= 1
-                if answer["error"]:
-                    writer.failed(answer["error"])
+            self._partial += chunk
+            while (newline := self._partial.find(b"\n")) >= 0:
+                answer = json.loads(self._partial[:newline])
+                entry = self._jobs.pop(answer["id"], None)  # before consuming the line: an interrupt
+                self._partial = self._partial[newline + 1 :]  # in between leaves a line read twice, not lost
+                if entry is not None and answer["error"]:
+                    entry[0].failed(answer["error"])
             if block:
                 return
 
     def _ended(self) -> None:
         """End of the helper's output: reap it; unexpected unless :meth:`close` asked."""
         pid, self._pid = self._pid, None
-        os.close(self._answers)
+        self._close_fds()
         try:
             _, status = os.waitpid(pid, 0)
             code = os.waitstatus_to_exitcode(status)
@@ -152,42 +167,45 @@ class CommitHelper:
 
     def _lost(self, why: str) -> None:
         """The helper cannot take more work: let it finish what it has, then recover the rest."""
-        try:
-            os.close(self._requests)
-        except OSError:
-            pass
-        os.set_blocking(self._answers, True)
+        os.close(self._requests)
+        self._requests = -1
         while self._pid is not None:
             self._collect(block=True)
-        if self._usable:  # _ended found nothing to recover
+        if self._usable:  # _ended had nothing to recover
             self._recover(f"the checkpoint commit helper stopped ({why})")
 
     def _recover(self, why: str) -> None:
-        """Commit every unanswered job here (one the helper finished unanswered is left alone)."""
+        """Finish every unanswered job here, and commit here from now on."""
         self._usable = False
         log.warning("%s; committing checkpoints on the training thread from now on", why)
         jobs, self._jobs = list(self._jobs.values()), {}
         for writer, job in jobs:
-            writer.unanswered -= 1
-            if os.path.exists(job.tmp) or not os.path.exists(job.path):
+            if os.path.exists(job.tmp):
                 writer.commit_here(job)
+            elif os.path.exists(job.path):  # committed, not yet answered: only the last step may be missing
+                try:
+                    finish([job.path, *job.links], job.prune)
+                except OSError as exc:
+                    writer.failed(f"{type(exc).__name__}: {exc}")
+            else:
+                writer.failed(f"{job.path} was lost when the commit helper ended")
 
-    def _after_fork(self) -> None:
-        """In a forked child: the helper belongs to the parent; forget it (the child starts its own)."""
-        self._lock = threading.Lock()
-        if self._pid is not None:
-            for fd in (self._requests, self._answers):
+    def _close_fds(self) -> None:
+        for fd in (self._requests, self._answers, *self._spawn_ends):
+            if fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
+        self._requests = self._answers = -1
+        self._spawn_ends = ()
+
+    def _after_fork(self) -> None:
+        """In a forked child: the helper and its jobs belong to the parent; forget them (the
+        child starts its own helper when it saves)."""
+        self._lock = threading.Lock()
+        self._close_fds()
         self._pid, self._jobs, self._partial = None, {}, b""
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 HELPER = CommitHelper()
