@@ -19,6 +19,7 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "callback": ("modforge.train.callbacks",),
     "optimizer": ("modforge.train.optimizers",),
     "scheduler": ("modforge.train.schedulers", "modforge.train.warmup"),
+    "engine": ("modforge.engines.eager", "modforge.engines.torchscript", "modforge.engines.compile", "modforge.engines.onnx"),
 }
 
 

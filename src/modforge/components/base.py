@@ -37,6 +37,8 @@ class Part(nn.Module):
     produces: Layout | None = None
     out_dim_rule: ClassVar[str] = ""
     out_dim: Any = None
+    # builder metadata, not model state: TorchScript leaves them out of scripted parts
+    __jit_ignored_attributes__: ClassVar[list[str]] = ["accepts", "produces", "out_dim_rule", "out_dim"]
 
 
 class Frontend(Part):

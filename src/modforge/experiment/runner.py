@@ -18,6 +18,7 @@ from ..core.errors import ConfigError
 from ..core.registries import CALLBACKS, DATASETS, METRICS
 from ..data.base import DataSplits
 from ..data.loader import LoaderSettings, make_loader
+from ..engines import build_engine
 from ..model import build_model
 from ..train.checkpoint import find_resumable, load_checkpoint
 from ..train.metrics import Metric
@@ -177,6 +178,7 @@ class Experiment:
             config=self.cfg.to_dict(),
             name=self.cfg.name,
             async_checkpoints=settings.async_checkpoints,
+            engine=build_engine(settings.engine, origin_of=self.cfg.where),
         )
 
     def loaders(self):

@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 
 from ..core.arguments import signature_of
 from ..core.config import Config
-from ..core.registries import CALLBACKS, DATASETS, METRICS, OPTIMIZERS, SCHEDULERS
+from ..core.registries import CALLBACKS, DATASETS, ENGINES, METRICS, OPTIMIZERS, SCHEDULERS
 from ..data.loader import LoaderSettings
 
 __all__ = ["LOADER_KEYS", "TrainSettings", "validate_data_section", "validate_train_section"]
@@ -40,7 +40,8 @@ class TrainSettings:
         log_every: steps between reads of the loss on the host (progress, NaN checks).
         nan_guard: stop at the first non-finite loss.
         progress: 'auto' (a bar on a terminal), 'always' or 'never'.
-        engine: how the model is executed.
+        engine: how the model is executed: eager, torchscript or compile (an engine spec;
+            onnx runs inference only — export to it after training).
         async_checkpoints: write checkpoints on a background thread.
     """
 
@@ -62,7 +63,7 @@ class TrainSettings:
         log_every: int = 50,
         nan_guard: bool = True,
         progress: Literal["auto", "always", "never"] = "auto",
-        engine: Literal["eager"] = "eager",
+        engine: Any = "eager",
         async_checkpoints: bool = True,
     ):
         self.max_epochs, self.max_steps = max_epochs, max_steps
@@ -118,6 +119,19 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
             CALLBACKS.validate(c, path=f"train.callbacks.{i}", **common)
             for i, c in enumerate(_spec_list(values["callbacks"]))
         ]
+    if values.get("engine") is not None:
+        values["engine"] = ENGINES.validate(values["engine"], path="train.engine", **common)
+        engine_class = ENGINES.get(values["engine"]["type"])
+        capabilities = getattr(engine_class, "capabilities", None)
+        if capabilities is not None and not capabilities.can_train:
+            from ..core.errors import ConfigValueError
+
+            raise ConfigValueError(
+                f"engine '{values['engine']['type']}' runs inference only and cannot train; train with eager, "
+                f"torchscript or compile, then `modforge export RUN --engine {values['engine']['type']}`",
+                path="train.engine",
+                source=where("train.engine"),
+            )
     if values.get("checkpoint") is not None:
         spec = CALLBACKS.validate(
             {"type": "checkpoint", "args": values["checkpoint"]}, path="train.checkpoint", **common

@@ -16,8 +16,9 @@ stage adds is summed into ``loss`` together with the configured ``losses:``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -103,6 +104,24 @@ class ModularModel(nn.Module):
     def backbone(self) -> nn.Module:
         """The first stage of kind backbone."""
         return self.parts[next(i.name for i in self.stage_info if i.kind == "backbone")]
+
+    def with_parts(self, replacements: Mapping[str, nn.Module], *, plain: Iterable[str] = ()) -> ModularModel:
+        """A view of this model in which ``replacements`` (stage name → module, e.g. an
+        engine's compiled parts) stand in for the stage parts; every other module, every
+        parameter and buffer is shared. Stages named in ``plain`` are only ever called as
+        ``part(x)`` (a traced part takes no ``returnt`` and has no ``forward_intermediates``)."""
+        unknown = set(replacements) - set(self.parts)
+        if unknown:
+            raise UsageError(f"no stage named {', '.join(sorted(unknown))} (stages: {', '.join(self.parts)})")
+        view = copy.copy(self)
+        view._modules = dict(self._modules)  # its own module table; the modules in it are shared
+        view.parts = nn.ModuleDict({name: replacements.get(name, part) for name, part in self.parts.items()})
+        plain = set(plain)
+        view.stage_info = [
+            dataclasses.replace(info, takes_returnt=False, has_intermediates=False) if info.name in plain else info
+            for info in self.stage_info
+        ]
+        return view
 
     def get_params(self) -> torch.Tensor:
         """Every parameter of the model as one flat vector."""

@@ -13,7 +13,12 @@ that never stopped.
 
 Hot loop. The loss is accumulated on the device; the host reads it only every
 ``log_every`` steps and at epoch ends. Checkpoints are serialized on the spot and
-written to disk by a background thread.
+committed to disk by the commit helper process.
+
+Engines. Forward passes go through ``self.runnable``, which the engine prepares from the
+model at the start of :meth:`fit` (eager: the model itself; TorchScript, torch.compile:
+compiled modules sharing the model's parameters). Optimizer steps, gradient clipping and
+checkpoints work on the model itself.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import torch.nn as nn
 
 from .._version import __version__
 from ..core.errors import ModforgeError
+from ..engines import Engine
+from ..engines.eager import Eager
 from .callbacks.base import Callback
 from .checkpoint import (
     CHECKPOINT_FORMAT,
@@ -73,7 +80,9 @@ class Trainer:
         run_dir: the run folder (checkpoints go to ``run_dir/checkpoints``).
         config: the resolved config, stored in every checkpoint.
         name: the run's name (the config's), stored in every checkpoint.
-        async_checkpoints: write checkpoints on a background thread.
+        async_checkpoints: commit checkpoints in the background (the commit helper process).
+        engine: how the model is executed (:mod:`modforge.engines`; default eager). The
+            trainer calls only the engine's runnable, which shares the model's parameters.
     """
 
     def __init__(
@@ -98,6 +107,7 @@ class Trainer:
         config: dict[str, Any] | None = None,
         name: str = "run",
         async_checkpoints: bool = True,
+        engine: Engine | None = None,
     ):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -124,6 +134,9 @@ class Trainer:
         self.config = config or {}
         self.name = name
         self.writer = CheckpointWriter(asynchronous=async_checkpoints)
+        self.engine = engine if engine is not None else Eager()
+        self.engine.refuse_training()  # before any work starts
+        self.runnable: Any = self.model  # what forward passes call; fit() asks the engine for it
         self.scaler = torch.amp.GradScaler(self.device.type) if precision == "16" else None
         self._autocast_dtype = {"bf16": torch.bfloat16, "16": torch.float16}.get(precision)
         self._move = self.device.type != "cpu"
@@ -160,7 +173,7 @@ class Trainer:
 
     def training_step(self, batch: dict[str, Any]) -> torch.Tensor:
         """Forward and loss for one batch (the closure algorithms override)."""
-        out = self.model(batch)
+        out = self.runnable(batch)
         if "loss" not in out:
             raise ModforgeError(
                 "the model returned no 'loss' for a training batch: configure model.losses "
@@ -203,6 +216,7 @@ class Trainer:
         self.steps_per_epoch = len(train_loader)
         if resume is not None:
             self.load_state(resume, generator)
+        self.runnable = self.prepare_runnable(train_loader, generator)
         started = time.perf_counter()
         try:
             for cb in self.callbacks:
@@ -215,6 +229,27 @@ class Trainer:
             self.writer.wait()
         self.extra_results["train_seconds"] = time.perf_counter() - started
         return self.history
+
+    def prepare_runnable(self, loader: Any, generator: torch.Generator | None = None) -> Any:
+        """The engine's runnable for training; the example batch an engine may need is the
+        loader's first, drawn without changing the data order (the generator is restored)."""
+        example = None
+        if self.engine.capabilities.needs_example_input:
+            state = generator.get_state() if generator is not None else None
+            try:
+                example = self.prepare_batch(next(iter(loader)))
+            except StopIteration:
+                raise ModforgeError("the training data is empty: no batch to prepare the engine with") from None
+            finally:
+                if state is not None:
+                    generator.set_state(state)
+        return self.engine.prepare(self.model, example, train=True)
+
+    def train_mode(self, training: bool) -> None:
+        """Train or eval mode for the model and, when it is a separate module, the runnable."""
+        self.model.train(training)
+        if self.runnable is not self.model and isinstance(self.runnable, nn.Module):
+            self.runnable.train(training)
 
     def _steps_done(self) -> bool:
         return self.max_steps is not None and self.global_step >= self.max_steps
@@ -232,7 +267,7 @@ class Trainer:
         self.epoch_finished = False
         for cb in self.callbacks:
             cb.on_epoch_start(self)
-        self.model.train()
+        self.train_mode(True)
         self._train_batches(loader)
         self.epoch_finished = True
         row: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.global_step, "train_loss": self._mean_loss()}
@@ -306,17 +341,17 @@ class Trainer:
         """One pass of ``loader`` in eval mode; ``{prefix_metric: value}`` for scalar metrics
         (non-scalar ones, like a confusion matrix, go to :attr:`extra_results`)."""
         was_training = self.model.training
-        self.model.eval()
+        self.train_mode(False)
         for metric in self.metrics.values():
             metric.reset()
         try:
             for batch in loader:
                 with self._autocast():
-                    out = self.model(self.prepare_batch(batch))
+                    out = self.runnable(self.prepare_batch(batch))
                 for metric in self.metrics.values():
                     metric.update(out)
         finally:
-            self.model.train(was_training)
+            self.train_mode(was_training)
         row = {}
         for name, metric in self.metrics.items():
             value = metric.compute()
@@ -329,11 +364,11 @@ class Trainer:
     @torch.no_grad()
     def predict(self, loader) -> torch.Tensor:
         """Logits for every batch of ``loader``, concatenated (eval mode)."""
-        self.model.eval()
+        self.train_mode(False)
         outputs = []
         for batch in loader:
             with self._autocast():
-                outputs.append(self.model(self.prepare_batch(batch))["logits"].float().cpu())
+                outputs.append(self.runnable(self.prepare_batch(batch))["logits"].float().cpu())
         return torch.cat(outputs) if outputs else torch.empty(0)
 
     # -------------------------------------------------------------- controls

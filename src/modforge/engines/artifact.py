@@ -1,0 +1,112 @@
+"""Self-describing artifacts: what every saved runnable carries besides its weights.
+
+The metadata is one JSON-able dict::
+
+    {"format": "modforge.artifact/1", "engine": "onnx",
+     "model": {...model section...}, "build": {"in_dim": 64, "num_classes": 10},
+     "input": {"layout": "vector", "shape": [64], "dtype": "float32", "normalisation": {...}},
+     "class_names": ["0", ..., "9"], "versions": {"modforge": ..., "torch": ...},
+     "config": {...the resolved run config...}}
+
+``input.shape`` is one sample's shape (the batch axis, and the time axis of audio, are
+free); ``normalisation`` says what was done to raw inputs before training (the predictor
+repeats it). Torch-based engines keep it inside their file; ONNX keeps it in the model's
+``metadata_props``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .base import EngineError
+
+__all__ = ["ARTIFACT_FORMAT", "make_metadata", "read_torch_artifact", "rebuild_model", "write_atomically",
+           "write_torch_artifact"]
+
+ARTIFACT_FORMAT = "modforge.artifact/1"
+
+
+def make_metadata(
+    *,
+    engine: str,
+    model: dict[str, Any],
+    build: dict[str, Any],
+    input_shape: list[int],
+    input_layout: str,
+    class_names: list[str] | None = None,
+    normalisation: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
+    input_dtype: str = "float32",
+) -> dict[str, Any]:
+    """The metadata dict (see the module docstring)."""
+    from .._version import __version__
+
+    try:
+        import torch
+
+        torch_version = str(torch.__version__)
+    except ImportError:  # pragma: no cover - the exporters always have torch
+        torch_version = None
+    return {
+        "format": ARTIFACT_FORMAT,
+        "engine": engine,
+        "model": model,
+        "build": build,
+        "input": {"layout": input_layout, "shape": list(input_shape), "dtype": input_dtype,
+                  "normalisation": normalisation or {}},
+        "class_names": class_names,
+        "versions": {"modforge": __version__, "torch": torch_version},
+        "config": config or {},
+    }
+
+
+def write_atomically(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
+    """Call ``write(temporary_path)``, then rename the result over ``path`` (never a torn file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(str(tmp))
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def write_torch_artifact(payload: Any, path: str | os.PathLike, metadata: dict[str, Any]) -> Path:
+    """``torch.save`` of ``{"format", "metadata", "payload"}`` (loadable with ``weights_only``)."""
+    import torch
+
+    record = {"format": ARTIFACT_FORMAT, "metadata": metadata, "payload": payload}
+    return write_atomically(path, lambda tmp: torch.save(record, tmp))
+
+
+def read_torch_artifact(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
+    """What :func:`write_torch_artifact` wrote: ``(payload, metadata)``; never runs code from the file."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise EngineError(f"artifact not found: {path}")
+    try:
+        record = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
+        raise EngineError(f"{path} is not a readable modforge artifact ({' '.join(str(exc).split())[:160]})") from None
+    if not isinstance(record, dict) or record.get("format") != ARTIFACT_FORMAT:
+        raise EngineError(f"{path} is not a modforge artifact (expected format {ARTIFACT_FORMAT!r})")
+    return record["payload"], record["metadata"]
+
+
+def rebuild_model(metadata: dict[str, Any], path: str | os.PathLike = "the artifact") -> Any:
+    """Build the (untrained) model an artifact's metadata describes."""
+    from ..model import build_model
+
+    try:
+        return build_model(metadata["model"], **metadata.get("build", {}))
+    except KeyError as exc:
+        raise EngineError(f"{path}: its metadata has no {exc} entry; it cannot rebuild the model") from None

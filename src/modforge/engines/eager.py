@@ -1,0 +1,36 @@
+"""``eager`` — the model as it is: the reference every other engine is compared with."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..core.registries import register_engine
+from .artifact import read_torch_artifact, rebuild_model, write_torch_artifact
+from .base import Capabilities, Engine
+
+
+@register_engine("eager")
+class Eager(Engine):
+    """Runs the model as written, in PyTorch's eager mode. Trains, on any number of
+    devices; saves the weights and the metadata needed to rebuild the model (``.pt``,
+    loaded with ``weights_only=True``)."""
+
+    capabilities = Capabilities(can_train=True, multi_device=True, dynamic_shapes=True, needs_example_input=False)
+    suffix = ".pt"
+
+    def prepare(self, model: Any, example: dict[str, Any] | None = None, *, train: bool = False) -> Callable:
+        return model
+
+    def save(self, runnable: Callable, path: str | os.PathLike, metadata: dict[str, Any]) -> Path:
+        return write_torch_artifact(runnable.state_dict(), path, metadata)
+
+    def load(self, path: str | os.PathLike) -> tuple[Callable, dict[str, Any]]:
+        state, metadata = read_torch_artifact(path)
+        model = rebuild_model(metadata, path)
+        model.load_state_dict(state)
+        return model.eval(), metadata
+
+

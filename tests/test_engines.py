@@ -1,0 +1,188 @@
+"""Engines: the contract, parity with eager over the registry, training through engines,
+save/load round trips, fallbacks and a user-defined engine."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+import modforge as mf
+from modforge.data import LoaderSettings, make_loader
+from modforge.engines import Capabilities, Engine, EngineError, build_engine
+from modforge.engines.artifact import make_metadata
+from modforge.testing.subjects import subjects_for
+from modforge.train.trainer import Trainer
+
+PARITY_ENGINES = ("torchscript", "onnx")
+
+
+def model_for(backbone: str) -> tuple[Any, torch.Tensor]:
+    """A full model around ``backbone`` (its first accepted layout) and a 5-sample input."""
+    subject = subjects_for("backbone", backbone)[0]
+    model = mf.build_model(
+        {"backbone": backbone, "head": "linear", "losses": ["cross_entropy"]}, in_dim=subject.in_dim, num_classes=5
+    )
+    x = torch.cat([subject.example, subject.example[:1] * 0.5])  # another batch size than the example's
+    return model.eval(), x
+
+
+def close(got: torch.Tensor, ref: torch.Tensor) -> tuple[bool, float]:
+    """Max abs difference ≤ 1e-5 relative to the output's scale."""
+    diff = float((got - ref).abs().max())
+    return diff <= 1e-5 * max(1.0, float(ref.abs().max())), diff
+
+
+def test_the_built_in_engines_are_registered_with_their_capabilities():
+    assert {"eager", "torchscript", "compile", "onnx"} <= set(mf.ENGINES.list())
+    engines = {name: build_engine(name) for name in ("eager", "torchscript", "compile", "onnx")}
+    assert all(isinstance(e.capabilities, Capabilities) for e in engines.values())
+    assert [name for name, e in engines.items() if not e.capabilities.can_train] == ["onnx"]
+    assert [name for name, e in engines.items() if not e.capabilities.multi_device] == ["torchscript", "onnx"]
+
+
+@pytest.mark.parametrize("engine", PARITY_ENGINES)
+@pytest.mark.parametrize("backbone", mf.BACKBONES.list())
+def test_every_backbone_matches_eager_under_every_engine(backbone, engine):
+    model, x = model_for(backbone)
+    example = {"input": x[:4], "label": torch.zeros(4, dtype=torch.long)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchscript says when it traces instead of scripting (tested below)
+        runnable = build_engine(engine).prepare(model, example)
+    with torch.no_grad():
+        ref = model(x)
+        got = runnable({"input": x})["logits"]
+    ok, diff = close(got, ref)
+    assert ok, f"{backbone} under {engine}: max abs diff {diff:.3g}"
+
+
+def test_torchscript_scripts_what_it_can_and_says_what_tracing_loses():
+    model, x = model_for("cnn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a scriptable model: no warning at all
+        build_engine("torchscript").prepare(model, {"input": x})
+    model, x = model_for("mlp")
+    with pytest.warns(UserWarning, match="traced it instead — a trace records one run"):
+        build_engine("torchscript").prepare(model, {"input": x})
+    with pytest.raises(EngineError, match="stage 'backbone' .* cannot be scripted"):
+        build_engine({"type": "torchscript", "args": {"strategy": "script"}}).prepare(model, {"input": x})
+
+
+def tiny_data(n: int = 96):
+    generator = torch.Generator().manual_seed(1)
+    return mf.DATASETS.build(
+        {"type": "synthetic_classification", "args": {"num_samples": n, "num_features": 12, "num_classes": 3}}, seed=0
+    ), generator
+
+
+def train_losses(engine: str | dict | Engine | None, epochs: int = 2, backbone: str = "mlp") -> tuple[list, dict]:
+    splits, generator = tiny_data()
+    torch.manual_seed(0)
+    model = mf.build_model(
+        {"backbone": {"type": backbone, "args": {"hidden_dims": [16], "dropout": 0.1}}, "head": "linear",
+         "losses": ["cross_entropy"]},
+        in_dim=12,
+        num_classes=3,
+    )
+    loader = make_loader(splits.train, LoaderSettings(batch_size=16), train=True, generator=generator)
+    val = make_loader(splits.val, LoaderSettings(batch_size=16), train=False)
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        max_epochs=epochs,
+        engine=engine if isinstance(engine, Engine) or engine is None else build_engine(engine),
+        metrics={"loss": mf.METRICS.build("loss")},
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(loader, val)
+    return [v for row in trainer.history for v in (row["train_loss"], row["val_loss"])], model.state_dict()
+
+
+def test_training_under_torchscript_follows_eager_exactly():
+    ref, ref_state = train_losses("eager")
+    got, state = train_losses("torchscript")
+    assert got == pytest.approx(ref, abs=1e-5)
+    assert all(torch.allclose(state[k], ref_state[k], atol=1e-5) for k in ref_state)
+
+
+@pytest.mark.slow
+def test_training_under_compile_follows_eager():
+    ref, _ = train_losses("eager")
+    got, _ = train_losses("compile")
+    assert got == pytest.approx(ref, abs=1e-5)
+
+
+def test_compile_falls_back_to_eager_with_a_warning():
+    model, x = model_for("mlp")
+    engine = build_engine({"type": "compile", "args": {"backend": "no_such_backend"}})
+    with pytest.warns(UserWarning, match="compile: torch.compile .* failed .* running the model in eager mode"):
+        runnable = engine.prepare(model, {"input": x})
+    assert runnable is model
+
+
+def test_an_inference_only_engine_is_refused_before_any_work():
+    model, _ = model_for("mlp")
+    with pytest.raises(EngineError, match="engine 'onnx' runs inference only and cannot train"):
+        Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), engine=build_engine("onnx"))
+
+
+@pytest.mark.parametrize("engine", ["eager", "torchscript", "onnx", "compile"])
+def test_saved_artifacts_load_and_predict_like_the_model(engine, tmp_path):
+    model, x = model_for("cnn")
+    subject = subjects_for("backbone", "cnn")[0]
+    chosen = build_engine(engine if engine != "compile" else {"type": "compile", "args": {"backend": "eager"}})
+    metadata = make_metadata(
+        engine=engine, model={"backbone": "cnn", "head": "linear", "losses": ["cross_entropy"]},
+        build={"in_dim": subject.in_dim, "num_classes": 5}, input_shape=list(x.shape[1:]), input_layout="image",
+        class_names=[str(i) for i in range(5)],
+    )
+    runnable = chosen.prepare(model, {"input": x})
+    path = chosen.save(runnable, tmp_path / f"model{chosen.suffix}", metadata)
+    loaded, meta = build_engine(engine).load(path)
+    assert meta["class_names"] == metadata["class_names"] and meta["engine"] == engine
+    with torch.no_grad():
+        ok, diff = close(loaded({"input": x})["logits"], model(x))
+    assert ok, diff
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(EngineError):
+        build_engine(engine).load(path)
+
+
+class Float64(Engine):
+    """A user's engine: runs (and trains) the model in float64."""
+
+    capabilities = Capabilities(can_train=True, multi_device=True, dynamic_shapes=True, needs_example_input=False)
+
+    def prepare(self, model, example=None, *, train=False):
+        model.double()  # in place: the optimizer's parameters stay the same objects
+        return _CastingModule(model)
+
+    def save(self, runnable, path, metadata):
+        raise EngineError("float64_test does not save")
+
+    def load(self, path):
+        raise EngineError("float64_test does not load")
+
+
+class _CastingModule(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch):
+        batch = dict(batch, input=batch["input"].double())
+        return self.model(batch)
+
+
+def test_a_user_defined_engine_trains_through_the_same_trainer():
+    mf.register_engine("float64_test", force=True)(Float64)
+    try:
+        ref, _ = train_losses("eager")
+        got, state = train_losses("float64_test")
+    finally:
+        mf.ENGINES.remove("float64_test")
+    assert all(v.dtype == torch.float64 for k, v in state.items() if v.is_floating_point())
+    assert got == pytest.approx(ref, abs=1e-4)  # the same training, in higher precision
