@@ -55,10 +55,19 @@ from .core import (
     registry_for,
     signature_of,
 )
-from .model import build_model
 from .providers import wire_providers as _wire_providers
 
 _wire_providers()
+
+
+def __getattr__(name: str):
+    """``build_model`` is imported on first use: ``import modforge`` does not import torch
+    (``modforge predict model.onnx`` runs where only onnxruntime is installed)."""
+    if name == "build_model":
+        from .model import build_model
+
+        return build_model
+    raise AttributeError(f"module 'modforge' has no attribute {name!r}")
 
 __all__ = [
     "__version__",

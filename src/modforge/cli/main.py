@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "train": "modforge.cli.commands.train_run",
     "test": "modforge.cli.commands.test_run",
     "kfold": "modforge.cli.commands.kfold_run",
+    "export": "modforge.cli.commands.export_run",
+    "predict": "modforge.cli.commands.predict_files",
 }
 """Sub-command name → module defining ``HELP`` and ``run(argv)``; imported on use."""
 
@@ -38,6 +40,8 @@ _HELPS: dict[str, str] = {
     "train": "train a model from a config; writes a run folder (resume with --resume)",
     "test": "evaluate a run folder or checkpoint on its test split",
     "kfold": "stratified k-fold cross-validation of a config",
+    "export": "write a run's model as an engine artifact (onnx, torchscript, ...), checked against eager",
+    "predict": "run an exported artifact on .npy arrays or pictures; class and score per input",
 }
 
 

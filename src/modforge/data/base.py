@@ -82,6 +82,11 @@ class DataSplits:
         layout: the input layout.
         input_shape: one sample's shape, e.g. ``(1, 8, 8)``.
         class_names: readable class names, in label order.
+        normalisation: what was done to raw values before they became inputs (recorded in
+            exported artifacts), e.g. ``{"divide_by": 16.0}``.
+        image: how a picture file becomes one input sample, for ``modforge predict``:
+            ``{"height", "width", "channels", "ink": "dark"|"light", "scale"}`` (None: inputs
+            are not pictures).
     """
 
     train: Dataset
@@ -92,6 +97,8 @@ class DataSplits:
     layout: Layout
     input_shape: tuple[int, ...]
     class_names: list[str] = dataclasses.field(default_factory=list)
+    normalisation: dict = dataclasses.field(default_factory=dict)
+    image: dict | None = None
 
     def __post_init__(self) -> None:
         self.layout = Layout(self.layout)

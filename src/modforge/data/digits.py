@@ -40,4 +40,6 @@ def digits(seed: int = 0, as_image: bool = True, val_fraction: float = 0.15, tes
         layout=Layout.IMAGE if as_image else Layout.VECTOR,
         input_shape=shape,
         class_names=[str(i) for i in range(10)],
+        normalisation={"divide_by": 16.0, "raw": "pixel intensities 0..16 (0: background)"},
+        image={"height": 8, "width": 8, "channels": 1, "ink": "dark", "scale": 1.0},
     )

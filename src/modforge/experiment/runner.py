@@ -232,13 +232,13 @@ def train_run(
     return summary
 
 
-def evaluate_checkpoint(target: Path, *, split: str = "test", which: str = "best") -> tuple[dict[str, Any], Path]:
-    """Rebuild data and model from a checkpoint's config, load its weights, evaluate ``split``.
+def load_trained(target: Path, which: str = "best") -> tuple[Experiment, Path]:
+    """The experiment (data and model) a run folder or checkpoint was trained with, the
+    model holding the checkpoint's weights; and the checkpoint's path.
 
-    ``target`` is a checkpoint file or a run folder (``best.pt``, else ``last.pt``).
+    ``target`` is a checkpoint file or a run folder (``{which}.pt``, else ``last.pt``, else
+    the newest checkpoint that loads).
     """
-    from ..core.errors import UsageError
-
     path = Path(target)
     if path.is_dir():
         folder = path / "checkpoints"
@@ -248,9 +248,19 @@ def evaluate_checkpoint(target: Path, *, split: str = "test", which: str = "best
             path_found, _ = find_resumable(path)
         path = path_found
     payload = load_checkpoint(path)
-    cfg = Config(payload["config"], {}, None)
-    exp = Experiment.build(cfg)
+    exp = Experiment.build(Config(payload["config"], {}, None))
     exp.model.load_state_dict(payload["model"])
+    return exp, path
+
+
+def evaluate_checkpoint(target: Path, *, split: str = "test", which: str = "best") -> tuple[dict[str, Any], Path]:
+    """Rebuild data and model from a checkpoint's config, load its weights, evaluate ``split``.
+
+    ``target`` is a checkpoint file or a run folder (``best.pt``, else ``last.pt``).
+    """
+    from ..core.errors import UsageError
+
+    exp, path = load_trained(target, which)
     loader_split = {"test": exp.splits.test, "val": exp.splits.val, "train": exp.splits.train}[split]
     if loader_split is None:
         raise UsageError(f"the dataset of {path} has no {split} split")

@@ -1,0 +1,90 @@
+"""``modforge predict ARTIFACT INPUT...`` — class and score for each input file.
+
+Torch is imported only for torch-based artifacts: an ``.onnx`` artifact runs with numpy
+and onnxruntime alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..common import CommandParser
+from ..output import print_table
+
+HELP = "run an exported model on .npy arrays or pictures; prints class and score per input"
+
+
+def _parser() -> CommandParser:
+    parser = CommandParser("predict", description=HELP)
+    parser.add_argument("artifact", type=Path, metavar="ARTIFACT")
+    parser.add_argument("inputs", type=Path, nargs="+", metavar="INPUT")
+    parser.add_argument("--top", type=int, default=1, help="how many classes to show per input (default 1)")
+    return parser
+
+
+def load_artifact(path: Path) -> tuple[Any, dict[str, Any]]:
+    """``(runner, metadata)`` of any artifact; ONNX without importing torch."""
+    from ...engines.artifact import ARTIFACT_FORMAT
+    from ...engines.base import EngineError
+
+    if path.suffix.lower() == ".onnx":
+        from ...engines.onnx_runtime import OnnxRunner
+
+        runner = OnnxRunner.from_file(path)
+        metadata = runner.metadata
+    else:
+        from ...engines import build_engine
+        from ...engines.artifact import read_torch_artifact
+
+        if path.suffix.lower() == ".ts":
+            engine = "torchscript"
+        else:
+            _, metadata = read_torch_artifact(path)
+            engine = metadata.get("engine", "eager")
+        loaded, metadata = build_engine(engine, path="the artifact's engine").load(path)
+        runner = _TorchRunner(loaded)
+    if metadata.get("format") != ARTIFACT_FORMAT:
+        raise EngineError(f"{path} is not a modforge artifact (no modforge metadata in it)")
+    return runner, metadata
+
+
+class _TorchRunner:
+    """A torch-based runnable fed numpy arrays (what :func:`read_input` produces)."""
+
+    def __init__(self, runnable: Any):
+        self.runnable = runnable
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        with torch.no_grad():
+            logits = self.runnable({"input": torch.from_numpy(np.asarray(batch["input"]))})["logits"]
+        return {"logits": logits.float().cpu().numpy()}
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def run(argv: list[str]) -> int:
+    from ...engines.inputs import read_input
+
+    ns = _parser().parse_args(argv)
+    runner, metadata = load_artifact(ns.artifact)
+    names = metadata.get("class_names") or []
+    rows = []
+    for path in ns.inputs:
+        batch, labels = read_input(path, metadata)
+        logits = runner({"input": batch})["logits"]
+        scores = _softmax(np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, dtype=np.float64))
+        for label, row in zip(labels, scores, strict=True):
+            best = np.argsort(-row)[: max(1, ns.top)]
+            shown = ", ".join(f"{names[i] if i < len(names) else i}" for i in best)
+            rows.append((label, shown, ", ".join(f"{row[i]:.4f}" for i in best)))
+    print_table(("input", "class", "score"), rows, title=str(ns.artifact))
+    return 0

@@ -1,0 +1,96 @@
+"""``modforge export`` and ``modforge predict``: artifacts per engine, metadata, parity with
+eager, clear errors, and ONNX prediction without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modforge.cli.main import main
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "digits.yaml"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("export") / "run"
+    assert main(["train", str(CONFIG), "train.max_epochs=2", "train.progress=never", "--run-dir", str(folder)]) == 0
+    return folder
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory) -> tuple[Path, Path, list[int]]:
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    folder = tmp_path_factory.mktemp("inputs")
+    digits = load_digits()
+    np.save(folder / "three.npy", (digits.data[:3] / 16).reshape(3, 1, 8, 8).astype("float32"))
+    ink_on_paper = (255 - digits.images[0] / 16 * 255).astype("uint8")  # dark ink on white, like a scan
+    Image.fromarray(ink_on_paper).resize((32, 32), Image.Resampling.NEAREST).save(folder / "zero.png")
+    return folder / "three.npy", folder / "zero.png", list(digits.target[:3])
+
+
+@pytest.mark.parametrize("engine", ["onnx", "torchscript", "eager"])
+def test_export_writes_a_self_describing_artifact_that_predicts_like_eager(run_dir, samples, engine, capsys, tmp_path):
+    from modforge.cli.commands.predict_files import load_artifact
+    from modforge.experiment.export import export_run
+
+    result = export_run(run_dir, engine, tmp_path / f"model-{engine}")
+    assert result.path.exists() and result.max_abs_diff <= 1e-5 * max(1.0, result.output_scale)
+    runner, metadata = load_artifact(result.path)
+    assert metadata["class_names"] == [str(i) for i in range(10)]
+    assert metadata["input"]["shape"] == [1, 8, 8] and metadata["input"]["layout"] == "image"
+    assert metadata["input"]["normalisation"]["divide_by"] == 16.0
+    assert metadata["versions"]["modforge"] and metadata["config"]["model"]
+    array, picture, labels = samples
+    assert main(["predict", str(result.path), str(array), str(picture)]) == 0
+    out = capsys.readouterr().out
+    assert "three.npy[0]" in out and "three.npy[2]" in out and "zero.png" in out
+
+
+def test_export_refuses_to_overwrite_and_names_unknown_engines(run_dir, capsys, tmp_path):
+    target = tmp_path / "m.onnx"
+    assert main(["export", str(run_dir), "--engine", "onnx", "--out", str(target)]) == 0
+    assert main(["export", str(run_dir), "--engine", "onnx", "--out", str(target)]) == 2
+    assert "exists; choose another --out or pass --force" in capsys.readouterr().err
+    assert main(["export", str(run_dir), "--engine", "onnx", "--out", str(target), "--force"]) == 0
+    assert main(["export", str(run_dir), "--engine", "onx", "--out", str(tmp_path / "x")]) == 2
+    assert "no engine named 'onx'" in capsys.readouterr().err
+
+
+def test_onnx_prediction_never_imports_torch(run_dir, samples, tmp_path):
+    artifact = tmp_path / "m.onnx"
+    assert main(["export", str(run_dir), "--engine", "onnx", "--out", str(artifact)]) == 0
+    array, picture, labels = samples
+    code = (
+        "import sys; sys.modules['torch'] = None  # any import of torch now fails\n"
+        "from modforge.cli.main import main\n"
+        f"sys.exit(main(['predict', {str(artifact)!r}, {str(array)!r}, {str(picture)!r}]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "three.npy[1]" in proc.stdout and "zero.png" in proc.stdout
+
+
+def test_bad_inputs_and_artifacts_get_one_clear_error(run_dir, samples, capsys, tmp_path):
+    artifact = tmp_path / "m.onnx"
+    assert main(["export", str(run_dir), "--engine", "onnx", "--out", str(artifact)]) == 0
+    wrong = tmp_path / "wrong.npy"
+    np.save(wrong, np.zeros((3, 5), dtype="float32"))
+    assert main(["predict", str(artifact), str(wrong)]) == 2
+    assert "wrong.npy: array of shape [3, 5]; this model takes one sample of shape [1, 8, 8]" in capsys.readouterr().err
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    assert main(["predict", str(artifact), str(text)]) == 2
+    assert "unsupported input type '.txt'" in capsys.readouterr().err
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    assert main(["predict", str(broken), str(samples[0])]) == 2
+    assert "is not a loadable ONNX model" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path / "missing.ts"), str(samples[0])]) == 2
+    assert "artifact not found" in capsys.readouterr().err
