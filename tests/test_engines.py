@@ -10,6 +10,8 @@ import pytest
 import torch
 
 import modforge as mf
+from modforge.components.base import Backbone
+from modforge.core.layouts import Layout
 from modforge.data import LoaderSettings, make_loader
 from modforge.engines import Capabilities, Engine, EngineError, build_engine
 from modforge.engines.artifact import make_metadata
@@ -186,3 +188,33 @@ def test_a_user_defined_engine_trains_through_the_same_trainer():
         mf.ENGINES.remove("float64_test")
     assert all(v.dtype == torch.float64 for k, v in state.items() if v.is_floating_point())
     assert got == pytest.approx(ref, abs=1e-4)  # the same training, in higher precision
+
+
+class SpectrumMagnitude(Backbone):
+    """A part ONNX cannot export (an FFT): the conformance check must say so."""
+
+    accepts = (Layout.VECTOR,)
+
+    def __init__(self, in_dim: int = 16):
+        super().__init__()
+        self.out_dim = in_dim // 2 + 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.fft.rfft(x).abs()
+
+
+def test_the_conformance_check_fails_an_unexportable_part_unless_it_declares_it():
+    from modforge.testing import check_part
+
+    def engines_row(part):
+        return next(r for r in check_part("backbone", part) if r.check == "engines")
+
+    row = engines_row(SpectrumMagnitude)
+    assert row.status == "fail" and "onnx" in row.detail and "unsupported_engines" in row.detail
+
+    class Declared(SpectrumMagnitude):
+        unsupported_engines = {"onnx": "torch.fft has no ONNX export here"}
+
+    row = engines_row(Declared)
+    assert row.status == "pass" and "onnx: declared unsupported (torch.fft has no ONNX export here)" in row.detail
+    assert "torchscript ≤" in row.detail

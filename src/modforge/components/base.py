@@ -37,8 +37,11 @@ class Part(nn.Module):
     produces: Layout | None = None
     out_dim_rule: ClassVar[str] = ""
     out_dim: Any = None
+    unsupported_engines: ClassVar[dict[str, str]] = {}  # engine name → why this part cannot run under it
     # builder metadata, not model state: TorchScript leaves them out of scripted parts
-    __jit_ignored_attributes__: ClassVar[list[str]] = ["accepts", "produces", "out_dim_rule", "out_dim"]
+    __jit_ignored_attributes__: ClassVar[list[str]] = [
+        "accepts", "produces", "out_dim_rule", "out_dim", "unsupported_engines"
+    ]
 
 
 class Frontend(Part):

@@ -114,5 +114,9 @@ def _has_torchscript_exporter() -> bool:
 
 
 def _first_layout(model: Any) -> str | None:
+    """The input layout: the first stage's of a modular model, else a part's first accepted one."""
     info = getattr(model, "stage_info", None)
-    return info[0].in_layout.value if info else None
+    if info:
+        return info[0].in_layout.value
+    accepts = getattr(model, "accepts", ())
+    return accepts[0].value if accepts else None

@@ -281,6 +281,53 @@ def check_device(ctx: Context) -> str:
     return "follows its input's device"
 
 
+PARITY_ENGINES = ("torchscript", "onnx")  # compile is covered by the test suite (slow to compile on CPU)
+
+
+def check_engines(ctx: Context) -> str:
+    """Under every engine that supports the part, its output matches eager (max abs
+    difference ≤ 1e-5 relative to the output's scale) on another batch size than the
+    example. A part declares what it cannot do in ``unsupported_engines``
+    (engine → reason); that is reported, not failed."""
+    import warnings
+
+    from ..engines import build_engine
+
+    subject = ctx.subject
+    if subject.kind not in ("backbone", "frontend") or subject.dict_io:
+        raise CheckSkipped("engine parity is checked on tensor-in/tensor-out backbones and frontends")
+    if not isinstance(ctx.output, torch.Tensor):
+        raise CheckSkipped(f"its output is {describe_value(ctx.output)}; engines are checked on single-tensor outputs")
+    declared = dict(getattr(type(ctx.part), "unsupported_engines", {}) or {})
+    example = subject.example
+    wider = torch.cat([example, example[:1] * 0.5])
+    with torch.no_grad():
+        reference = ctx.part.eval()(wider)
+    scale, notes = max(1.0, float(reference.abs().max())), []
+    for name in PARITY_ENGINES:
+        if name in declared:
+            notes.append(f"{name}: declared unsupported ({declared[name]})")
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                runnable = build_engine(name, path=name).prepare(ctx.part, {"input": example})
+                with torch.no_grad():
+                    out = runnable(wider)
+        except Exception as exc:
+            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise CheckFailed(
+                f"{name}: {first[:200]} — fix the part, or declare it: unsupported_engines = {{'{name}': 'why'}}"
+            ) from None
+        out = torch.as_tensor(out["logits"] if isinstance(out, dict) else out)
+        diff = float((out - reference).abs().max()) if out.shape == reference.shape else float("inf")
+        if not diff <= 1e-5 * scale:
+            raise CheckFailed(f"{name}: output differs from eager by {diff:.3g} (shape {list(out.shape)})")
+        how = " (traced)" if "Traced" in type(runnable).__name__ else ""
+        notes.append(f"{name}{how} ≤ {diff:.1e}")
+    return "; ".join(notes)
+
+
 CHECKS: list[tuple[str, Callable[[Context], str]]] = [
     ("forward", check_forward),
     ("out_dim", check_out_dim),
@@ -292,6 +339,7 @@ CHECKS: list[tuple[str, Callable[[Context], str]]] = [
     ("flat_params", check_flat_params),
     ("batch_independence", check_batch_independence),
     ("device", check_device),
+    ("engines", check_engines),
 ]
 """Every contract check, in the order they run."""
 
