@@ -72,24 +72,19 @@ def test_torchscript_scripts_what_it_can_and_says_what_tracing_loses():
         build_engine({"type": "torchscript", "args": {"strategy": "script"}}).prepare(model, {"input": x})
 
 
-def tiny_data(n: int = 96):
+def train_losses(engine: str | dict | Engine | None, epochs: int = 2) -> tuple[list, dict]:
+    """Train/val loss of each epoch of an MLP (with dropout) on the digits, and its final weights."""
+    splits = mf.DATASETS.build({"type": "digits", "args": {"as_image": False}}, seed=0)
     generator = torch.Generator().manual_seed(1)
-    return mf.DATASETS.build(
-        {"type": "synthetic_classification", "args": {"num_samples": n, "num_features": 12, "num_classes": 3}}, seed=0
-    ), generator
-
-
-def train_losses(engine: str | dict | Engine | None, epochs: int = 2, backbone: str = "mlp") -> tuple[list, dict]:
-    splits, generator = tiny_data()
     torch.manual_seed(0)
     model = mf.build_model(
-        {"backbone": {"type": backbone, "args": {"hidden_dims": [16], "dropout": 0.1}}, "head": "linear",
+        {"backbone": {"type": "mlp", "args": {"hidden_dims": [32], "dropout": 0.1}}, "head": "linear",
          "losses": ["cross_entropy"]},
-        in_dim=12,
-        num_classes=3,
+        in_dim=64,
+        num_classes=10,
     )
-    loader = make_loader(splits.train, LoaderSettings(batch_size=16), train=True, generator=generator)
-    val = make_loader(splits.val, LoaderSettings(batch_size=16), train=False)
+    loader = make_loader(splits.train, LoaderSettings(batch_size=64), train=True, generator=generator)
+    val = make_loader(splits.val, LoaderSettings(batch_size=64), train=False)
     trainer = Trainer(
         model,
         torch.optim.SGD(model.parameters(), lr=0.1),
@@ -115,6 +110,16 @@ def test_training_under_compile_follows_eager():
     ref, _ = train_losses("eager")
     got, _ = train_losses("compile")
     assert got == pytest.approx(ref, abs=1e-5)
+
+
+def test_onnx_exports_a_dynamic_time_axis_for_sequences():
+    model = mf.build_model({"backbone": "attention_pool_mlp", "head": "linear"}, in_dim=12, num_classes=5).eval()
+    runner = build_engine("onnx").prepare(model, {"input": torch.randn(2, 10, 12)})
+    for shape in [(3, 10, 12), (1, 37, 12)]:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            ok, diff = close(runner({"input": x})["logits"], model(x))
+        assert ok, (shape, diff)
 
 
 def test_compile_falls_back_to_eager_with_a_warning():
