@@ -223,3 +223,15 @@ def test_the_conformance_check_fails_an_unexportable_part_unless_it_declares_it(
     row = engines_row(Declared)
     assert row.status == "pass" and "onnx: declared unsupported (torch.fft has no ONNX export here)" in row.detail
     assert "torchscript ≤" in row.detail
+
+
+def test_an_engine_that_cannot_use_several_devices_says_so_and_training_goes_on(monkeypatch, caplog):
+    torchscript, eager = build_engine("torchscript"), build_engine("eager")
+    assert "cannot use several devices (4 visible); training on one" in torchscript.single_device_note("cuda", 4, 1)
+    assert torchscript.single_device_note("cuda", 1, 1) is None and torchscript.single_device_note("cpu", 1, 1) is None
+    assert eager.single_device_note("cuda", 4, 2) is None
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    model, _ = model_for("mlp")
+    with caplog.at_level("WARNING", logger="modforge.train"):
+        Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), engine=torchscript)
+    assert "engine 'torchscript' cannot train across 2 processes" in caplog.text

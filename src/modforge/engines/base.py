@@ -83,6 +83,20 @@ class Engine(abc.ABC):
     def load(self, path: str | os.PathLike) -> tuple[Callable, dict[str, Any]]:
         """Read what :meth:`save` wrote: ``(runnable, metadata)``."""
 
+    def single_device_note(self, device_type: str, visible_devices: int, world_size: int) -> str | None:
+        """The warning to give when several devices or processes are available but this
+        engine cannot use them (the caller then trains on one device); None otherwise."""
+        if self.capabilities.multi_device:
+            return None
+        if world_size > 1:
+            return (
+                f"engine '{self.name}' cannot train across {world_size} processes; each process trains on its "
+                "own device without synchronising (use eager or compile for distributed training)"
+            )
+        if device_type == "cuda" and visible_devices > 1:
+            return f"engine '{self.name}' cannot use several devices ({visible_devices} visible); training on one"
+        return None
+
     def refuse_training(self) -> None:
         """Raise :class:`EngineError` unless this engine can train (called before any work)."""
         if not self.capabilities.can_train:

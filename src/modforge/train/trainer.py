@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -136,6 +137,13 @@ class Trainer:
         self.writer = CheckpointWriter(asynchronous=async_checkpoints)
         self.engine = engine if engine is not None else Eager()
         self.engine.refuse_training()  # before any work starts
+        note = self.engine.single_device_note(
+            self.device.type,
+            torch.cuda.device_count() if self.device.type == "cuda" else 1,
+            int(os.environ.get("WORLD_SIZE", "1") or 1),
+        )
+        if note:
+            log.warning(note)
         self.runnable: Any = self.model  # what forward passes call; fit() asks the engine for it
         self.scaler = torch.amp.GradScaler(self.device.type) if precision == "16" else None
         self._autocast_dtype = {"bf16": torch.bfloat16, "16": torch.float16}.get(precision)
