@@ -46,6 +46,16 @@ def add_plugins_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_checkpoint_option(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint best|last``: which checkpoint of a run folder a command uses."""
+    parser.add_argument(
+        "--checkpoint",
+        choices=("best", "last"),
+        default="best",
+        help="which checkpoint of a run folder (default: best, else last)",
+    )
+
+
 def load_cli_plugins(specs: list[str]) -> list[str]:
     """Import ``--plugins``; return them as plug-in entries (files made absolute)."""
     import os

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...core.config import display_path
-from ..common import CommandParser, add_plugins_option, load_cli_plugins
+from ..common import CommandParser, add_checkpoint_option, add_plugins_option, load_cli_plugins
 from ..output import print_table
 
 HELP = "write a run's model as an engine artifact (model + metadata), checked against eager"
@@ -17,8 +17,7 @@ def _parser() -> CommandParser:
     parser.add_argument("target", metavar="RUN_DIR|CHECKPOINT")
     parser.add_argument("--engine", required=True, help="onnx, torchscript, eager or compile (any registered engine)")
     parser.add_argument("--out", type=Path, help="the artifact's path (default: RUN_DIR/exports/<checkpoint><suffix>)")
-    parser.add_argument("--checkpoint", choices=("best", "last"), default="best",
-                        help="which checkpoint of a run folder (default: best, else last)")
+    add_checkpoint_option(parser)
     parser.add_argument("--force", action="store_true", help="replace an existing file at --out")
     add_plugins_option(parser)
     return parser

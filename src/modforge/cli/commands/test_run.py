@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...core.config import display_path
-from ..common import CommandParser, add_plugins_option, load_cli_plugins
+from ..common import CommandParser, add_checkpoint_option, add_plugins_option, load_cli_plugins
 from ..output import print_table
 
 HELP = "evaluate a run (best.pt, else last.pt) or a checkpoint on the test split"
@@ -15,12 +15,7 @@ def _parser() -> CommandParser:
     parser = CommandParser("test", description=HELP)
     parser.add_argument("target", metavar="RUN_DIR|CHECKPOINT")
     parser.add_argument("--split", choices=("test", "val", "train"), default="test")
-    parser.add_argument(
-        "--checkpoint",
-        choices=("best", "last"),
-        default="best",
-        help="which checkpoint of a run folder (default: best, else last)",
-    )
+    add_checkpoint_option(parser)
     add_plugins_option(parser)
     return parser
 
