@@ -13,6 +13,7 @@ import modforge as mf
 from modforge.components.base import Backbone
 from modforge.core.layouts import Layout
 from modforge.data import LoaderSettings, make_loader
+from modforge.data.base import collate
 from modforge.engines import Capabilities, Engine, EngineError, build_engine
 from modforge.engines.artifact import make_metadata
 from modforge.testing.subjects import subjects_for
@@ -235,3 +236,47 @@ def test_an_engine_that_cannot_use_several_devices_says_so_and_training_goes_on(
     with caplog.at_level("WARNING", logger="modforge.train"):
         Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), engine=torchscript)
     assert "engine 'torchscript' cannot train across 2 processes" in caplog.text
+
+
+def test_a_loader_without_a_generator_keeps_its_order_under_every_engine():
+    """The example batch an engine needs is drawn without touching the global RNG."""
+    from torch.utils.data import DataLoader
+
+    def losses(engine: str) -> list[float]:
+        splits = mf.DATASETS.build({"type": "digits", "args": {"as_image": False}}, seed=0)
+        torch.manual_seed(0)
+        model = mf.build_model({"backbone": {"type": "mlp", "args": {"hidden_dims": [16], "dropout": 0.2}},
+                                "head": "linear", "losses": ["cross_entropy"]}, in_dim=64, num_classes=10)
+        loader = DataLoader(splits.train, batch_size=128, shuffle=True, collate_fn=collate)
+        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), max_epochs=2, engine=build_engine(engine))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.fit(loader)
+        return [row["train_loss"] for row in trainer.history]
+
+    assert losses("torchscript") == pytest.approx(losses("eager"), abs=1e-6)
+
+
+def test_resuming_mid_epoch_under_torchscript_ends_like_an_uninterrupted_run(tmp_path):
+    from modforge.train.checkpoint import list_checkpoints, load_checkpoint
+
+    def run(folder, resume=None):
+        splits = mf.DATASETS.build({"type": "digits", "args": {"as_image": False}}, seed=0)
+        generator = torch.Generator().manual_seed(3)
+        torch.manual_seed(0)
+        model = mf.build_model({"backbone": {"type": "mlp", "args": {"hidden_dims": [16], "dropout": 0.2}},
+                                "head": "linear", "losses": ["cross_entropy"]}, in_dim=64, num_classes=10)
+        loader = make_loader(splits.train, LoaderSettings(batch_size=64), train=True, generator=generator)
+        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), max_epochs=2, run_dir=folder,
+                          engine=build_engine("torchscript"),
+                          callbacks=[mf.CALLBACKS.build({"type": "checkpoint", "args": {"every_n_steps": 7}})])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.fit(loader, resume=resume)
+        return [row["train_loss"] for row in trainer.history], model.state_dict()
+
+    ref_losses, ref_state = run(tmp_path / "full")
+    middle = [p for p in list_checkpoints(tmp_path / "full" / "checkpoints")
+              if load_checkpoint(p)["batch_in_epoch"] > 0][-1]  # the earliest mid-epoch one still kept
+    losses, state = run(tmp_path / "resumed", resume=load_checkpoint(middle))
+    assert losses == ref_losses and all(torch.equal(state[k], ref_state[k]) for k in ref_state)

@@ -3,6 +3,7 @@ eager, clear errors, and ONNX prediction without torch."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,33 @@ def test_export_writes_a_self_describing_artifact_that_predicts_like_eager(run_d
     array, picture, labels = samples
     assert main(["predict", str(result.path), str(array), str(picture)]) == 0
     out = capsys.readouterr().out
-    assert "three.npy[0]" in out and "three.npy[2]" in out and "zero.png" in out
+    for i, label in enumerate(labels):  # the first three digits, and a scanned-looking zero
+        assert re.search(rf"three\.npy\[{i}\]\s+{label}\s", out), out
+    assert re.search(r"zero\.png\s+0\s", out), out
+
+
+def test_a_model_with_an_input_adapter_and_a_free_time_axis_round_trips(tmp_path):
+    import torch
+
+    import modforge as mf
+    from modforge.engines import build_engine
+    from modforge.engines.artifact import make_metadata
+
+    spec = {"backbone": "cnn", "head": "linear"}
+    model = mf.build_model(spec, in_dim=12, num_classes=3, layout="sequence", input_shape=(16, 12)).eval()
+    metadata = make_metadata(engine="x", model=spec, build={"in_dim": 12, "num_classes": 3},
+                             input_shape=[16, 12], input_layout="sequence")
+    longer = torch.randn(2, 20, 12)
+    with torch.no_grad():
+        reference = model(longer)
+    for engine in ("eager", "onnx"):
+        chosen = build_engine(engine)
+        path = chosen.save(chosen.prepare(model, {"input": torch.randn(2, 16, 12)}), tmp_path / f"m{chosen.suffix}",
+                           metadata)
+        loaded, _ = chosen.load(path)
+        with torch.no_grad():
+            got = torch.as_tensor(loaded({"input": longer})["logits"])
+        assert float((got - reference).abs().max()) <= 1e-5 * max(1.0, float(reference.abs().max())), engine
 
 
 def test_export_refuses_to_overwrite_and_names_unknown_engines(run_dir, capsys, tmp_path):
@@ -84,6 +111,10 @@ def test_bad_inputs_and_artifacts_get_one_clear_error(run_dir, samples, capsys, 
     np.save(wrong, np.zeros((3, 5), dtype="float32"))
     assert main(["predict", str(artifact), str(wrong)]) == 2
     assert "wrong.npy: array of shape [3, 5]; this model takes one sample of shape [1, 8, 8]" in capsys.readouterr().err
+    empty = tmp_path / "empty.npy"
+    np.save(empty, np.zeros((0, 1, 8, 8), dtype="float32"))
+    assert main(["predict", str(artifact), str(empty)]) == 2
+    assert "empty.npy: holds no samples" in capsys.readouterr().err
     text = tmp_path / "notes.txt"
     text.write_text("hello")
     assert main(["predict", str(artifact), str(text)]) == 2

@@ -107,6 +107,8 @@ def rebuild_model(metadata: dict[str, Any], path: str | os.PathLike = "the artif
     from ..model import build_model
 
     try:
-        return build_model(metadata["model"], **metadata.get("build", {}))
+        spec = metadata.get("input", {})
+        return build_model(metadata["model"], layout=spec.get("layout"), input_shape=spec.get("shape"),
+                           **metadata.get("build", {}))
     except KeyError as exc:
         raise EngineError(f"{path}: its metadata has no {exc} entry; it cannot rebuild the model") from None

@@ -21,7 +21,7 @@ import torch
 from ..core.registries import register_engine
 from .artifact import read_torch_artifact, rebuild_model, write_torch_artifact
 from .base import Capabilities, Engine
-from .common import isolated, training_mode
+from .common import example_from_metadata, isolated, training_mode
 
 Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
@@ -85,7 +85,8 @@ class Compile(Engine):
         model = rebuild_model(metadata, path)
         model.load_state_dict(state)
         model.eval()
-        return self.prepare(model), metadata
+        example = {"input": example_from_metadata(metadata)} if metadata.get("input", {}).get("shape") else None
+        return self.prepare(model, example), metadata
 
     @staticmethod
     def _warm_up(model: Any, compiled: Callable, example: dict[str, Any], train: bool) -> None:

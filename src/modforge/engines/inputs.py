@@ -68,6 +68,8 @@ def _array(path: Path, shape: tuple[int, ...], layout: str | None) -> np.ndarray
             f"{path}: array of shape {list(array.shape)}; this model takes one sample of shape {list(shape)} "
             f"or a stack N × {list(shape)}"
         )
+    if len(array) == 0:
+        raise InputError(f"{path}: holds no samples (shape {list(array.shape)})")
     if not np.isfinite(array).all():
         raise InputError(f"{path}: contains NaN or infinite values")
     return np.ascontiguousarray(array, dtype=np.float32)

@@ -65,6 +65,10 @@ class Onnx(Engine):
             proto = onnx.load_from_string(
                 self._export(runnable, example_from_metadata(metadata), metadata.get("input", {}).get("layout"))
             )
+        import onnxruntime
+
+        metadata = dict(metadata, versions={**metadata.get("versions", {}), "onnx": onnx.__version__,
+                                            "onnxruntime": onnxruntime.__version__})
         del proto.metadata_props[:]
         entry = proto.metadata_props.add()
         entry.key, entry.value = METADATA_KEY, json.dumps(metadata)
@@ -114,9 +118,9 @@ def _has_torchscript_exporter() -> bool:
 
 
 def _first_layout(model: Any) -> str | None:
-    """The input layout: the first stage's of a modular model, else a part's first accepted one."""
-    info = getattr(model, "stage_info", None)
-    if info:
-        return info[0].in_layout.value
+    """The input layout: a modular model's (before any adapter), else a part's first accepted one."""
+    layout = getattr(model, "input_layout", None)
+    if layout is not None:
+        return getattr(layout, "value", layout)
     accepts = getattr(model, "accepts", ())
     return accepts[0].value if accepts else None

@@ -57,7 +57,11 @@ class OnnxRunner:
         x = batch["input"] if isinstance(batch, dict) else batch
         from_torch = not isinstance(x, np.ndarray) and hasattr(x, "detach")
         array = x.detach().cpu().numpy() if from_torch else np.asarray(x)
-        (logits,) = self.session.run(None, {self.input_name: np.ascontiguousarray(array, dtype=np.float32)})
+        try:
+            (logits,) = self.session.run(None, {self.input_name: np.ascontiguousarray(array, dtype=np.float32)})
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's own exception types
+            detail = " ".join(str(exc).split())
+            raise _error(f"the ONNX model cannot run on an input of shape {list(array.shape)}: {detail[:240]}") from None
         if from_torch:
             import torch  # already imported by whoever passed a tensor
 

@@ -4,7 +4,6 @@ against eager on a real batch before it is reported as written."""
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +11,13 @@ import torch
 
 from ..core.errors import UsageError
 from ..data.loader import make_loader
-from ..engines import build_engine
+from ..engines import EngineError, build_engine
 from ..engines.artifact import make_metadata
 from .runner import load_trained
 
-__all__ = ["ExportResult", "export_run"]
+__all__ = ["PARITY_TOLERANCE", "ExportResult", "export_run"]
+
+PARITY_TOLERANCE = 1e-5  # max |Δ| vs eager, relative to the output's scale (at least 1)
 
 
 @dataclasses.dataclass
@@ -42,7 +43,7 @@ def export_run(target: Path, engine_spec: Any, out: Path | None = None, *, which
     engine = build_engine(engine_spec, path="--engine")
     exp, checkpoint = load_trained(Path(target), which)
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
-    path = Path(out) if out is not None else run_dir / "exports" / f"{checkpoint.stem}{engine.suffix}"
+    path = Path(out) if out is not None else run_dir / "exports" / f"{checkpoint.stem}-{engine.name}{engine.suffix}"
     if engine.suffix and path.suffix != engine.suffix:
         if path.suffix:
             raise UsageError(
@@ -67,19 +68,19 @@ def export_run(target: Path, engine_spec: Any, out: Path | None = None, *, which
         config=exp.cfg.to_dict(),
     )
     metadata["input"]["image"] = splits.image
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracing notes: the parity check below is the verdict
-        runnable = engine.prepare(model, batch, train=False)
-        written = engine.save(runnable, path, metadata)
-        loaded, _ = engine.load(written)
+    metadata["engine_args"] = {k: v for k, v in vars(engine).items() if k != "registered_as"}
+    runnable = engine.prepare(model, batch, train=False)
+    written = engine.save(runnable, path, metadata)
+    loaded, _ = engine.load(written)
     with torch.no_grad():
         reference = model(batch["input"])
         got = torch.as_tensor(loaded({"input": batch["input"]})["logits"])
-    return ExportResult(
-        path=written,
-        checkpoint=checkpoint,
-        engine=engine.name,
-        max_abs_diff=float((got - reference).abs().max()),
-        output_scale=float(reference.abs().max()),
-        metadata=metadata,
-    )
+    diff = float((got - reference).abs().max()) if got.shape == reference.shape else float("inf")
+    scale = float(reference.abs().max())
+    if not diff <= PARITY_TOLERANCE * max(1.0, scale):
+        written.unlink(missing_ok=True)
+        raise EngineError(
+            f"the {engine.name} artifact does not reproduce the model (max |Δ| {diff:.3g} on outputs up to "
+            f"{scale:.3g}, shapes {list(got.shape)} vs {list(reference.shape)}); nothing was written"
+        )
+    return ExportResult(written, checkpoint, engine.name, diff, scale, metadata)

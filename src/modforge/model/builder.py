@@ -233,7 +233,9 @@ def build_model(
         inputs[stage.name] = arg
         dry_batch[stage.name] = out
     loss_parts = _build_losses(losses, built, outputs, inputs, num_classes, label, common)
-    return ModularModel(built, loss_parts, num_classes)
+    model = ModularModel(built, loss_parts, num_classes)
+    model.input_layout = in_layout  # what the model takes, before any adapter of the first stage
+    return model
 
 
 def _producer(name: str, built: list[tuple[StageInfo, nn.Module, Any]]) -> str:

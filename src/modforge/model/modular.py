@@ -94,6 +94,7 @@ class ModularModel(nn.Module):
         self.out_dim = last.out_dim
         self.embedding_dim = last.in_dim if self.has_head else last.out_dim
         self._dict_stages = any(info.dict_io for info in self.stage_info)  # only they can add loss keys
+        self.input_layout: Layout = self.stage_info[0].in_layout  # the builder sets it (adapters come after)
 
     # ------------------------------------------------------------------ access
     def stage(self, name: str) -> nn.Module:

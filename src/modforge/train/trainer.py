@@ -245,7 +245,8 @@ class Trainer:
         if self.engine.capabilities.needs_example_input:
             state = generator.get_state() if generator is not None else None
             try:
-                example = self.prepare_batch(next(iter(loader)))
+                with torch.random.fork_rng(devices=[]):  # a loader without a generator draws from the global one
+                    example = self.prepare_batch(next(iter(loader)))
             except StopIteration:
                 raise ModforgeError("the training data is empty: no batch to prepare the engine with") from None
             finally:
