@@ -42,7 +42,7 @@ class TrainSettings:
         progress: 'auto' (a bar on a terminal), 'always' or 'never'.
         engine: how the model is executed: eager, torchscript or compile (an engine spec;
             onnx runs inference only — export to it after training).
-        async_checkpoints: write checkpoints on a background thread.
+        async_checkpoints: commit checkpoints in the background (the commit helper process); False: on the training thread.
     """
 
     def __init__(
