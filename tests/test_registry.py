@@ -198,6 +198,7 @@ def test_global_registries_and_public_decorators():
         "callback",
         "algorithm",
         "model",
+        "augmentation",
     }
     for kind, registry in mf.REGISTRIES.items():
         decorator = getattr(mf, f"register_{kind}")

@@ -14,6 +14,7 @@ The public surface::
 from ._version import __version__
 from .core import (
     ALGORITHMS,
+    AUGMENTATIONS,
     BACKBONES,
     CALLBACKS,
     DATASETS,
@@ -40,6 +41,7 @@ from .core import (
     load_config,
     load_plugins,
     register_algorithm,
+    register_augmentation,
     register_backbone,
     register_callback,
     register_dataset,
@@ -73,6 +75,7 @@ __all__ = [
     "__version__",
     "build_model",
     "ALGORITHMS",
+    "AUGMENTATIONS",
     "BACKBONES",
     "CALLBACKS",
     "DATASETS",
@@ -99,6 +102,7 @@ __all__ = [
     "load_config",
     "load_plugins",
     "register_algorithm",
+    "register_augmentation",
     "register_backbone",
     "register_callback",
     "register_dataset",

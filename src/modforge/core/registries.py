@@ -19,6 +19,7 @@ engine      ``ENGINES``                       —
 callback    ``CALLBACKS``                     ``monitor``, ``mode`` (defaults from ``train.monitor``)
 algorithm   ``ALGORITHMS``                    ``model``, ``num_classes``
 model       ``MODELS``                        ``in_dim``, ``num_classes``
+augmentation ``AUGMENTATIONS``                ``sample_rate``
 =========== ================================= ========================================
 """
 
@@ -46,6 +47,7 @@ ENGINES = Registry("engine")
 CALLBACKS = Registry("callback", injected=("monitor", "mode"))
 ALGORITHMS = Registry("algorithm", injected=("model", "num_classes"))
 MODELS = Registry("model", injected=("in_dim", "num_classes"))
+AUGMENTATIONS = Registry("augmentation", injected=("sample_rate",))
 
 REGISTRIES: dict[str, Registry] = {
     r.kind: r
@@ -63,6 +65,7 @@ REGISTRIES: dict[str, Registry] = {
         CALLBACKS,
         ALGORITHMS,
         MODELS,
+        AUGMENTATIONS,
     )
 }
 """Every registry, by kind (in the order ``modforge list`` shows them)."""
@@ -112,9 +115,11 @@ register_engine = _decorator_for(ENGINES)
 register_callback = _decorator_for(CALLBACKS)
 register_algorithm = _decorator_for(ALGORITHMS)
 register_model = _decorator_for(MODELS)
+register_augmentation = _decorator_for(AUGMENTATIONS)
 
 __all__ = [
     "ALGORITHMS",
+    "AUGMENTATIONS",
     "BACKBONES",
     "CALLBACKS",
     "DATASETS",

@@ -87,6 +87,8 @@ class DataSplits:
         image: how a picture file becomes one input sample, for ``modforge predict``:
             ``{"height", "width", "channels", "ink": "dark"|"light", "scale"}`` (None: inputs
             are not pictures).
+        sample_rate: audio sample rate in Hz (None: not audio); handed to frontends.
+        task: what the labels mean: 'classification' or 'spoofing' (label 1 = bona fide).
     """
 
     train: Dataset
@@ -99,6 +101,8 @@ class DataSplits:
     class_names: list[str] = dataclasses.field(default_factory=list)
     normalisation: dict = dataclasses.field(default_factory=dict)
     image: dict | None = None
+    sample_rate: int | None = None
+    task: str = "classification"
 
     def __post_init__(self) -> None:
         self.layout = Layout(self.layout)

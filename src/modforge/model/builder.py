@@ -124,6 +124,8 @@ def build_model(
     input_shape: Sequence[int] | None = None,
     plugins: Iterable[str] = (),
     base_dir: str | None = None,
+    sample_rate: int | None = None,
+    scores: bool = False,
 ) -> ModularModel:
     """Assemble the parts named in ``model_cfg`` into one module.
 
@@ -137,6 +139,9 @@ def build_model(
         input_shape: one sample's shape (e.g. ``(1, 8, 8)``), sizing the dry runs.
         plugins: plug-in modules whose objects a ``type:`` may name by import path.
         base_dir: directory relative plug-in paths are resolved against.
+        sample_rate: audio sample rate, passed to every part that asks for it (frontends).
+        scores: add ``score`` (a detection score, higher = positive class) to the model's
+            dict output, from the first loss that defines ``score()``.
 
     Raises:
         ConfigError: any problem, naming the stage (``model.head``...) and the cause.
@@ -176,7 +181,13 @@ def build_model(
             )
         target, adapter, dim = fitted
         part = registry.build(
-            stage.spec, path=stage.path, in_dim=dim, num_classes=num_classes, in_layout=target, **common
+            stage.spec,
+            path=stage.path,
+            in_dim=dim,
+            num_classes=num_classes,
+            in_layout=target,
+            sample_rate=sample_rate,
+            **common,
         )
         if not isinstance(part, nn.Module):
             raise ModelBuildError(
@@ -233,7 +244,7 @@ def build_model(
         inputs[stage.name] = arg
         dry_batch[stage.name] = out
     loss_parts = _build_losses(losses, built, outputs, inputs, num_classes, label, common)
-    model = ModularModel(built, loss_parts, num_classes)
+    model = ModularModel(built, loss_parts, num_classes, scores=scores)
     model.input_layout = in_layout  # what the model takes, before any adapter of the first stage
     return model
 

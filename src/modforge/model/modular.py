@@ -12,6 +12,12 @@ stage's name, plus ``embedding`` (the head's input; also under ``features``), ``
 
 A key holds a loss when it is named ``loss``, ``loss_*`` or ``*_loss``: every such key a
 stage adds is summed into ``loss`` together with the configured ``losses:``.
+
+A loss that owns its classifier (margin losses: ``input_key = "embedding"`` and a
+``logits(embedding)`` method) stands in for the head of a model that has none: its
+logits are the model's ``logits``. A model built with ``scores=True`` (detection tasks)
+also adds ``score`` [B] — higher means the positive class (bona fide) — from the first
+configured loss that defines ``score(inputs)``, else the log-odds of class 1 from the logits.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import torch.nn as nn
 
 from ..components.base import flat_grads, flat_params
 from ..components.layouts import Layout
+from ..components.losses.classification import log_odds
 from ..core.errors import UsageError
 from .errors import ModelOutputError, StageError
 from .spec import is_loss_key
@@ -81,6 +88,8 @@ class ModularModel(nn.Module):
         stages: list[tuple[StageInfo, nn.Module, nn.Module | None]],
         losses: list[tuple[LossInfo, nn.Module]],
         num_classes: int | None = None,
+        *,
+        scores: bool = False,
     ):
         super().__init__()
         self.parts = nn.ModuleDict({info.name: part for info, part, _ in stages})
@@ -94,6 +103,17 @@ class ModularModel(nn.Module):
         self.out_dim = last.out_dim
         self.embedding_dim = last.in_dim if self.has_head else last.out_dim
         self._dict_stages = any(info.dict_io for info in self.stage_info)  # only they can add loss keys
+        self.classifier_loss: str | None = None  # a loss whose logits() stand in for a missing head
+        if not self.has_head:
+            self.classifier_loss = next(
+                (i.key for i, fn in losses if i.input_key in ("embedding", "features") and callable(getattr(fn, "logits", None))),
+                None,
+            )
+        # (key, input key) of the loss whose score() gives batch["score"]
+        self.scorer: tuple[str, str] | None = None
+        if scores:
+            first = ((i.key, i.input_key) for i, fn in losses if callable(getattr(fn, "score", None)))
+            self.scorer = next(first, ("", "logits"))  # no scoring loss: log-odds of class 1
         self.input_layout: Layout = self.stage_info[0].in_layout  # the builder sets it (adapters come after)
 
     # ------------------------------------------------------------------ access
@@ -178,9 +198,12 @@ class ModularModel(nn.Module):
                     f"stage '{info.name}' ({info.kind} '{info.type}') failed on {shown}: {type(exc).__name__}: {exc}"
                 ) from exc
             batch[info.name] = out
-        batch["logits"] = out
         batch.setdefault("embedding", out)
         batch["features"] = batch["embedding"]
+        batch["logits"] = out if self.classifier_loss is None else self.loss_fns[self.classifier_loss].logits(out)
+        if self.scorer is not None:
+            key, input_key = self.scorer
+            batch["score"] = log_odds(batch["logits"]) if not key else self.loss_fns[key].score(batch[input_key])
 
     @staticmethod
     def _call(

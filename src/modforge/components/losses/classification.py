@@ -1,6 +1,8 @@
 """Classification losses: ``cross_entropy``, ``focal``, ``bce_with_logits``.
 
 Each reads the logits (``input_key = "logits"``) and the integer class labels.
+``cross_entropy`` also gives a detection score (:func:`log_odds` of class 1 — bona fide
+in spoofing detection), so it serves two-class detection tasks as well.
 """
 
 from __future__ import annotations
@@ -12,6 +14,15 @@ import torch.nn.functional as F
 
 from ...core.registries import register_loss
 from ..base import Loss
+
+
+def log_odds(logits: torch.Tensor, positive: int = 1) -> torch.Tensor:
+    """``log p(positive) − log p(any other class)`` per row of softmax logits [B, C]: the
+    logit difference for two classes; a single logit column is returned as it is."""
+    if logits.shape[-1] == 1:
+        return logits[:, 0]
+    others = torch.cat([logits[:, :positive], logits[:, positive + 1 :]], dim=1)
+    return logits[:, positive] - torch.logsumexp(others, dim=1)
 
 
 def _class_weights(weights: Optional[list[float]], num_classes: Optional[int], name: str) -> Optional[torch.Tensor]:
@@ -52,6 +63,11 @@ class CrossEntropy(Loss):
         return F.cross_entropy(
             logits, target, weight=self.weight, ignore_index=self.ignore_index, label_smoothing=self.label_smoothing
         )
+
+    def score(self, logits: torch.Tensor) -> torch.Tensor:
+        """Detection score [B]: the log-odds of class 1 (bona fide in spoofing; higher = more
+        bona fide), i.e. ``logit_1 − logit_0`` for two classes."""
+        return log_odds(logits)
 
 
 @register_loss("focal")

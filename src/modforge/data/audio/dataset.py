@@ -1,0 +1,202 @@
+"""A split of labelled audio files as a dataset of dict batches.
+
+:class:`AudioSettings` (a dataset's ``audio:`` argument) says how files become inputs:
+
+* training — every file is read (resampled, mono), augmented, and cropped or padded to
+  ``seconds`` at a random offset;
+* evaluation — ``eval_mode``: ``fixed`` (the first ``seconds``, padded like training; the
+  ASVspoof baselines' practice), ``full`` (whole files; a batch is zero-padded to its
+  longest file and carries ``length`` [B] and a boolean ``mask`` [B, T]), or ``windows``
+  (each file cut into ``seconds``-long windows every ``window_hop`` seconds; the windows
+  of a batch's files are stacked, each row keeping its file's ``label`` and ``index``, so a
+  file's score is the mean of its windows' scores — what ``modforge test`` writes).
+
+Randomness (crop offsets, augmentation) is drawn from a generator seeded with
+``(seed, epoch, index)``: the same run sees the same audio, a resumed run continues
+exactly, and the order in which workers load files does not matter. The trainer calls
+:meth:`AudioDataset.set_epoch` at the start of every epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ...core.arguments import signature_of
+from .cropping import Padding, fit_length, pad_batch, windows
+from .io import AudioReadError, audio_info, read_audio
+from .protocols import ParseReport, Utterance
+
+__all__ = ["AudioDataset", "AudioSettings", "audio_settings", "check_files"]
+
+EvalMode = Literal["fixed", "full", "windows"]
+
+
+class AudioSettings:
+    """How audio files become model inputs.
+
+    Args:
+        sample_rate: rate every file is resampled to (Hz).
+        seconds: length of a training crop (and of an evaluation window / fixed crop).
+            64600 samples (4.04 s), the AASIST/RawNet2 length, is ``seconds: 4.0375``.
+        eval_mode: 'fixed' (first ``seconds``), 'full' (whole files, padded batches with
+            masks) or 'windows' (windows averaged per file).
+        window_hop: seconds between window starts in 'windows' mode (None: ``seconds``).
+        padding: how a short file is padded: 'repeat' (tiled) or 'zeros'.
+        random_crop: crop training files at a random offset (False: from the start).
+        cache: keep decoded (resampled) files in memory after the first read.
+    """
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        seconds: float = 4.0,
+        eval_mode: EvalMode = "fixed",
+        window_hop: float | None = None,
+        padding: Padding = "repeat",
+        random_crop: bool = True,
+        cache: bool = False,
+    ):
+        if sample_rate < 1:
+            raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+        if seconds <= 0:
+            raise ValueError(f"seconds must be positive, got {seconds}")
+        if window_hop is not None and window_hop <= 0:
+            raise ValueError(f"window_hop must be positive, got {window_hop}")
+        self.sample_rate, self.seconds, self.eval_mode = sample_rate, seconds, eval_mode
+        self.window_hop, self.padding, self.random_crop, self.cache = window_hop, padding, random_crop, cache
+
+    @property
+    def samples(self) -> int:
+        """The crop/window length in samples."""
+        return max(1, round(self.seconds * self.sample_rate))
+
+    @property
+    def hop_samples(self) -> int:
+        return max(1, round((self.window_hop or self.seconds) * self.sample_rate))
+
+
+def audio_settings(values: dict[str, Any] | None, path: str = "data.args.audio") -> AudioSettings:
+    """:class:`AudioSettings` from a config mapping, checked key by key (errors name ``path``)."""
+    checked = signature_of(AudioSettings).validate(values or {}, path=path)
+    return AudioSettings(**checked)
+
+
+def check_files(
+    utterances: Sequence[Utterance], *, skip_bad: bool, report: ParseReport | None = None
+) -> list[Utterance]:
+    """The utterances whose audio file exists and has a readable header; the others raise
+    an :class:`AudioReadError` naming the file and the protocol line (or, with
+    ``skip_bad``, are counted in ``report`` and left out)."""
+    kept = []
+    for utt in utterances:
+        try:
+            frames, _rate = audio_info(utt.path) if utt.path.is_file() else (None, None)
+            if frames is None:
+                raise AudioReadError(f"audio file not found: {utt.path}")
+            if frames == 0:
+                raise AudioReadError(f"audio file {utt.path} holds no samples")
+        except AudioReadError as exc:
+            if not skip_bad:
+                raise AudioReadError(f"{utt.source}: {exc}") from None
+            if report is not None:
+                report.add(f"{utt.source}: {exc}")
+            continue
+        kept.append(utt)
+    return kept
+
+
+class AudioDataset(Dataset):
+    """Labelled audio files of one split; batches are dicts (see the module doc).
+
+    Args:
+        utterances: the files and their labels.
+        settings: how files become inputs.
+        train: training split (random crops and augmentation) or evaluation split.
+        seed: seeds crops and augmentation together with the epoch and the file's index.
+        augment: a callable ``(wave, rng) -> wave`` applied to training files, or None.
+    """
+
+    def __init__(
+        self,
+        utterances: Sequence[Utterance],
+        settings: AudioSettings,
+        *,
+        train: bool,
+        seed: int = 0,
+        augment: Callable[[np.ndarray, np.random.Generator], np.ndarray] | None = None,
+    ):
+        self.utterances = list(utterances)
+        self.settings, self.train, self.seed, self.augment = settings, train, int(seed), augment
+        self.labels = torch.tensor([u.label for u in self.utterances], dtype=torch.long)
+        self.epoch = 0
+        self._cache: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.utterances)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Seed the next epoch's crops and augmentation (called by the trainer)."""
+        self.epoch = int(epoch)
+
+    @property
+    def attacks(self) -> list[str]:
+        """Each file's attack name (``-`` for bona fide), in index order."""
+        return [u.attack for u in self.utterances]
+
+    def read(self, index: int) -> np.ndarray:
+        """The decoded, resampled waveform of file ``index`` (full length)."""
+        cached = self._cache.get(index)
+        if cached is not None:
+            return cached
+        utt = self.utterances[index]
+        try:
+            wave, _ = read_audio(utt.path, self.settings.sample_rate)
+        except AudioReadError as exc:
+            raise AudioReadError(f"{utt.source}: {exc}") from None
+        if self.settings.cache:
+            self._cache[index] = wave
+        return wave
+
+    def _rng(self, index: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.epoch, int(index)])
+
+    def waveform(self, index: int) -> np.ndarray | list[np.ndarray]:
+        """What file ``index`` contributes to a batch: a crop, the whole file, or windows."""
+        wave, settings = self.read(index), self.settings
+        if self.train:
+            rng = self._rng(index)
+            if self.augment is not None:
+                wave = np.asarray(self.augment(wave, rng), dtype=np.float32)
+            return fit_length(wave, settings.samples, padding=settings.padding, rng=rng if settings.random_crop else None)
+        if settings.eval_mode == "fixed":
+            return fit_length(wave, settings.samples, padding=settings.padding)
+        if settings.eval_mode == "windows":
+            return windows(wave, settings.samples, settings.hop_samples, padding=settings.padding)
+        return wave
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        """One file unbatched: ``input`` [T] (or [windows, T]), ``label``, ``index``."""
+        wave = np.asarray(self.waveform(index), dtype=np.float32)
+        return {"input": torch.from_numpy(wave), "label": self.labels[index], "index": torch.tensor(index)}
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        indices = [int(i) for i in indices]
+        waves = [self.waveform(i) for i in indices]
+        label = self.labels[indices]
+        index = torch.tensor(indices, dtype=torch.long)
+        if self.train or self.settings.eval_mode == "fixed":
+            return {"input": torch.from_numpy(np.stack(waves)), "label": label, "index": index}
+        if self.settings.eval_mode == "windows":
+            counts = torch.tensor([len(w) for w in waves])
+            return {
+                "input": torch.from_numpy(np.concatenate(waves)),
+                "label": label.repeat_interleave(counts),
+                "index": index.repeat_interleave(counts),
+            }
+        padded, length, mask = pad_batch(waves)
+        return {"input": padded, "label": label, "index": index, "length": length, "mask": mask}

@@ -1,0 +1,303 @@
+"""Registered spoofing datasets: ASVspoof 2019, ASVspoof 5, CSV/Parquet manifests,
+In-the-Wild and modforge's synthetic corpus.
+
+Each returns :class:`~modforge.data.base.DataSplits` of :class:`AudioDataset` splits
+(train / val = the challenge's dev / test = its eval), two classes (0 spoof, 1 bona fide),
+waveform inputs at ``audio.sample_rate``. Every audio file is checked (exists, readable
+header) when the dataset is built, so a bad list fails before training with the protocol
+line named; ``skip_bad: true`` counts and logs what it leaves out instead. Relative paths
+are taken from the working directory (``root`` for the challenge layouts).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+from ...core.errors import UsageError
+from ...core.layouts import Layout
+from ...core.registries import register_dataset
+from ..base import DataSplits
+from .dataset import AudioDataset, audio_settings, check_files
+from .protocols import (
+    ParseReport,
+    Utterance,
+    read_asvspoof5,
+    read_asvspoof2019,
+    read_in_the_wild,
+    read_manifest,
+)
+
+__all__ = ["CLASS_NAMES", "spoofing_splits"]
+
+log = logging.getLogger("modforge.data")
+CLASS_NAMES = ["spoof", "bonafide"]
+
+
+def spoofing_splits(
+    lists: dict[str, list[Utterance] | None],
+    *,
+    audio: dict[str, Any] | None,
+    augment: list[Any] | None,
+    seed: int,
+    report: ParseReport,
+    skip_bad: bool,
+    name: str,
+) -> DataSplits:
+    """DataSplits from per-split utterance lists (``train``, ``val``, ``test``; None: no such split)."""
+    settings = audio_settings(audio)
+    pipeline = None
+    if augment:
+        from .augment import build_augmentations
+
+        pipeline = build_augmentations(augment, settings.sample_rate, path="data.args.augment")
+    splits: dict[str, AudioDataset | None] = {}
+    for split, utterances in lists.items():
+        if utterances is None:
+            splits[split] = None
+            continue
+        kept = check_files(utterances, skip_bad=skip_bad, report=report)
+        if utterances and not kept:
+            raise UsageError(f"{name}: no usable audio file in the {split} split ({report})")
+        train = split == "train"
+        splits[split] = AudioDataset(kept, settings, train=train, seed=seed, augment=pipeline if train else None)
+    if report.skipped:
+        log.warning("%s: %s", name, report)
+    return DataSplits(
+        splits["train"],
+        splits.get("val"),
+        splits.get("test"),
+        num_classes=2,
+        in_dim=1,
+        layout=Layout.WAVEFORM,
+        input_shape=(settings.samples,),
+        class_names=list(CLASS_NAMES),
+        normalisation={"sample_rate": settings.sample_rate, "mono": True, "range": "[-1, 1] float"},
+        sample_rate=settings.sample_rate,
+        task="spoofing",
+    )
+
+
+def _challenge(
+    reader: Callable[..., list[Utterance]], root: str, protocols: dict[str, Optional[str]],
+    audio_dirs: dict[str, str], ext: str, skip_bad: bool, report: ParseReport,
+) -> dict[str, list[Utterance] | None]:
+    base = Path(root)
+    if not base.is_dir():
+        raise UsageError(f"dataset root not found: {base}")
+    return {
+        split: (
+            None if protocol is None
+            else reader(base / protocol, base / audio_dirs[split], ext=ext, skip_bad=skip_bad, report=report)
+        )
+        for split, protocol in protocols.items()
+    }
+
+
+@register_dataset("asvspoof2019")
+def asvspoof2019(
+    root: str,
+    train_protocol: str = "ASVspoof2019_LA_cm_protocols/ASVspoof2019.LA.cm.train.trn.txt",
+    dev_protocol: Optional[str] = "ASVspoof2019_LA_cm_protocols/ASVspoof2019.LA.cm.dev.trl.txt",
+    eval_protocol: Optional[str] = "ASVspoof2019_LA_cm_protocols/ASVspoof2019.LA.cm.eval.trl.txt",
+    train_audio: str = "ASVspoof2019_LA_train/flac",
+    dev_audio: str = "ASVspoof2019_LA_dev/flac",
+    eval_audio: str = "ASVspoof2019_LA_eval/flac",
+    ext: str = "flac",
+    audio: Optional[dict] = None,
+    augment: Optional[list] = None,
+    skip_bad: bool = False,
+    seed: int = 0,
+) -> DataSplits:
+    """ASVspoof 2019 (LA or PA): train / dev / eval countermeasure protocols
+    (``speaker utt - attack key``) over folders of audio files, the official layout by default.
+
+    Args:
+        root: the LA (or PA) folder of the release.
+        train_protocol: training protocol, relative to root.
+        dev_protocol: development protocol (the validation split), or None.
+        eval_protocol: evaluation protocol (the test split), or None.
+        train_audio: folder of the training audio, relative to root.
+        dev_audio: folder of the development audio.
+        eval_audio: folder of the evaluation audio.
+        ext: audio file suffix.
+        audio: how files become inputs: sample_rate, seconds, eval_mode (fixed/full/windows),
+            window_hop, padding (repeat/zeros), random_crop, cache.
+        augment: training augmentations, each {type, args, p} (see `modforge list augmentation`).
+        skip_bad: skip malformed lines and missing/unreadable files (counted and logged) instead of failing.
+        seed: seeds crops and augmentation (wired from the config's seed).
+    """
+    report = ParseReport()
+    lists = _challenge(
+        read_asvspoof2019, root, {"train": train_protocol, "val": dev_protocol, "test": eval_protocol},
+        {"train": train_audio, "val": dev_audio, "test": eval_audio}, ext, skip_bad, report,
+    )
+    return spoofing_splits(lists, audio=audio, augment=augment, seed=seed, report=report, skip_bad=skip_bad,
+                           name="asvspoof2019")
+
+
+@register_dataset("asvspoof5")
+def asvspoof5(
+    root: str,
+    train_protocol: str = "ASVspoof5_protocols/ASVspoof5.train.tsv",
+    dev_protocol: Optional[str] = "ASVspoof5_protocols/ASVspoof5.dev.track_1.tsv",
+    eval_protocol: Optional[str] = "ASVspoof5_protocols/ASVspoof5.eval.track_1.tsv",
+    train_audio: str = "flac_T",
+    dev_audio: str = "flac_D",
+    eval_audio: str = "flac_E_eval",
+    ext: str = "flac",
+    audio: Optional[dict] = None,
+    augment: Optional[list] = None,
+    skip_bad: bool = False,
+    seed: int = 0,
+) -> DataSplits:
+    """ASVspoof 5 track 1: protocols of ten whitespace-separated fields (speaker, file,
+    gender, codec, codec quality, codec seed, attack tag, attack label, key, unused).
+
+    Args:
+        root: the release folder.
+        train_protocol: training protocol, relative to root.
+        dev_protocol: development protocol (the validation split), or None.
+        eval_protocol: evaluation protocol (the test split), or None.
+        train_audio: folder of the training audio, relative to root.
+        dev_audio: folder of the development audio.
+        eval_audio: folder of the evaluation audio.
+        ext: audio file suffix.
+        audio: how files become inputs (see asvspoof2019).
+        augment: training augmentations, each {type, args, p}.
+        skip_bad: skip malformed lines and missing/unreadable files instead of failing.
+        seed: seeds crops and augmentation (wired from the config's seed).
+    """
+    report = ParseReport()
+    lists = _challenge(
+        read_asvspoof5, root, {"train": train_protocol, "val": dev_protocol, "test": eval_protocol},
+        {"train": train_audio, "val": dev_audio, "test": eval_audio}, ext, skip_bad, report,
+    )
+    return spoofing_splits(lists, audio=audio, augment=augment, seed=seed, report=report, skip_bad=skip_bad,
+                           name="asvspoof5")
+
+
+@register_dataset("spoof_corpus")
+def spoof_corpus(
+    root: str,
+    audio: Optional[dict] = None,
+    augment: Optional[list] = None,
+    skip_bad: bool = False,
+    seed: int = 0,
+) -> DataSplits:
+    """modforge's synthetic spoofing corpus (``modforge data make-spoof-corpus OUT``):
+    ``protocols/{train,dev,eval}.txt`` in the ASVspoof 2019 format over ``wav/``; the eval
+    split holds attacks never seen in training.
+
+    Args:
+        root: the corpus folder (OUT of make-spoof-corpus).
+        audio: how files become inputs (see asvspoof2019).
+        augment: training augmentations, each {type, args, p}.
+        skip_bad: skip malformed lines and missing/unreadable files instead of failing.
+        seed: seeds crops and augmentation (wired from the config's seed).
+    """
+    report = ParseReport()
+    if not (Path(root) / "meta.json").is_file():
+        raise UsageError(
+            f"{root} is not a finished spoofing corpus (no meta.json); make one with "
+            f"'modforge data make-spoof-corpus {root}'"
+        )
+    lists = _challenge(
+        read_asvspoof2019, root,
+        {"train": "protocols/train.txt", "val": "protocols/dev.txt", "test": "protocols/eval.txt"},
+        {"train": "wav", "val": "wav", "test": "wav"}, "wav", skip_bad, report,
+    )
+    return spoofing_splits(lists, audio=audio, augment=augment, seed=seed, report=report, skip_bad=skip_bad,
+                           name="spoof_corpus")
+
+
+@register_dataset("audio_manifest")
+def audio_manifest(
+    train: str,
+    val: Optional[str] = None,
+    test: Optional[str] = None,
+    audio_root: Optional[str] = None,
+    audio: Optional[dict] = None,
+    augment: Optional[list] = None,
+    skip_bad: bool = False,
+    seed: int = 0,
+) -> DataSplits:
+    """CSV or Parquet manifests, one per split, with columns ``path`` and ``label``
+    (bonafide/spoof or 1/0) and optionally ``id``, ``attack``, ``speaker`` — DeepFense's format.
+
+    Args:
+        train: the training manifest.
+        val: the validation manifest, or None.
+        test: the test manifest, or None.
+        audio_root: folder relative audio paths start from (default: each manifest's folder).
+        audio: how files become inputs (see asvspoof2019).
+        augment: training augmentations, each {type, args, p}.
+        skip_bad: skip malformed rows and missing/unreadable files instead of failing.
+        seed: seeds crops and augmentation (wired from the config's seed).
+    """
+    report = ParseReport()
+    lists = {
+        split: None if path is None else read_manifest(path, audio_root=audio_root, skip_bad=skip_bad, report=report)
+        for split, path in (("train", train), ("val", val), ("test", test))
+    }
+    return spoofing_splits(lists, audio=audio, augment=augment, seed=seed, report=report, skip_bad=skip_bad,
+                           name="audio_manifest")
+
+
+@register_dataset("in_the_wild")
+def in_the_wild(
+    meta: str,
+    audio_dir: Optional[str] = None,
+    val_fraction: float = 0.0,
+    test_fraction: float = 1.0,
+    audio: Optional[dict] = None,
+    augment: Optional[list] = None,
+    skip_bad: bool = False,
+    seed: int = 0,
+) -> DataSplits:
+    """In-the-Wild (Müller et al., 2022): ``meta.csv`` with ``file,speaker,label``. Usually an
+    evaluation-only set (the default puts every file in the test split: train elsewhere and
+    ``modforge test RUN data.type=in_the_wild data.args.meta=...``); give fractions to train
+    on it, split by speaker so no speaker is on both sides.
+
+    Args:
+        meta: the meta.csv file.
+        audio_dir: folder of the audio files (default: meta.csv's folder).
+        val_fraction: share of speakers held out for validation.
+        test_fraction: share of speakers held out for testing (1.0: everything is test data).
+        audio: how files become inputs (see asvspoof2019).
+        augment: training augmentations, each {type, args, p}.
+        skip_bad: skip malformed rows and missing/unreadable files instead of failing.
+        seed: seeds the speaker split, crops and augmentation (wired from the config's seed).
+    """
+    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {value}")
+    if val_fraction + test_fraction > 1.0:
+        raise ValueError(f"val_fraction + test_fraction must be at most 1, got {val_fraction + test_fraction}")
+    report = ParseReport()
+    utterances = read_in_the_wild(meta, audio_dir=audio_dir, skip_bad=skip_bad, report=report)
+    lists = _speaker_split(utterances, val_fraction, test_fraction, seed)  # train may be empty: evaluation only
+    return spoofing_splits(lists, audio=audio, augment=augment, seed=seed, report=report, skip_bad=skip_bad,
+                           name="in_the_wild")
+
+
+def _speaker_split(
+    utterances: list[Utterance], val_fraction: float, test_fraction: float, seed: int
+) -> dict[str, list[Utterance] | None]:
+    """Speaker-disjoint train/val/test lists (a split with fraction 0 is None)."""
+    import numpy as np
+
+    speakers = sorted({u.speaker for u in utterances})
+    order = np.random.default_rng(seed).permutation(len(speakers))
+    n_test = round(test_fraction * len(speakers))
+    n_val = min(len(speakers) - n_test, round(val_fraction * len(speakers)))
+    test_set = {speakers[i] for i in order[:n_test]}
+    val_set = {speakers[i] for i in order[n_test : n_test + n_val]}
+    return {
+        "train": [u for u in utterances if u.speaker not in test_set and u.speaker not in val_set],
+        "val": [u for u in utterances if u.speaker in val_set] if val_fraction > 0 else None,
+        "test": [u for u in utterances if u.speaker in test_set] if test_fraction > 0 else None,
+    }

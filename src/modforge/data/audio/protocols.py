@@ -1,0 +1,280 @@
+"""Reading the lists that say which audio file is bona fide and which is spoofed.
+
+Four formats, one result — a list of :class:`Utterance`:
+
+==================  ==========================================================  =================
+format              one line                                                    audio file
+==================  ==========================================================  =================
+``asvspoof2019``    ``LA_0079 LA_T_1138215 - A01 spoof``                        ``<utt>.<ext>``
+                    (speaker, utterance, unused, attack or ``-``, key)
+``asvspoof5``       ``T_4850 T_0000000000 F - - - AC3 A05 spoof -``             ``<utt>.<ext>``
+                    (speaker, utterance, gender, codec, codec quality, codec
+                    seed, attack tag, attack label, key, unused)
+``manifest``        CSV/Parquet with ``path,label[,id][,attack][,speaker]``     ``path``
+                    (DeepFense's manifest; label ``bonafide``/``spoof`` or 1/0)
+``in_the_wild``     ``meta.csv``: ``file,speaker,label`` (label ``bona-fide`` /  ``file``
+                    ``spoof``)
+==================  ==========================================================  =================
+
+Labels: 1 = bona fide, 0 = spoof. A malformed line is a :class:`ProtocolError` naming the
+file and line number; with ``skip_bad=True`` such lines are counted and skipped instead
+(:class:`ParseReport` says how many, and the first few reasons).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ...core.errors import UsageError
+
+__all__ = [
+    "BONAFIDE",
+    "SPOOF",
+    "ParseReport",
+    "ProtocolError",
+    "Utterance",
+    "parse_label",
+    "read_asvspoof2019",
+    "read_asvspoof5",
+    "read_in_the_wild",
+    "read_manifest",
+]
+
+BONAFIDE, SPOOF = 1, 0
+_LABELS = {
+    "bonafide": BONAFIDE, "bona-fide": BONAFIDE, "bona_fide": BONAFIDE, "bona fide": BONAFIDE, "genuine": BONAFIDE,
+    "real": BONAFIDE, "1": BONAFIDE, "spoof": SPOOF, "fake": SPOOF, "deepfake": SPOOF, "0": SPOOF,
+}  # fmt: skip
+
+
+class ProtocolError(UsageError):
+    """A protocol or manifest line that cannot be read (located by file and line)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Utterance:
+    """One labelled audio file.
+
+    Attributes:
+        utt_id: the utterance's name (unique within a split).
+        path: the audio file.
+        label: 1 bona fide, 0 spoof.
+        attack: the attack's name (``-`` for bona fide, ``spoof`` when the format has none).
+        speaker: the speaker's id, or ``-``.
+        source: ``file:line`` the entry came from, for messages.
+    """
+
+    utt_id: str
+    path: Path
+    label: int
+    attack: str = "-"
+    speaker: str = "-"
+    source: str = ""
+
+
+@dataclasses.dataclass
+class ParseReport:
+    """What ``skip_bad`` left out."""
+
+    skipped: int = 0
+    reasons: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, reason: str) -> None:
+        self.skipped += 1
+        if len(self.reasons) < 5:
+            self.reasons.append(reason)
+
+    def merge(self, other: ParseReport) -> None:
+        self.skipped += other.skipped
+        self.reasons.extend(other.reasons[: max(0, 5 - len(self.reasons))])
+
+    def __str__(self) -> str:
+        if not self.skipped:
+            return "nothing skipped"
+        more = " ..." if self.skipped > len(self.reasons) else ""
+        return f"skipped {self.skipped} bad entries: " + "; ".join(self.reasons) + more
+
+
+def parse_label(text: str) -> int:
+    """``bonafide``/``bona-fide``/``genuine``/``real``/``1`` → 1; ``spoof``/``fake``/``0`` → 0."""
+    try:
+        return _LABELS[str(text).strip().lower()]
+    except KeyError:
+        raise ValueError(f"unknown label {text!r} (expected bonafide/bona-fide/1 or spoof/fake/0)") from None
+
+
+def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
+    if not path.is_file():
+        raise ProtocolError(f"protocol file not found: {path}")
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            fields = line.split()
+            if fields and not fields[0].startswith("#"):
+                yield number, fields
+
+
+def _audio_path(audio_dir: Path, name: str, ext: str) -> Path:
+    candidate = audio_dir / name
+    return candidate if candidate.suffix and ext in ("", candidate.suffix.lstrip(".")) else audio_dir / f"{name}.{ext}"
+
+
+def _collect(
+    entries: Iterator[tuple[str, Callable[[], Utterance]]], skip_bad: bool, report: ParseReport | None
+) -> list[Utterance]:
+    """Run each entry's parser; a failure raises (located) or, with ``skip_bad``, is counted."""
+    out, seen = [], {}
+    for where, parse in entries:
+        try:
+            utt = parse()
+            if utt.utt_id in seen:
+                raise ValueError(f"utterance '{utt.utt_id}' already listed at {seen[utt.utt_id]}")
+            seen[utt.utt_id] = where
+            out.append(utt)
+        except (ValueError, IndexError) as exc:
+            if not skip_bad:
+                raise ProtocolError(f"{where}: {exc}") from None
+            if report is not None:
+                report.add(f"{where}: {exc}")
+    return out
+
+
+def _need(fields: list[str], count: int, layout: str) -> None:
+    if len(fields) < count:
+        raise ValueError(f"expected {count} fields ({layout}), got {len(fields)}: {' '.join(fields)!r}")
+
+
+def read_asvspoof2019(
+    protocol: str | Path, audio_dir: str | Path, *, ext: str = "flac", skip_bad: bool = False,
+    report: ParseReport | None = None,
+) -> list[Utterance]:
+    """ASVspoof 2019 LA/PA countermeasure protocol: ``speaker utt - attack key``."""
+    protocol, audio_dir = Path(protocol), Path(audio_dir)
+
+    def entries():
+        for number, fields in _lines(protocol):
+            def parse(fields=fields, number=number) -> Utterance:
+                _need(fields, 5, "speaker utt - attack key")
+                speaker, utt, _, attack, key = fields[:5]
+                label = parse_label(key)
+                attack = "-" if label == BONAFIDE else (attack if attack != "-" else "spoof")
+                return Utterance(utt, _audio_path(audio_dir, utt, ext), label, attack, speaker, f"{protocol}:{number}")
+
+            yield f"{protocol}:{number}", parse
+
+    return _collect(entries(), skip_bad, report)
+
+
+def read_asvspoof5(
+    protocol: str | Path, audio_dir: str | Path, *, ext: str = "flac", skip_bad: bool = False,
+    report: ParseReport | None = None,
+) -> list[Utterance]:
+    """ASVspoof 5 protocol (``ASVspoof5.train.tsv`` ...; whitespace-separated): speaker,
+    file, gender, codec, codec quality, codec seed, attack tag, attack label, key, unused.
+    The attack is the attack label (``A01``...); ``-`` for bona fide."""
+    protocol, audio_dir = Path(protocol), Path(audio_dir)
+    layout = "speaker file gender codec codec_q codec_seed attack_tag attack_label key"
+
+    def entries():
+        for number, fields in _lines(protocol):
+            def parse(fields=fields, number=number) -> Utterance:
+                _need(fields, 9, layout)
+                label = parse_label(fields[8])
+                attack = "-" if label == BONAFIDE else (fields[7] if fields[7] != "-" else "spoof")
+                path = _audio_path(audio_dir, fields[1], ext)
+                return Utterance(fields[1], path, label, attack, fields[0], f"{protocol}:{number}")
+
+            yield f"{protocol}:{number}", parse
+
+    return _collect(entries(), skip_bad, report)
+
+
+def _table_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
+    """Header and ``(line, row)`` pairs of a CSV (or Parquet) table."""
+    if not path.is_file():
+        raise ProtocolError(f"manifest not found: {path}")
+    if path.suffix.lower() in (".parquet", ".pq"):
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ProtocolError(f"reading {path} needs pandas and pyarrow (pip install pandas pyarrow)") from None
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as exc:
+            raise ProtocolError(f"cannot read Parquet manifest {path}: {exc}") from None
+        header = [str(c) for c in frame.columns]
+        rows = ((i + 1, {k: str(v) for k, v in rec.items()}) for i, rec in enumerate(frame.to_dict("records")))
+        return header, rows
+    handle = path.open(encoding="utf-8", newline="")
+    reader = csv.DictReader(handle)
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    reader.fieldnames = header
+
+    def rows():
+        with handle:
+            for row in reader:
+                yield reader.line_num, {k: (v or "").strip() for k, v in row.items() if k is not None}
+
+    return header, rows()
+
+
+def read_manifest(
+    manifest: str | Path, *, audio_root: str | Path | None = None, skip_bad: bool = False,
+    report: ParseReport | None = None,
+) -> list[Utterance]:
+    """A CSV or Parquet table with columns ``path`` and ``label`` (DeepFense's manifest), and
+    optionally ``id``, ``attack``, ``speaker``. Relative paths are taken from ``audio_root``
+    (default: the manifest's folder)."""
+    manifest = Path(manifest)
+    root = Path(audio_root) if audio_root is not None else manifest.parent
+    header, rows = _table_rows(manifest)
+    missing = [c for c in ("path", "label") if c not in header]
+    if missing:
+        raise ProtocolError(f"{manifest}: missing column(s) {', '.join(missing)} (columns: {', '.join(header)})")
+
+    def entries():
+        for number, row in rows:
+            def parse(row=row, number=number) -> Utterance:
+                if not row.get("path"):
+                    raise ValueError("empty path")
+                label = parse_label(row.get("label", ""))
+                path = Path(row["path"])
+                path = path if path.is_absolute() else root / path
+                utt = row.get("id") or path.stem
+                attack = "-" if label == BONAFIDE else (row.get("attack") or "spoof")
+                return Utterance(utt, path, label, attack, row.get("speaker") or "-", f"{manifest}:{number}")
+
+            yield f"{manifest}:{number}", parse
+
+    return _collect(entries(), skip_bad, report)
+
+
+def read_in_the_wild(
+    meta: str | Path, *, audio_dir: str | Path | None = None, skip_bad: bool = False,
+    report: ParseReport | None = None,
+) -> list[Utterance]:
+    """In-the-Wild's ``meta.csv`` (``file,speaker,label``; label ``bona-fide`` or ``spoof``);
+    audio files beside it unless ``audio_dir`` says otherwise."""
+    meta = Path(meta)
+    root = Path(audio_dir) if audio_dir is not None else meta.parent
+    header, rows = _table_rows(meta)
+    missing = [c for c in ("file", "label") if c not in header]
+    if missing:
+        raise ProtocolError(f"{meta}: missing column(s) {', '.join(missing)} (columns: {', '.join(header)})")
+
+    def entries():
+        for number, row in rows:
+            def parse(row=row, number=number) -> Utterance:
+                if not row.get("file"):
+                    raise ValueError("empty file name")
+                label = parse_label(row.get("label", ""))
+                attack = "-" if label == BONAFIDE else "spoof"
+                path = root / row["file"]
+                return Utterance(Path(row["file"]).stem, path, label, attack, row.get("speaker") or "-",
+                                 f"{meta}:{number}")
+
+            yield f"{meta}:{number}", parse
+
+    return _collect(entries(), skip_bad, report)
