@@ -14,11 +14,12 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "neck": ("modforge.components.necks",),
     "head": ("modforge.components.heads",),
     "loss": ("modforge.components.losses",),
-    "dataset": ("modforge.data.digits", "modforge.data.synthetic"),
+    "dataset": ("modforge.data.digits", "modforge.data.synthetic", "modforge.data.audio.datasets"),
     "metric": ("modforge.train.metrics",),
     "callback": ("modforge.train.callbacks",),
     "optimizer": ("modforge.train.optimizers",),
     "scheduler": ("modforge.train.schedulers", "modforge.train.warmup"),
+    "augmentation": ("modforge.data.audio.augment",),
     "engine": ("modforge.engines.eager", "modforge.engines.torchscript", "modforge.engines.compile", "modforge.engines.onnx"),
 }
 

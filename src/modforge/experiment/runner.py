@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..data.base import DataSplits
 from ..data.loader import LoaderSettings, make_loader
 from ..engines import build_engine
 from ..model import build_model
+from ..tasks.base import Task, get_task
 from ..train.checkpoint import find_resumable, load_checkpoint
 from ..train.metrics import Metric
 from ..train.optim_builder import build_optimizer, build_scheduler
@@ -46,6 +48,7 @@ class Experiment:
     seed: int
     model: torch.nn.Module
     metrics: dict[str, Metric]
+    task: Task
 
     @property
     def monitor(self) -> str:
@@ -53,9 +56,10 @@ class Experiment:
             return self.settings.monitor
         if self.splits.val is None:
             return "train_loss"
-        return (
-            "val_accuracy" if "accuracy" in self.metrics else ("val_loss" if "loss" in self.metrics else "train_loss")
-        )
+        for name in self.task.monitor_preference:
+            if name in self.metrics:
+                return f"val_{name}"
+        return "train_loss"
 
     @classmethod
     def build(cls, cfg: Config, splits: DataSplits | None = None) -> Experiment:
@@ -81,22 +85,28 @@ class Experiment:
                 base_dir=str(cfg.base_dir),
                 seed=seed,
             )
+        task = _task(cfg, splits)
         model = build_model(
             cfg,
             in_dim=splits.in_dim,
             num_classes=splits.num_classes,
             layout=splits.layout,
             input_shape=splits.input_shape,
+            sample_rate=splits.sample_rate,
+            **task.model_options,
         )
+        metric_specs = settings.metrics
+        if metric_specs is None:
+            metric_specs = [{"type": name, "args": {}} for name in task.default_metrics]
         metrics: dict[str, Metric] = {}
-        for i, spec in enumerate(settings.metrics):
+        for i, spec in enumerate(metric_specs):
             name, n = spec["type"], 2
             while name in metrics:
                 name, n = f"{spec['type']}_{n}", n + 1
             metrics[name] = METRICS.build(
                 spec, path=f"train.metrics.{i}", origin_of=cfg.where, num_classes=splits.num_classes
             )
-        return cls(cfg, settings, splits, loader, seed, model, metrics)
+        return cls(cfg, settings, splits, loader, seed, model, metrics, task)
 
     def check_monitor(self) -> None:
         """Refuse a ``train.monitor`` no epoch will ever log, before any training."""
@@ -189,10 +199,12 @@ class Experiment:
         return train, val, test
 
 
-def _split_metrics(trainer: Trainer, row: dict[str, Any], prefix: str) -> dict[str, Any]:
-    out = {k[len(prefix) + 1 :]: v for k, v in row.items() if k.startswith(prefix + "_")}
-    out.update({k[len(prefix) + 1 :]: v for k, v in trainer.extra_results.items() if k.startswith(prefix + "_")})
-    return out
+def _task(cfg: Config, splits: DataSplits) -> Task:
+    """The config's ``task:`` (checked by validation), else the dataset's."""
+    try:
+        return get_task(cfg.data.get("task") or splits.task)
+    except ValueError as exc:
+        raise ConfigError(str(exc), path="task", source=cfg.where("task")) from None
 
 
 def train_run(
@@ -200,6 +212,8 @@ def train_run(
 ) -> dict[str, Any]:
     """Train, test the best checkpoint, write ``summary.json`` and ``curves.png``; return the summary."""
     exp = Experiment.build(cfg, splits)
+    if len(exp.splits.train) == 0:
+        raise ConfigError("the dataset's training split is empty: nothing to train on", path="data")
     train_loader, val_loader, test_loader = exp.loaders()
     trainer = exp.trainer(train_loader, run_dir)
     if resume is None:
@@ -225,19 +239,20 @@ def train_run(
         if best_path.exists():
             exp.model.load_state_dict(load_checkpoint(best_path)["model"])
             evaluated = "checkpoints/best.pt"
-        summary["test"] = _split_metrics(trainer, trainer.evaluate(test_loader, "test"), "test")
+        summary.update(exp.task.test(trainer, test_loader, exp.splits.test, split="test", out_dir=run_dir, stem=""))
         summary["evaluated"] = evaluated
     write_json(run_dir / "summary.json", summary)
     plot_curves(trainer.history, run_dir / "curves.png", title=cfg.name)
     return summary
 
 
-def load_trained(target: Path, which: str = "best") -> tuple[Experiment, Path]:
+def load_trained(target: Path, which: str = "best", overrides: Sequence[str] = ()) -> tuple[Experiment, Path]:
     """The experiment (data and model) a run folder or checkpoint was trained with, the
     model holding the checkpoint's weights; and the checkpoint's path.
 
     ``target`` is a checkpoint file or a run folder (``{which}.pt``, else ``last.pt``, else
-    the newest checkpoint that loads).
+    the newest checkpoint that loads). ``overrides`` (``key.path=value``) change the stored
+    config before anything is built — e.g. another dataset to evaluate on.
     """
     path = Path(target)
     if path.is_dir():
@@ -248,24 +263,36 @@ def load_trained(target: Path, which: str = "best") -> tuple[Experiment, Path]:
             path_found, _ = find_resumable(path)
         path = path_found
     payload = load_checkpoint(path)
-    exp = Experiment.build(Config(payload["config"], {}, None))
+    cfg = Config(payload["config"], {}, None)
+    if overrides:
+        from .schema import apply_overrides, validate_config
+
+        cfg = validate_config(apply_overrides(cfg, overrides))
+    exp = Experiment.build(cfg)
     exp.model.load_state_dict(payload["model"])
     return exp, path
 
 
-def evaluate_checkpoint(target: Path, *, split: str = "test", which: str = "best") -> tuple[dict[str, Any], Path]:
-    """Rebuild data and model from a checkpoint's config, load its weights, evaluate ``split``.
+def evaluate_checkpoint(
+    target: Path, *, split: str = "test", which: str = "best", overrides: Sequence[str] = ()
+) -> tuple[dict[str, Any], Path]:
+    """Rebuild data and model from a checkpoint's config, load its weights, evaluate ``split``
+    with the run's task. Files the task writes (a spoofing run's score file and DET plot) go
+    to the run's ``evaluations/`` folder, named ``<checkpoint>-<split>-...``.
 
-    ``target`` is a checkpoint file or a run folder (``best.pt``, else ``last.pt``).
+    Returns:
+        ``({split: {metric: value}, ...}, checkpoint path)``.
     """
     from ..core.errors import UsageError
 
-    exp, path = load_trained(target, which)
+    exp, path = load_trained(target, which, overrides)
     loader_split = {"test": exp.splits.test, "val": exp.splits.val, "train": exp.splits.train}[split]
-    if loader_split is None:
+    if loader_split is None or len(loader_split) == 0:
         raise UsageError(f"the dataset of {path} has no {split} split")
     loader = make_loader(loader_split, exp.loader, train=False)
     trainer = Trainer(
         exp.model, torch.optim.SGD(exp.model.parameters(), lr=0.0), metrics=exp.metrics, device=exp.settings.device
     )
-    return _split_metrics(trainer, trainer.evaluate(loader, split), split), path
+    out_dir = path.parent.parent / "evaluations" if path.parent.name == "checkpoints" else None
+    results = exp.task.test(trainer, loader, loader_split, split=split, out_dir=out_dir, stem=f"{path.stem}-{split}-")
+    return results, path

@@ -22,7 +22,7 @@ from ..model.spec import parse_model_section
 
 __all__ = ["PART_SLOTS", "SECTIONS", "PartSlot", "apply_overrides", "normalize_slots", "validate_config"]
 
-SECTIONS = ("plugins", "seed", "data", "model", "train")
+SECTIONS = ("plugins", "seed", "task", "data", "model", "train")
 """Top-level keys a config may have."""
 
 
@@ -91,6 +91,20 @@ def _check_seed(cfg: Config) -> None:
         raise ConfigValueError(f"expected int or None, got {seed!r}", path="seed", source=cfg.where("seed"))
 
 
+def _check_task(cfg: Config) -> None:
+    from ..tasks.base import TASKS
+
+    task = cfg.data.get("task")
+    if task is not None and task not in TASKS:
+        import difflib
+
+        close = difflib.get_close_matches(str(task), list(TASKS), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigValueError(
+            f"unknown task {task!r}{hint} (one of {', '.join(TASKS)})", path="task", source=cfg.where("task")
+        )
+
+
 def _check_weight(item: dict[str, Any], path: str, cfg: Config) -> None:
     weight = item.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)):
@@ -117,6 +131,7 @@ def validate_config(
     check_keys(cfg.data, SECTIONS, what="section", origin_of=where)
     load_plugins(cfg.plugins, base_dir=cfg.base_dir, origin=f"plugins: in {where('plugins')}")
     _check_seed(cfg)
+    _check_task(cfg)
     allowed = [*cfg.plugins, *allowed_modules]
     common = dict(origin_of=where, allowed_modules=allowed, base_dir=str(cfg.base_dir))
     model = cfg.data.get("model")

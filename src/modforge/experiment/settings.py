@@ -27,9 +27,11 @@ class TrainSettings:
         max_steps: stop after this many optimizer steps (None: no limit).
         optimizer: ``{type, args, param_groups}``; default AdamW.
         scheduler: ``{type, args, interval: epoch|step, monitor}``, or None.
-        metrics: metric specs computed on validation and test.
-        monitor: metric that picks ``best.pt`` and drives early stopping (None: ``val_accuracy``
-            when there is a validation split and an accuracy metric, else ``val_loss``/``train_loss``).
+        metrics: metric specs computed on validation and test (None: the task's defaults —
+            accuracy and loss; eer, min_dcf, accuracy and loss for spoofing).
+        monitor: metric that picks ``best.pt`` and drives early stopping (None: the task's choice
+            when there is a validation split — ``val_accuracy``, or ``val_eer`` for spoofing — else
+            ``val_loss``/``train_loss``).
         callbacks: extra callback specs (early_stopping, lr_monitor, ...).
         checkpoint: arguments of the checkpoint callback (every_n_epochs, every_n_steps, keep_last).
         grad_clip: clip the gradient norm to this value.
@@ -69,9 +71,7 @@ class TrainSettings:
         self.max_epochs, self.max_steps = max_epochs, max_steps
         self.optimizer = optimizer or {"type": "adamw", "args": {}}
         self.scheduler = scheduler
-        self.metrics = (
-            metrics if metrics is not None else [{"type": "accuracy", "args": {}}, {"type": "loss", "args": {}}]
-        )
+        self.metrics = metrics  # None: the task's defaults (accuracy and loss for classification)
         self.monitor = monitor
         self.callbacks = callbacks or []
         self.checkpoint = checkpoint or {}

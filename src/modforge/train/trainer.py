@@ -274,6 +274,9 @@ class Trainer:
             if sampler is not None and hasattr(sampler, "skip_next"):
                 sampler.skip_next(self.batch_in_epoch * loader.batch_sampler.batch_size)
         self.epoch_finished = False
+        set_epoch = getattr(getattr(loader, "dataset", None), "set_epoch", None)
+        if callable(set_epoch):  # datasets with per-epoch randomness (audio crops, augmentation)
+            set_epoch(self.epoch)
         for cb in self.callbacks:
             cb.on_epoch_start(self)
         self.train_mode(True)
@@ -373,12 +376,27 @@ class Trainer:
     @torch.no_grad()
     def predict(self, loader) -> torch.Tensor:
         """Logits for every batch of ``loader``, concatenated (eval mode)."""
+        return self.collect(loader, ("logits",))["logits"]
+
+    @torch.no_grad()
+    def collect(self, loader, keys: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        """The output keys ``keys`` (model outputs or batch keys such as ``index``) for every
+        batch of ``loader``, concatenated on the CPU (eval mode; the mode is restored)."""
+        was_training = self.model.training
         self.train_mode(False)
-        outputs = []
-        for batch in loader:
-            with self._autocast():
-                outputs.append(self.runnable(self.prepare_batch(batch))["logits"].float().cpu())
-        return torch.cat(outputs) if outputs else torch.empty(0)
+        outputs: dict[str, list[torch.Tensor]] = {key: [] for key in keys}
+        try:
+            for batch in loader:
+                with self._autocast():
+                    out = self.runnable(self.prepare_batch(batch))
+                for key in keys:
+                    if key not in out:
+                        raise ModforgeError(f"the model's output has no '{key}' (it has: {', '.join(map(str, out))})")
+                    value = out[key].detach()
+                    outputs[key].append(value.float().cpu() if value.is_floating_point() else value.cpu())
+        finally:
+            self.train_mode(was_training)
+        return {key: torch.cat(values) if values else torch.empty(0) for key, values in outputs.items()}
 
     # -------------------------------------------------------------- controls
     def request_stop(self, reason: str) -> None:

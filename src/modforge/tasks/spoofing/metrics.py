@@ -1,0 +1,302 @@
+"""ASVspoof metrics for spoofing countermeasures, as registered evaluation metrics:
+``eer``, ``min_dcf``, ``act_dcf``, ``cllr``, ``min_cllr`` and ``min_tdcf``.
+
+Each reads the batch's detection ``score`` (a float ``[B]`` tensor, higher = more bona
+fide) and ``label`` (1 = bona fide, 0 = spoof), keeps them on their device during the
+pass (``update`` never synchronises with the host) and computes the metric once, in
+``compute``, with the float64 numpy functions of :mod:`.detection` (re-exported here),
+where the formulas and conventions are documented. All are errors or costs: lower is
+better.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from typing import Any, ClassVar, Optional
+
+import numpy as np
+import torch
+
+from ...core.registries import register_metric
+from ...train.metrics import Metric
+from .detection import (
+    ASV_CLASSES,
+    act_dcf,
+    cllr,
+    det_curve,
+    eer,
+    min_cllr,
+    min_dcf,
+    min_tdcf,
+    operating_points,
+    per_attack_eer,
+)
+
+__all__ = [
+    "ActDCF",
+    "Cllr",
+    "EqualErrorRate",
+    "MinCllr",
+    "MinDCF",
+    "MinTDCF",
+    "act_dcf",
+    "cllr",
+    "det_curve",
+    "eer",
+    "min_cllr",
+    "min_dcf",
+    "min_tdcf",
+    "operating_points",
+    "per_attack_eer",
+    "read_asv_scores",
+]
+
+
+class ScoreMetric(Metric):
+    """Base of the detection metrics: collects ``score`` and ``label`` per batch on their
+    device; ``compute`` concatenates them once and calls :meth:`value` on float64 numpy
+    arrays. A pass without both bona fide and spoof trials gives NaN (no error rate is
+    defined).
+
+    Args:
+        num_classes: the data's number of classes (wired by the builder); must be 2
+            (spoof, bona fide) when given.
+    """
+
+    higher_is_better: ClassVar[bool] = False
+    name: ClassVar[str] = "metric"
+
+    def __init__(self, num_classes: Optional[int] = None):
+        if num_classes is not None and num_classes != 2:
+            raise ValueError(
+                f"{self.name} scores a two-class detector (0 = spoof, 1 = bona fide), but the data has "
+                f"num_classes={num_classes}"
+            )
+        self.reset()
+
+    def reset(self) -> None:
+        self.scores: list[torch.Tensor] = []
+        self.labels: list[torch.Tensor] = []
+
+    def update(self, out: dict[str, Any]) -> None:
+        if "score" not in out or "label" not in out:
+            missing = " and ".join(k for k in ("score", "label") if k not in out)
+            raise ValueError(
+                f"{self.name} needs the batch's detection 'score' ([B] floats, higher = bona fide) and 'label'; "
+                f"the model output has no {missing}"
+            )
+        score, label = out["score"], out["label"]
+        if score.numel() != label.numel() or (score.dim() > 1 and score.shape[-1] != 1):
+            raise ValueError(
+                f"{self.name}: expected one score per label ({label.numel()}), got a score of shape "
+                f"{tuple(score.shape)}"
+            )
+        self.scores.append(score.detach().reshape(-1))
+        self.labels.append(label.detach().reshape(-1))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Everything since :meth:`reset`: ``(scores float64, labels int64)`` on the host."""
+        if not self.scores:
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        scores = torch.cat(self.scores).to(torch.float64).cpu().numpy()
+        labels = torch.cat(self.labels).to(torch.int64).cpu().numpy()
+        return scores, labels
+
+    def compute(self) -> float:
+        scores, labels = self.arrays()
+        if not ((labels == 1).any() and (labels == 0).any()):
+            return float("nan")
+        return float(self.value(scores, labels))
+
+    @abc.abstractmethod
+    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
+        """The metric of the collected scores (both classes present)."""
+
+
+@register_metric("eer")
+class EqualErrorRate(ScoreMetric):
+    """Equal error rate of the detection scores (:func:`.detection.eer`: linear
+    interpolation on the ROC at ``P_miss = P_fa``), as a fraction (0.05 = 5 %).
+
+    Args:
+        num_classes: wired by the builder; must be 2 when given.
+    """
+
+    name = "eer"
+
+    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
+        return eer(scores, labels)[0]
+
+
+class _CostMetric(ScoreMetric):
+    def __init__(
+        self, num_classes: Optional[int] = None, p_spoof: float = 0.05, c_miss: float = 1.0, c_fa: float = 10.0
+    ):
+        super().__init__(num_classes)
+        min_dcf([0.0, 1.0], [0, 1], p_spoof, c_miss, c_fa)  # validates the cost model now, not at the first eval
+        self.p_spoof, self.c_miss, self.c_fa = p_spoof, c_miss, c_fa
+
+
+@register_metric("min_dcf")
+class MinDCF(_CostMetric):
+    """Minimum normalised detection cost (ASVspoof 5's primary metric,
+    :func:`.detection.min_dcf`): ``min_t [C_miss (1−p_spoof) P_miss(t) + C_fa p_spoof
+    P_fa(t)] / min(C_miss (1−p_spoof), C_fa p_spoof)``.
+
+    Args:
+        num_classes: wired by the builder; must be 2 when given.
+        p_spoof: prior of a spoof (bona fide: 1 − p_spoof).
+        c_miss: cost of rejecting bona fide speech.
+        c_fa: cost of accepting a spoof.
+    """
+
+    name = "min_dcf"
+
+    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
+        return min_dcf(scores, labels, self.p_spoof, self.c_miss, self.c_fa)
+
+
+@register_metric("act_dcf")
+class ActDCF(_CostMetric):
+    """Actual normalised detection cost (:func:`.detection.act_dcf`): the cost of
+    ``min_dcf`` at the Bayes threshold ``ln(C_fa p_spoof / (C_miss (1 − p_spoof)))``,
+    for scores that are natural-log likelihood ratios.
+
+    Args:
+        num_classes: wired by the builder; must be 2 when given.
+        p_spoof: prior of a spoof (bona fide: 1 − p_spoof).
+        c_miss: cost of rejecting bona fide speech.
+        c_fa: cost of accepting a spoof.
+    """
+
+    name = "act_dcf"
+
+    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
+        return act_dcf(scores, labels, self.p_spoof, self.c_miss, self.c_fa)
+
+
+@register_metric("cllr")
+class Cllr(ScoreMetric):
+    """Log-likelihood-ratio cost in bits (:func:`.detection.cllr`), for scores that are
+    natural-log likelihood ratios.
+
+    Args:
+        num_classes: wired by the builder; must be 2 when given.
+    """
+
+    name = "cllr"
+
+    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
+        return cllr(scores, labels)
+
+
+@register_metric("min_cllr")
+class MinCllr(ScoreMetric):
+    """Cllr after the best monotone calibration (PAV; :func:`.detection.min_cllr`): the
+    discrimination part of Cllr, in bits.
+
+    Args:
+        num_classes: wired by the builder; must be 2 when given.
+    """
+
+    name = "min_cllr"
+
+    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
+        return min_cllr(scores, labels)
+
+
+def read_asv_scores(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """Read an ASVspoof 2019 ASV score file: ``(scores float64, classes str)``.
+
+    One trial per line, whitespace-separated, ``speaker_or_utterance class score`` — the
+    class (``target``, ``nontarget`` or ``spoof``) is the second-to-last field and the
+    score the last, so both the 3-column file of the ASVspoof 2019 package and the
+    6-column one of its later t-DCF package read. Blank lines and lines starting with
+    ``#`` are skipped.
+
+    Raises:
+        ValueError: a missing/unreadable file or a malformed line (named with its number).
+    """
+    path = os.path.expanduser(str(path))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.readlines()
+    except OSError as exc:
+        raise ValueError(f"cannot read the ASV score file {path!r}: {exc.strerror or exc}") from None
+    scores, classes = [], []
+    for number, line in enumerate(lines, start=1):
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        where = f"{path}:{number}"
+        if len(fields) < 3:
+            raise ValueError(f"{where}: expected 'speaker_or_utterance class score', got {line.strip()!r}")
+        key = fields[-2].lower()
+        if key not in ASV_CLASSES:
+            raise ValueError(f"{where}: class must be one of {', '.join(ASV_CLASSES)}, got {fields[-2]!r}")
+        try:
+            score = float(fields[-1])
+        except ValueError:
+            raise ValueError(f"{where}: the score {fields[-1]!r} is not a number") from None
+        if not np.isfinite(score):
+            raise ValueError(f"{where}: the score {fields[-1]!r} is not finite")
+        scores.append(score)
+        classes.append(key)
+    missing = [name for name in ASV_CLASSES if name not in classes]
+    if missing:
+        raise ValueError(f"the ASV score file {path!r} has no {', '.join(missing)} trials (the t-DCF needs all three)")
+    return np.asarray(scores, dtype=np.float64), np.asarray(classes)
+
+
+@register_metric("min_tdcf")
+class MinTDCF(ScoreMetric):
+    """Normalised minimum t-DCF of the CM in tandem with a fixed ASV system, ASVspoof
+    2019 formulation (:func:`.detection.min_tdcf`; ASV at its EER threshold). The ASV
+    scores come from a file read once, when the metric is built (see
+    :func:`read_asv_scores`: lines ``speaker_or_utterance class score``); the ASV and CM
+    trials need not be the same (only the ASV's error rates enter the t-DCF).
+
+    Args:
+        asv_scores: path of the ASV score file (relative paths: to the working directory).
+        num_classes: wired by the builder; must be 2 when given.
+        p_target: prior of a target trial.
+        p_nontarget: prior of a zero-effort impostor.
+        p_spoof: prior of a spoof (the three priors sum to 1).
+        c_miss_asv: cost of the ASV rejecting a target.
+        c_fa_asv: cost of the ASV accepting a nontarget.
+        c_miss_cm: cost of the CM rejecting bona fide speech.
+        c_fa_cm: cost of the CM accepting a spoof.
+    """
+
+    name = "min_tdcf"
+
+    def __init__(
+        self,
+        asv_scores: str,
+        num_classes: Optional[int] = None,
+        p_target: float = 0.9405,
+        p_nontarget: float = 0.0095,
+        p_spoof: float = 0.05,
+        c_miss_asv: float = 1.0,
+        c_fa_asv: float = 10.0,
+        c_miss_cm: float = 1.0,
+        c_fa_cm: float = 10.0,
+    ):
+        super().__init__(num_classes)
+        self.asv_path = str(asv_scores)
+        self.asv_scores, self.asv_labels = read_asv_scores(self.asv_path)
+        self.costs = dict(
+            p_target=p_target,
+            p_nontarget=p_nontarget,
+            p_spoof=p_spoof,
+            c_miss_asv=c_miss_asv,
+            c_fa_asv=c_fa_asv,
+            c_miss_cm=c_miss_cm,
+            c_fa_cm=c_fa_cm,
+        )
+        # validates the cost model and the ASV operating point now, not at the first evaluation
+        min_tdcf([0.0, 1.0], [0, 1], self.asv_scores, self.asv_labels, **self.costs)
+
+    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
+        return min_tdcf(scores, labels, self.asv_scores, self.asv_labels, **self.costs)

@@ -1,0 +1,92 @@
+"""Score tables: one detection score per file, written as an ASVspoof-style score file.
+
+A model scores batches; a file scored in windows gets several rows with the same
+``index`` — its score is their mean. The score file has one line per file,
+``utt_id score label attack`` (label ``bonafide``/``spoof``; attack ``-`` for bona fide),
+sorted as the split lists them, scores printed with 8 significant digits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["ScoreTable", "read_score_file"]
+
+
+@dataclasses.dataclass
+class ScoreTable:
+    """Per-file scores of one split.
+
+    Attributes:
+        utt_ids, attacks: per file, in split order.
+        scores: float64 [N], higher = more bona fide.
+        labels: int [N], 1 bona fide, 0 spoof.
+    """
+
+    utt_ids: list[str]
+    scores: np.ndarray
+    labels: np.ndarray
+    attacks: list[str]
+
+    @classmethod
+    def from_outputs(cls, outputs: dict[str, torch.Tensor], utterances: Sequence) -> ScoreTable:
+        """Average the rows of each file (``index``) into one score; ``utterances[i]`` names file i."""
+        index = outputs["index"].long().reshape(-1)
+        score = outputs["score"].double().reshape(-1)
+        if len(index) != len(score):
+            raise ValueError(f"{len(score)} scores for {len(index)} batch rows: the model must score every row")
+        present = torch.unique(index)
+        sums = torch.zeros(len(utterances), dtype=torch.float64).index_add_(0, index, score)
+        counts = torch.zeros(len(utterances), dtype=torch.float64).index_add_(0, index, torch.ones_like(score))
+        order = present.tolist()
+        means = (sums[present] / counts[present]).numpy()
+        picked = [utterances[i] for i in order]
+        return cls(
+            [u.utt_id for u in picked],
+            means,
+            np.array([u.label for u in picked], dtype=np.int64),
+            [u.attack for u in picked],
+        )
+
+    def __len__(self) -> int:
+        return len(self.utt_ids)
+
+    def write(self, path: Path) -> Path:
+        """Write ``utt_id score label attack`` lines to ``path`` (atomically: temp file + rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with tmp.open("w", encoding="utf-8") as handle:
+            for utt, score, label, attack in zip(self.utt_ids, self.scores, self.labels, self.attacks, strict=True):
+                handle.write(f"{utt} {score:.8g} {'bonafide' if label == 1 else 'spoof'} {attack}\n")
+        tmp.replace(path)
+        return path
+
+
+def read_score_file(path: str | Path) -> ScoreTable:
+    """Read a score file written by :meth:`ScoreTable.write` (e.g. to compare systems)."""
+    from ...core.errors import UsageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"score file not found: {path}")
+    utts, scores, labels, attacks = [], [], [], []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 4 or fields[2] not in ("bonafide", "spoof"):
+            raise UsageError(f"{path}:{number}: expected 'utt_id score bonafide|spoof attack', got {line!r}")
+        try:
+            scores.append(float(fields[1]))
+        except ValueError:
+            raise UsageError(f"{path}:{number}: score {fields[1]!r} is not a number") from None
+        utts.append(fields[0])
+        labels.append(1 if fields[2] == "bonafide" else 0)
+        attacks.append(fields[3])
+    return ScoreTable(utts, np.array(scores, dtype=np.float64), np.array(labels, dtype=np.int64), attacks)
