@@ -13,8 +13,10 @@ __all__ = ["CommandParser", "add_plugins_option", "load_cli_plugins"]
 class CommandParser(argparse.ArgumentParser):
     """A sub-command's parser: errors raise :class:`CliUsageError` (exit status 2)."""
 
-    def __init__(self, name: str, **kwargs):
-        super().__init__(prog=f"modforge {name}", **kwargs)
+    def __init__(self, name: str | None = None, **kwargs):
+        if name is not None:  # a sub-command; argparse builds nested parsers with their own prog
+            kwargs["prog"] = f"modforge {name}"
+        super().__init__(**kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         if message.startswith("unrecognized arguments:"):

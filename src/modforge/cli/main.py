@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "kfold": "modforge.cli.commands.kfold_run",
     "export": "modforge.cli.commands.export_run",
     "predict": "modforge.cli.commands.predict_files",
+    "data": "modforge.cli.commands.data_tools",
 }
 """Sub-command name → module defining ``HELP`` and ``run(argv)``; imported on use."""
 
@@ -42,6 +43,7 @@ _HELPS: dict[str, str] = {
     "kfold": "stratified k-fold cross-validation of a config",
     "export": "write a run's model as an engine artifact (onnx, torchscript, ...), checked against eager",
     "predict": "run an exported artifact on .npy arrays or pictures; class and score per input",
+    "data": "data utilities: make-spoof-corpus (a synthetic audio deepfake corpus)",
 }
 
 
