@@ -15,7 +15,7 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "head": ("modforge.components.heads",),
     "loss": ("modforge.components.losses",),
     "dataset": ("modforge.data.digits", "modforge.data.synthetic", "modforge.data.audio.datasets"),
-    "metric": ("modforge.train.metrics",),
+    "metric": ("modforge.train.metrics", "modforge.tasks.spoofing.metrics"),
     "callback": ("modforge.train.callbacks",),
     "optimizer": ("modforge.train.optimizers",),
     "scheduler": ("modforge.train.schedulers", "modforge.train.warmup"),

@@ -1,5 +1,6 @@
-"""Files → model inputs for ``modforge predict``: ``.npy`` arrays and pictures, checked
-against an artifact's metadata. numpy (and Pillow for pictures) only — no torch."""
+"""Files → model inputs for ``modforge predict``: ``.npy`` arrays, pictures and audio files,
+checked against an artifact's metadata. numpy (Pillow for pictures, soundfile and scipy for
+audio) only — no torch."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from .base import EngineError
 __all__ = ["IMAGE_SUFFIXES", "InputError", "read_input"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff")
-AUDIO_SUFFIXES = (".wav", ".flac")
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".aiff", ".aif", ".au")
 TIME_AXIS = {"waveform": 0, "channels": 1, "sequence": 0}  # in one sample's shape
 
 
@@ -39,10 +40,10 @@ def read_input(path: str | Path, metadata: dict[str, Any]) -> tuple[np.ndarray, 
     elif suffix in IMAGE_SUFFIXES:
         batch = _picture(path, spec.get("image"), shape)
     elif suffix in AUDIO_SUFFIXES:
-        raise InputError(f"{path}: audio input, but this model takes {layout} inputs of shape {list(shape)}")
+        batch = _audio(path, layout, shape, metadata.get("normalisation") or {})
     else:
-        raise InputError(f"{path}: unsupported input type '{suffix}' (expected .npy or a picture: "
-                         f"{', '.join(IMAGE_SUFFIXES)})")
+        raise InputError(f"{path}: unsupported input type '{suffix}' (expected .npy, a picture "
+                         f"({', '.join(IMAGE_SUFFIXES)}) or audio ({', '.join(AUDIO_SUFFIXES)}))")
     names = [path.name] if len(batch) == 1 else [f"{path.name}[{i}]" for i in range(len(batch))]
     return batch, names
 
@@ -73,6 +74,21 @@ def _array(path: Path, shape: tuple[int, ...], layout: str | None) -> np.ndarray
     if not np.isfinite(array).all():
         raise InputError(f"{path}: contains NaN or infinite values")
     return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def _audio(path: Path, layout: str | None, shape: tuple[int, ...], normalisation: dict[str, Any]) -> np.ndarray:
+    """A whole audio file as one waveform sample, mono, at the model's sample rate."""
+    rate = normalisation.get("sample_rate")
+    if layout != "waveform" or not rate:
+        raise InputError(f"{path}: audio input, but this model takes {layout} inputs of shape {list(shape)}")
+    from ..core.errors import UsageError
+    from ..data.audio.io import read_audio
+
+    try:
+        wave, _ = read_audio(path, int(rate))
+    except UsageError as exc:
+        raise InputError(str(exc)) from None
+    return wave[None]
 
 
 def _picture(path: Path, image: dict[str, Any] | None, shape: tuple[int, ...]) -> np.ndarray:

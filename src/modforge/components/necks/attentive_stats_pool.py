@@ -27,13 +27,13 @@ class AttentiveStatsPool(Neck):
     accepts = (Layout.CHANNELS, Layout.SEQUENCE)
     produces = Layout.VECTOR
     out_dim_rule = "2 × in_dim (mean and standard deviation)"
-    eps = 1e-6
 
     def __init__(
         self, in_dim: int, in_layout: Layout = Layout.CHANNELS, attention_dim: int = 128, global_context: bool = True
     ):
         super().__init__()
         self.channel_first = Layout(in_layout) is Layout.CHANNELS
+        self.eps = 1e-6  # floor of the variance (an instance attribute, so TorchScript compiles the neck)
         self.global_context = global_context
         width = in_dim * 3 if global_context else in_dim
         self.attention = nn.Sequential(

@@ -135,7 +135,9 @@ def eer(scores: Any, labels: Any) -> tuple[float, float]:
       (``t_{i−1}`` when ``t_i`` is the final +inf).
 
     So perfectly separated scores give ``(0.0, lowest bona fide score)``, perfectly
-    reversed ones 1.0, and scores that are all equal 0.5.
+    reversed ones 1.0, and scores that are all equal 0.5. (The ASVspoof scripts instead
+    average P_miss and P_fa at the sorted trial where they are closest; the two agree to
+    within about one trial's share of the smaller class.)
     """
     thresholds, p_miss, p_fa = operating_points(scores, labels)
     d = p_miss - p_fa
@@ -313,6 +315,10 @@ def min_tdcf(
         ``t-DCF_norm(s) = (C1 P_miss_cm(s) + C2 P_fa_cm(s)) / min(C1, C2)``
 
     and the result is its minimum (≤ 1: a CM that passes or blocks everything scores 1).
+    Given the same ASV threshold this equals the ASVspoof 2019 script's value; its own
+    choice of threshold (a sorted ASV score next to the EER point) can set the ASV one
+    trial apart from the interpolated EER threshold used here — pass ``asv_threshold``
+    to reproduce a given operating point.
 
     Args:
         cm_scores, cm_labels: CM scores and labels (1 bona fide, 0 spoof).

@@ -1,0 +1,219 @@
+"""``tcm_conformer`` — the conformer back-end with temporal-channel modeling (TCM) self-attention
+of Truong, Tao, Nguyen, Luong, Lee & Chng, "Temporal-Channel Modeling in Multi-head
+Self-Attention for Synthetic Speech Detection", Interspeech 2024 (code:
+github.com/ductuantruong/tcm_add), meant to sit on XLS-R (wav2vec 2.0) frame features.
+
+The structure follows the reference code:
+
+* ``Linear(in_dim → 144)``, ``BatchNorm2d(1)`` over the whole [T, D] map, SELU;
+* fixed sinusoidal position encodings added to the frames, then a learned class token
+  prepended (the class token carries no position);
+* four conformer blocks: ``½·FFN → MHSA(TCM) → convolution module → ½·FFN → LayerNorm``, each
+  sub-layer pre-normed and residual; the convolution module is ``LayerNorm → pointwise conv
+  (×2 expansion) → GLU → depthwise conv (k=31) → BatchNorm → Swish → pointwise conv``;
+* the embedding is the class token's output (144-d); the reference's 2-way linear
+  classifier is modforge's ``linear`` head.
+
+TCM self-attention (the paper's Section 2, built on DHVT's head tokens): the channels are cut
+into one group per head; each group, averaged over time, is projected to a full-width *head
+token* (``Linear(d_head → D)``, LayerNorm over each head's slice, GELU, plus a learned head
+position). The head tokens join the sequence for ordinary multi-head self-attention, so
+frames attend to channel summaries and back; afterwards the head tokens and the mean of the
+frame tokens are added to the class token and the head tokens are dropped.
+
+Reference configuration: embedding 144, 4 heads, 4 blocks, kernel 31, FFN ×4 — 2,382,338
+parameters on 1024-d XLS-R features (2,382,628 with the reference's 2-way classifier; the
+Nes2Net paper lists TCM's back-end as 2,383k).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ...core.registries import register_backbone
+from ..base import Backbone
+from ..layouts import Layout
+
+
+class FeedForward(nn.Module):
+    """Pre-norm conformer feed-forward: ``LayerNorm → Linear (×mult) → Swish → Linear``."""
+
+    def __init__(self, dim: int, mult: int, dropout: float):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.LayerNorm(dim),
+            nn.Linear(dim, dim * mult),
+            nn.SiLU(),
+            nn.Dropout(dropout),
+            nn.Linear(dim * mult, dim),
+            nn.Dropout(dropout),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class TCMAttention(nn.Module):
+    """Multi-head self-attention with temporal-channel head tokens (input pre-normed outside).
+
+    ``x`` is ``[B, 1 + T, D]`` with the class token first; the output has the same shape.
+    """
+
+    def __init__(self, dim: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = dim // heads
+        self.scale = self.head_dim**-0.5
+        self.qkv = nn.Linear(dim, dim * 3, bias=False)
+        self.proj = nn.Linear(dim, dim)
+        self.token_proj = nn.Linear(self.head_dim, dim)
+        self.token_norm = nn.LayerNorm(self.head_dim)
+        self.token_pos = nn.Parameter(torch.zeros(1, heads, dim))
+        self.drop = nn.Dropout(dropout)
+
+    def head_tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """One token per head from that head's channel group averaged over time: ``[B, H, D]``."""
+        b, n, d = x.shape
+        groups = x.reshape(b, n, self.heads, self.head_dim).mean(dim=1)  # [B, H, D/H]
+        tokens = self.token_proj(groups).reshape(b, self.heads, self.heads, self.head_dim)
+        return F.gelu(self.token_norm(tokens)).flatten(2) + self.token_pos
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        x = torch.cat([x, self.head_tokens(x)], dim=1)
+        m = n + self.heads
+        qkv = self.qkv(x).reshape(b, m, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = torch.softmax((q @ k.transpose(-2, -1)) * self.scale, dim=-1)
+        out = self.proj((attn @ v).transpose(1, 2).reshape(b, m, d))
+        frames, tokens = out[:, 1:n], out[:, n:]
+        cls = out[:, :1] + tokens.mean(dim=1, keepdim=True) + frames.mean(dim=1, keepdim=True)
+        return self.drop(torch.cat([cls, frames], dim=1))
+
+
+class ConvModule(nn.Module):
+    """Conformer convolution module: pointwise → GLU → depthwise → BN → Swish → pointwise."""
+
+    def __init__(self, dim: int, expansion: int, kernel_size: int, dropout: float):
+        super().__init__()
+        inner = dim * expansion
+        self.norm = nn.LayerNorm(dim)
+        self.pointwise_in = nn.Conv1d(dim, inner * 2, 1)
+        self.padding = [kernel_size // 2, kernel_size // 2 - (kernel_size + 1) % 2]  # "same" for any kernel
+        self.depthwise = nn.Conv1d(inner, inner, kernel_size, groups=inner)
+        self.bn = nn.BatchNorm1d(inner)
+        self.pointwise_out = nn.Conv1d(inner, dim, 1)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.glu(self.pointwise_in(self.norm(x).transpose(1, 2)), dim=1)
+        y = self.depthwise(F.pad(y, self.padding))
+        y = self.pointwise_out(F.silu(self.bn(y)))
+        return self.drop(y.transpose(1, 2))
+
+
+class ConformerBlock(nn.Module):
+    """``x + ½·FFN → x + MHSA(TCM) → x + Conv → x + ½·FFN → LayerNorm``."""
+
+    def __init__(self, dim: int, heads: int, ff_mult: int, conv_expansion: int, kernel_size: int, dropout: float):
+        super().__init__()
+        self.ff1 = FeedForward(dim, ff_mult, dropout)
+        self.attn_norm = nn.LayerNorm(dim)
+        self.attn = TCMAttention(dim, heads, dropout)
+        self.conv = ConvModule(dim, conv_expansion, kernel_size, dropout)
+        self.ff2 = FeedForward(dim, ff_mult, dropout)
+        self.post_norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + 0.5 * self.ff1(x)
+        x = x + self.attn(self.attn_norm(x))
+        x = x + self.conv(x)
+        x = x + 0.5 * self.ff2(x)
+        return self.post_norm(x)
+
+
+@register_backbone("tcm_conformer")
+class TCMConformer(Backbone):
+    """Conformer with temporal-channel modeling attention over SSL frame features → class-token embedding.
+
+    Args:
+        in_dim: feature size of each frame (1024 for XLS-R 300M; wired by the builder).
+        in_layout: 'sequence' ([B, T, D]) or 'channels' ([B, D, T]) (wired by the builder).
+        embed_dim: conformer width and embedding size (the reference's emb_size, 144).
+        heads: attention heads (embed_dim must be a multiple of it).
+        num_encoders: number of conformer blocks.
+        kernel_size: depthwise convolution kernel of the convolution module.
+        ff_mult: feed-forward expansion factor.
+        conv_expansion: channel expansion of the convolution module.
+        dropout: dropout in the feed-forward, attention and convolution sub-layers (0 in the
+            reference).
+    """
+
+    accepts = (Layout.SEQUENCE, Layout.CHANNELS)
+    produces = Layout.VECTOR
+    out_dim_rule = "embed_dim"
+
+    def __init__(
+        self,
+        in_dim: int,
+        in_layout: Layout = Layout.SEQUENCE,
+        embed_dim: int = 144,
+        heads: int = 4,
+        num_encoders: int = 4,
+        kernel_size: int = 31,
+        ff_mult: int = 4,
+        conv_expansion: int = 2,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        layout = Layout(in_layout)
+        if layout not in self.accepts:
+            raise ValueError(
+                f"tcm_conformer takes 'sequence' [B, T, D] or 'channels' [B, D, T] input, got '{layout.value}'"
+            )
+        sizes = {"in_dim": in_dim, "embed_dim": embed_dim, "heads": heads, "num_encoders": num_encoders}
+        sizes |= {"kernel_size": kernel_size, "ff_mult": ff_mult, "conv_expansion": conv_expansion}
+        bad = [f"{name}={value}" for name, value in sizes.items() if value < 1]
+        if bad:
+            raise ValueError(f"tcm_conformer sizes must be positive, got {', '.join(bad)}")
+        if embed_dim % heads:
+            raise ValueError(f"embed_dim ({embed_dim}) must be a multiple of heads ({heads})")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.in_dim = in_dim
+        self.channel_first = layout is Layout.CHANNELS
+        self.projection = nn.Linear(in_dim, embed_dim)
+        self.input_norm = nn.BatchNorm2d(1)
+        self.class_token = nn.Parameter(torch.rand(1, 1, embed_dim))
+        self.blocks = nn.ModuleList(
+            ConformerBlock(embed_dim, heads, ff_mult, conv_expansion, kernel_size, dropout) for _ in range(num_encoders)
+        )
+        # sinusoidal encoding: position p, channel i → sin/cos(p / 10000^(2⌊i/2⌋/D)), sin on even i
+        index = torch.arange(embed_dim)
+        self.register_buffer(
+            "inv_freq", 10000.0 ** (-(2 * (index // 2)).double() / embed_dim).float(), persistent=False
+        )
+        self.register_buffer("even", index % 2 == 0, persistent=False)
+        self.out_dim = embed_dim
+
+    def position_encoding(self, frames: int, like: torch.Tensor) -> torch.Tensor:
+        """``[1, frames, D]`` fixed sinusoidal encodings on ``like``'s device and dtype."""
+        position = torch.arange(frames, device=like.device, dtype=like.dtype)
+        angles = position.unsqueeze(1) * self.inv_freq.to(like.dtype).unsqueeze(0)
+        return torch.where(self.even, torch.sin(angles), torch.cos(angles)).unsqueeze(0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        axis = 1 if self.channel_first else 2
+        if x.dim() != 3 or x.shape[axis] != self.in_dim:
+            layout = "[B, D, T]" if self.channel_first else "[B, T, D]"
+            raise ValueError(f"tcm_conformer expects frame features {layout} with D={self.in_dim}, got {list(x.shape)}")
+        if self.channel_first:
+            x = x.transpose(1, 2)
+        x = F.selu(self.input_norm(self.projection(x).unsqueeze(1)).squeeze(1))
+        x = x + self.position_encoding(x.shape[1], x)
+        x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1)
+        for block in self.blocks:
+            x = block(x)
+        return x[:, 0]

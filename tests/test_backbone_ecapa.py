@@ -1,0 +1,109 @@
+"""``ecapa_tdnn``: the contract, the paper's parameter counts, 1-10 s inputs, bad arguments."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import modforge as mf
+from modforge.components.backbones.ecapa_tdnn import ECAPATDNN, SERes2Block
+from modforge.components.layouts import Layout
+from modforge.components.necks.attentive_stats_pool import AttentiveStatsPool
+from modforge.engines import build_engine
+from modforge.testing import check_part
+
+
+def n_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.slow
+def test_passes_the_conformance_suite():
+    results = check_part("backbone", "ecapa_tdnn")
+    failures = [f"{r.check} [{r.layout}]: {r.detail}" for r in results if r.status == "fail"]
+    assert not failures, "\n".join(failures)
+    engines = [r.detail for r in results if r.check == "engines"]
+    assert len(engines) == 2 and all("torchscript ≤" in d and "onnx" in d for d in engines)  # scripted, not traced
+
+
+@pytest.mark.parametrize(
+    ("args", "count"),
+    [
+        # Desplanques et al. 2020, Table 2: 14.7 M (C=1024) and 6.2 M (C=512), 80 mel inputs; the layer
+        # layout of TaoRuijie/ECAPA-TDNN with the paper's 128-wide attention bottleneck
+        ({}, 14_657_728),
+        ({"channels": 512}, 6_191_360),
+        # TaoRuijie/ECAPA-TDNN's model.py exactly (its attention bottleneck is 256 wide)
+        ({"attention_dim": 256}, 15_444_544),
+    ],
+)
+def test_parameter_counts_match_the_references(args, count):
+    assert n_params(mf.BACKBONES.build({"type": "ecapa_tdnn", "args": args}, in_dim=80)) == count
+
+
+def test_structure_is_the_papers():
+    net = ECAPATDNN(80, channels=64, mfa_dim=96, embed_dim=32, se_bottleneck=16, attention_dim=8)
+    assert [block.res2[0][0].dilation[0] for block in net.blocks] == [2, 3, 4]
+    assert all(isinstance(block, SERes2Block) and len(block.res2) == 7 for block in net.blocks)  # scale 8
+    assert net.layer0[0].kernel_size == (5,) and net.mfa[0].in_channels == 3 * 64
+    assert isinstance(net.pool, AttentiveStatsPool) and net.pool.global_context  # the modforge neck, reused
+    assert net.fc.in_features == 2 * 96 and net.out_dim == 32
+
+
+def test_blocks_receive_the_sum_of_all_earlier_outputs():
+    # the paper's Section 3.4: each SE-Res2Block's input is the sum of the first layer's and every earlier block's output
+    net = ECAPATDNN(8, channels=16, mfa_dim=24, embed_dim=8, se_bottleneck=4, attention_dim=4).eval()
+    seen: list[torch.Tensor] = []
+    for block in net.blocks:
+        block.register_forward_hook(lambda _m, inputs, output: seen.extend([inputs[0], output]))
+    x = torch.randn(2, 30, 8)
+    with torch.no_grad():
+        net(x)
+        x0 = net.layer0(x.transpose(1, 2))
+    in1, out1, in2, out2, in3 = seen[:5]
+    assert torch.allclose(in1, x0) and torch.allclose(in2, x0 + out1) and torch.allclose(in3, x0 + out1 + out2)
+
+
+@pytest.mark.parametrize("frames", [100, 400, 1000])  # 1 s, 4 s, 10 s of 80-band features at 100 frames/s
+def test_one_to_ten_seconds_of_features(frames):
+    net = mf.BACKBONES.build("ecapa_tdnn", in_dim=80).eval()
+    with torch.no_grad():
+        out = net(torch.randn(1, frames, 80))
+    assert out.shape == (1, 192) and torch.isfinite(out).all()
+
+
+def test_sequence_and_channels_layouts_agree():
+    seq = ECAPATDNN(12, channels=32, mfa_dim=48, se_bottleneck=8, attention_dim=8).eval()
+    chan = ECAPATDNN(12, in_layout=Layout.CHANNELS, channels=32, mfa_dim=48, se_bottleneck=8, attention_dim=8).eval()
+    chan.load_state_dict(seq.state_dict())
+    x = torch.randn(3, 50, 12)
+    with torch.no_grad():
+        assert torch.allclose(seq(x), chan(x.transpose(1, 2)), atol=1e-6)
+
+
+@pytest.mark.parametrize("engine", ["torchscript", "onnx"])
+def test_engines_follow_the_frame_count(engine):
+    net = ECAPATDNN(12, channels=32, mfa_dim=48, embed_dim=16, se_bottleneck=8, attention_dim=8).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runnable = build_engine(engine, path=engine).prepare(net, {"input": torch.randn(2, 16, 12)})
+    for frames in (7, 50):
+        x = torch.randn(3, frames, 12)
+        with torch.no_grad():
+            out = runnable(x)
+            out = torch.as_tensor(out["logits"] if isinstance(out, dict) else out)  # as the conformance suite reads it
+            assert torch.allclose(out, net(x), atol=1e-5)
+
+
+def test_bad_arguments_and_inputs_raise_one_clear_error():
+    with pytest.raises(mf.BuildError, match="kernel_size must be a positive odd number"):
+        mf.BACKBONES.build({"type": "ecapa_tdnn", "args": {"kernel_size": 4}}, in_dim=80)
+    with pytest.raises(ValueError, match="scale must be at least 2"):
+        ECAPATDNN(80, channels=4, scale=8)
+    with pytest.raises(ValueError, match="dilations must be a non-empty list"):
+        ECAPATDNN(80, dilations=())
+    net = ECAPATDNN(12, channels=16, mfa_dim=24, se_bottleneck=4, attention_dim=4).eval()
+    with pytest.raises(ValueError, match=r"expects frame features \[B, T, D\] with D=12, got \[2, 30, 13\]"):
+        net(torch.randn(2, 30, 13))

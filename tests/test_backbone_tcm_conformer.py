@@ -1,0 +1,112 @@
+"""``tcm_conformer``: the contract, the reference's parameter count and structure, 1-10 s inputs,
+dynamic lengths under the engines, bad arguments."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import modforge as mf
+from modforge.components.backbones.tcm_conformer import ConformerBlock, TCMAttention, TCMConformer
+from modforge.engines import build_engine
+from modforge.testing import check_part
+
+
+def n_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def small(**kwargs) -> TCMConformer:
+    return TCMConformer(12, **{"embed_dim": 16, "heads": 4, "num_encoders": 2, "kernel_size": 7, **kwargs})
+
+
+def test_passes_the_conformance_suite():
+    results = check_part("backbone", "tcm_conformer")
+    failures = [f"{r.check} [{r.layout}]: {r.detail}" for r in results if r.status == "fail"]
+    assert not failures, "\n".join(failures)
+    engines = [r.detail for r in results if r.check == "engines"]
+    assert len(engines) == 2 and all("torchscript ≤" in d and "onnx" in d for d in engines)  # scripted, not traced
+
+
+def test_parameter_count_matches_the_reference():
+    # ductuantruong/tcm_add Model minus XLS-R: LL(1024→144) + BatchNorm2d(1) + 4 conformer blocks + class token
+    # = 2,382,338; with its 2-way fc5 (145 × 2) 2,382,628 — the Nes2Net paper's "TCM 2,383k"
+    net = mf.BACKBONES.build("tcm_conformer", in_dim=1024)
+    assert n_params(net) == 2_382_338 and n_params(net) + 144 * 2 + 2 == 2_382_628
+    assert net.out_dim == 144 and len(net.blocks) == 4
+    block = net.blocks[0]
+    assert block.attn.heads == 4 and block.attn.head_dim == 36 and block.conv.depthwise.kernel_size == (31,)
+    assert n_params(block) == 558_648
+
+
+def test_head_tokens_join_the_attention_and_merge_into_the_class_token():
+    attn = TCMAttention(16, heads=4, dropout=0.0).eval()
+    x = torch.randn(2, 9, 16)  # class token + 8 frames
+    with torch.no_grad():
+        tokens = attn.head_tokens(x)
+        assert tokens.shape == (2, 4, 16)
+        out = attn(x)
+        # recompute by hand: attention over frames + head tokens, then class += mean(head tokens) + mean(frames)
+        joint = torch.cat([x, tokens], dim=1)
+        q, k, v = attn.qkv(joint).chunk(3, dim=-1)
+        split = lambda t: t.reshape(2, 13, 4, 4).transpose(1, 2)  # noqa: E731
+        weights = torch.softmax(split(q) @ split(k).transpose(-2, -1) / math.sqrt(4), dim=-1)
+        mixed = attn.proj((weights @ split(v)).transpose(1, 2).reshape(2, 13, 16))
+        cls = mixed[:, :1] + mixed[:, 9:].mean(dim=1, keepdim=True) + mixed[:, 1:9].mean(dim=1, keepdim=True)
+    assert out.shape == x.shape
+    assert torch.allclose(out[:, 1:], mixed[:, 1:9], atol=1e-6) and torch.allclose(out[:, :1], cls, atol=1e-6)
+
+
+def test_position_encoding_is_the_references_sinusoid():
+    net = small()
+    pe = net.position_encoding(5, torch.zeros(1))[0]
+    for p in range(5):
+        for i in range(16):
+            angle = p / 10000 ** (2 * (i // 2) / 16)
+            assert pe[p, i].item() == pytest.approx(math.sin(angle) if i % 2 == 0 else math.cos(angle), abs=1e-6)
+
+
+def test_block_order_is_half_ffn_attention_conv_half_ffn_norm():
+    block = ConformerBlock(16, heads=4, ff_mult=4, conv_expansion=2, kernel_size=7, dropout=0.0).eval()
+    calls: list[str] = []
+    for name in ("ff1", "attn", "conv", "ff2", "post_norm"):
+        getattr(block, name).register_forward_hook(lambda _m, _i, _o, name=name: calls.append(name))
+    with torch.no_grad():
+        block(torch.randn(1, 6, 16))
+    assert calls == ["ff1", "attn", "conv", "ff2", "post_norm"]
+
+
+@pytest.mark.parametrize("frames", [50, 200, 500, 1000])  # 1 s, 4 s, 10 s of XLS-R features at 50 frames/s (and 1000)
+def test_one_to_ten_seconds_of_features(frames):
+    net = mf.BACKBONES.build("tcm_conformer", in_dim=1024).eval()
+    with torch.no_grad():
+        out = net(torch.randn(1, frames, 1024))
+    assert out.shape == (1, 144) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("engine", ["torchscript", "onnx"])
+def test_engines_follow_the_frame_count(engine):
+    net = small().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runnable = build_engine(engine, path=engine).prepare(net, {"input": torch.randn(2, 16, 12)})
+    for frames in (7, 50):
+        x = torch.randn(3, frames, 12)
+        with torch.no_grad():
+            out = runnable(x)
+            out = torch.as_tensor(out["logits"] if isinstance(out, dict) else out)  # as the conformance suite reads it
+            assert torch.allclose(out, net(x), atol=1e-5)
+
+
+def test_bad_arguments_and_inputs_raise_one_clear_error():
+    with pytest.raises(mf.BuildError, match=r"embed_dim \(144\) must be a multiple of heads \(5\)"):
+        mf.BACKBONES.build({"type": "tcm_conformer", "args": {"heads": 5}}, in_dim=1024)
+    with pytest.raises(ValueError, match="sizes must be positive, got num_encoders=0"):
+        TCMConformer(1024, num_encoders=0)
+    with pytest.raises(ValueError, match="dropout must be in"):
+        TCMConformer(1024, dropout=1.0)
+    with pytest.raises(ValueError, match=r"expects frame features \[B, T, D\] with D=12, got \[2, 7\]"):
+        small().eval()(torch.randn(2, 7))
