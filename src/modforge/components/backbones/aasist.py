@@ -1,0 +1,400 @@
+"""``aasist``, ``aasist_l`` — AASIST: audio anti-spoofing with integrated spectro-temporal
+graph attention networks (Jung et al., ICASSP 2022, arXiv:2110.01200).
+
+From a waveform: a sinc convolution with fixed mel-spaced band-pass filters (not learned)
+gives a [B, 1, filters, time] map; ``|·|``, a 3×3 max-pool, batch norm and SELU; six
+residual blocks (each max-pooling time by 3). Max of ``|·|`` over time gives the spectral
+graph's nodes (plus a learned position embedding), max over frequency the temporal
+graph's. Each graph goes through graph attention and graph pooling; two parallel
+branches of heterogeneous stacking graph attention (HS-GAL, with a learned master node)
+combine them, and the element-wise max of the branches is read out as
+``[max|T|, mean T, max|S|, mean S, master]`` — 5 × ``gat_dims[1]`` values. The reference
+model's final ``Linear(5 × gat_dims[1], 2)`` is modforge's ``linear`` head, so
+``aasist`` + ``linear`` has the authors' 297,866 parameters and ``aasist_l`` + ``linear``
+their 85,306 (clovaai/aasist, ``config/AASIST.conf``, ``config/AASIST-L.conf``).
+
+From a sequence of frontend features [B, T, D] (e.g. wav2vec 2.0): the SSL-AASIST variant
+of Tak et al. (Odyssey 2022, TakHemlata/SSL_Anti-spoofing): ``Linear(D, ssl_dim)``, the
+map [B, 1, ssl_dim, T], a 3×3 max-pool, batch norm and SELU, the same residual blocks
+without their time pooling, then batch norm, SELU and a 1×1-conv attention whose softmax
+over time (frequency) weights the sum that gives the spectral (temporal) nodes; the
+graph part is the same.
+
+Deviations from the reference code, deliberately:
+
+* The residual blocks are pre-activation as the paper describes (BN → SELU → conv): the
+  reference computes ``bn1``/SELU and then convolves the un-normalised input, leaving
+  ``bn1`` unused; here it is used (same parameters, every one trained).
+* Short inputs: a waveform shorter than ``first_conv`` + 3⁷ − 1 samples (2,315 at the
+  defaults, 0.14 s) is zero-padded at the end to that length (silence), so that no
+  max-pool leaves an empty time axis; a sequence shorter than 3 frames repeats its last
+  frame up to 3 (the max-pool then takes the max over the frames there are). Graph
+  pools keep at least one node, as in the reference. Longer inputs are untouched.
+* No frequency-masking augmentation inside forward (``Freq_aug``): augmentation is the
+  data pipeline's job.
+* The reference reads only the first three pool ratios (the two graph pools and, for all
+  four branch pools, the third) and the first three temperatures (the HS-GALs use the
+  third); the four-value lists are kept so the reference configs carry over unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ...core.registries import register_backbone
+from ..base import Backbone
+from ..layouts import Layout
+from .graph_attention import GraphAttentionLayer, GraphPool, InferenceBranch, shortfall
+
+__all__ = ["AASIST", "AASISTL", "ResidualBlock", "SincFront", "mel_bandpass_filters"]
+
+Pairs = tuple[tuple[int, int], ...]
+ENCODER_BLOCKS = 6  # filts[1], filts[2], filts[3], then filts[4] three times
+ATTENTION_HIDDEN = 128  # SSL-AASIST's 1×1-conv attention width
+
+
+def mel_bandpass_filters(n_filters: int, kernel_size: int, sample_rate: int) -> torch.Tensor:
+    """Hamming-windowed ideal band-pass filters, ``[n_filters, kernel_size]``, whose band
+    edges are equally spaced on the mel scale from 0 Hz to Nyquist (RawNet2/AASIST's
+    fixed sinc layer; ``kernel_size`` is odd)."""
+
+    def to_mel(hz: np.ndarray) -> np.ndarray:
+        return 2595 * np.log10(1 + hz / 700)
+
+    def to_hz(mel: np.ndarray) -> np.ndarray:
+        return 700 * (10 ** (mel / 2595) - 1)
+
+    freqs = int(sample_rate / 2) * np.linspace(0, 1, 257)  # the reference's 512-point FFT grid
+    mels = to_mel(freqs)
+    edges = to_hz(np.linspace(mels.min(), mels.max(), n_filters + 1))
+    support = np.arange(-(kernel_size - 1) / 2, (kernel_size - 1) / 2 + 1)
+    window = torch.tensor(np.hamming(kernel_size), dtype=torch.float32)
+    filters = torch.zeros(n_filters, kernel_size)
+    for i in range(n_filters):
+        low, high = edges[i], edges[i + 1]
+        ideal = (2 * high / sample_rate) * np.sinc(2 * high * support / sample_rate) - (
+            2 * low / sample_rate
+        ) * np.sinc(2 * low * support / sample_rate)
+        filters[i] = window * torch.tensor(ideal, dtype=torch.float32)
+    return filters
+
+
+class SincFront(nn.Module):
+    """Waveform [B, T] → [B, 1, n_filters // 3, (T − K + 1) // 3]: fixed sinc filter bank
+    (a buffer, not trained), ``|·|``, 3×3 max-pool, batch norm, SELU.
+
+    A waveform too short for the 3×3 pool and ``time_pools`` further 1×3 pools to leave a
+    frame (K − 1 + 3^(time_pools + 1) samples) is zero-padded at the end to that length.
+
+    Args:
+        n_filters: number of band-pass filters.
+        kernel_size: filter length K (made odd, as in the reference: 128 → 129).
+        sample_rate: sampling rate the filters are designed for.
+        time_pools: how many times the encoder after this front divides time by 3.
+    """
+
+    def __init__(self, n_filters: int, kernel_size: int, sample_rate: int, time_pools: int):
+        super().__init__()
+        kernel_size += 1 - kernel_size % 2
+        self.register_buffer("band_pass", mel_bandpass_filters(n_filters, kernel_size, sample_rate).unsqueeze(1),
+                             persistent=False)
+        self.first_bn = nn.BatchNorm2d(1)
+        self.min_samples = kernel_size - 1 + 3 ** (time_pools + 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.pad(x, [0, shortfall(x.size(-1), self.min_samples)])
+        x = F.conv1d(x.unsqueeze(1), self.band_pass).unsqueeze(1)  # [B, 1, filters, T']
+        x = F.max_pool2d(torch.abs(x), (3, 3))
+        return F.selu(self.first_bn(x))
+
+
+class SequenceFront(nn.Module):
+    """Sequence [B, T, D] → [B, 1, width // 3, T // 3]: ``Linear(D, width)``, the
+    features as a one-channel map (frequency = the projected features), 3×3 max-pool,
+    batch norm, SELU (SSL-AASIST).
+
+    Args:
+        in_dim: feature size D of the sequence.
+        width: projection width (the map's height before pooling).
+    """
+
+    def __init__(self, in_dim: int, width: int):
+        super().__init__()
+        self.LL = nn.Linear(in_dim, width)
+        self.first_bn = nn.BatchNorm2d(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.LL(x).transpose(1, 2)  # [B, width, T]
+        x = F.pad(x, [0, shortfall(x.size(-1), 3)], mode="replicate")
+        x = F.max_pool2d(x.unsqueeze(1), (3, 3))
+        return F.selu(self.first_bn(x))
+
+
+class ResidualBlock(nn.Module):
+    """Pre-activation residual block on [B, C, F, T] maps: (BN → SELU →) conv 2×3 →
+    BN → SELU → conv 2×3, plus the input (a 1×3 conv when the channels change), then a
+    1×3 max-pool over time (the waveform model; none in SSL-AASIST).
+
+    Args:
+        in_channels: input channels.
+        out_channels: output channels.
+        first: the first block (its input is already normalised: no BN/SELU before conv1).
+        pool: max-pool time by 3 at the end.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, first: bool = False, pool: bool = True):
+        super().__init__()
+        self.bn1 = nn.Identity() if first else nn.BatchNorm2d(in_channels)
+        self.first = first
+        self.conv1 = nn.Conv2d(in_channels, out_channels, (2, 3), padding=(1, 1))
+        self.bn2 = nn.BatchNorm2d(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, (2, 3), padding=(0, 1))
+        self.conv_downsample = (
+            nn.Conv2d(in_channels, out_channels, (1, 3), padding=(0, 1)) if in_channels != out_channels else nn.Identity()
+        )
+        self.mp = nn.MaxPool2d((1, 3)) if pool else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x if self.first else F.selu(self.bn1(x))
+        out = self.conv2(F.selu(self.bn2(self.conv1(out))))
+        return self.mp(out + self.conv_downsample(x))
+
+
+class MaxNodes(nn.Module):
+    """Encoder map [B, C, F, T] → spectral nodes [B, F, C] (max ``|·|`` over time) and
+    temporal nodes [B, T, C] (max ``|·|`` over frequency) — AASIST."""
+
+    def forward(self, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        e = torch.abs(e)
+        return e.amax(dim=3).transpose(1, 2), e.amax(dim=2).transpose(1, 2)
+
+
+class AttentiveNodes(nn.Module):
+    """Encoder map → spectral and temporal nodes by attention-weighted sums (SSL-AASIST):
+    BN, SELU, a 1×1-conv attention map; softmax over time weights the spectral nodes,
+    softmax over frequency the temporal ones.
+
+    Args:
+        channels: encoder output channels.
+    """
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.first_bn1 = nn.BatchNorm2d(channels)
+        self.attention = nn.Sequential(
+            nn.Conv2d(channels, ATTENTION_HIDDEN, kernel_size=1),
+            nn.SELU(),
+            nn.BatchNorm2d(ATTENTION_HIDDEN),
+            nn.Conv2d(ATTENTION_HIDDEN, channels, kernel_size=1),
+        )
+
+    def forward(self, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        e = F.selu(self.first_bn1(e))
+        w = self.attention(e)
+        spectral = torch.sum(e * torch.softmax(w, dim=-1), dim=-1)
+        temporal = torch.sum(e * torch.softmax(w, dim=-2), dim=-2)
+        return spectral.transpose(1, 2), temporal.transpose(1, 2)
+
+
+def _check_args(
+    filts: Pairs,
+    gat_dims: tuple[int, int],
+    pool_ratios: tuple[float, ...],
+    temperatures: tuple[float, ...],
+    dropouts: dict[str, float],
+    positives: dict[str, int],
+) -> None:
+    """One clear ValueError for the first argument that cannot build the model."""
+    for name, value in positives.items():
+        if value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value}")
+    if len(filts) != 4 or any(len(pair) != 2 or min(pair) < 1 for pair in filts):
+        raise ValueError(f"filts must be 4 (in, out) channel pairs of positive integers, got {filts}")
+    if filts[0][0] != 1:
+        raise ValueError(f"filts[0] must start from 1 channel (the one-channel map), got {filts[0]}")
+    for prev, pair in zip(filts, filts[1:], strict=False):
+        if pair[0] != prev[1]:
+            raise ValueError(f"filts must chain: {pair} takes {pair[0]} channels but {prev} gives {prev[1]}")
+    if filts[3][0] != filts[3][1]:
+        raise ValueError(f"filts[3] is repeated three times, so it must keep its channels, got {filts[3]}")
+    if len(gat_dims) != 2 or min(gat_dims) < 1:
+        raise ValueError(f"gat_dims must be 2 positive integers, got {gat_dims}")
+    if len(pool_ratios) != 4 or not all(0 < r <= 1 for r in pool_ratios):
+        raise ValueError(f"pool_ratios must be 4 values in (0, 1], got {pool_ratios}")
+    if len(temperatures) != 4 or not all(t > 0 and math.isfinite(t) for t in temperatures):
+        raise ValueError(f"temperatures must be 4 positive values, got {temperatures}")
+    for name, p in dropouts.items():
+        if not 0 <= p < 1:
+            raise ValueError(f"{name} must be in [0, 1), got {p}")
+
+
+class AASIST(Backbone):
+    """AASIST: spectro-temporal graph attention on a sinc-filter encoder (Jung et al.,
+    2022); on sequence input the SSL-AASIST variant (Tak et al., 2022). Outputs the
+    5 × gat_dims[1] readout (the reference's last Linear is the ``linear`` head).
+
+    Args:
+        in_dim: 1 for a waveform; the feature size D of a sequence (wired by the builder).
+        in_layout: waveform (sinc front) or sequence (SSL-AASIST front) (wired by the builder).
+        sinc_filters: number of fixed mel-spaced sinc filters (the reference's filts[0]).
+        first_conv: sinc filter length in samples (made odd: 128 → 129).
+        filts: (in, out) channels of the residual stages; the last is used for three blocks.
+        gat_dims: node sizes of the spectral/temporal graphs and of the HS-GAL branches.
+        pool_ratios: fraction of nodes kept by the spectral pool, the temporal pool and the
+            branch pools (a 4th value is accepted and unused, as in the reference).
+        temperatures: softmax temperatures of the spectral GAT, the temporal GAT and the
+            HS-GALs (a 4th value is accepted and unused, as in the reference).
+        ssl_dim: width of the Linear projection of sequence input (SSL-AASIST's 128).
+        sample_rate: sampling rate the sinc filters are designed for.
+        dropout: dropout on the readout (train mode).
+        branch_dropout: dropout on each branch's nodes before their max.
+        gat_dropout: input dropout of every graph attention layer.
+        pool_dropout: dropout before each graph pool's scoring.
+    """
+
+    accepts = (Layout.WAVEFORM, Layout.SEQUENCE)
+    produces = Layout.VECTOR
+    out_dim_rule = "5 × gat_dims[1]: max |temporal|, mean temporal, max |spectral|, mean spectral, master node"
+
+    def __init__(
+        self,
+        in_dim: int = 1,
+        in_layout: Layout = Layout.WAVEFORM,
+        sinc_filters: int = 70,
+        first_conv: int = 128,
+        filts: Pairs = ((1, 32), (32, 32), (32, 64), (64, 64)),
+        gat_dims: tuple[int, int] = (64, 32),
+        pool_ratios: tuple[float, ...] = (0.5, 0.7, 0.5, 0.5),
+        temperatures: tuple[float, ...] = (2.0, 2.0, 100.0, 100.0),
+        ssl_dim: int = 128,
+        sample_rate: int = 16000,
+        dropout: float = 0.5,
+        branch_dropout: float = 0.2,
+        gat_dropout: float = 0.2,
+        pool_dropout: float = 0.3,
+    ):
+        super().__init__()
+        layout = Layout(in_layout)
+        if layout not in self.accepts:
+            raise ValueError(f"aasist takes a waveform [B, T] or a sequence [B, T, D], not {layout.value} input")
+        filts = tuple(tuple(int(c) for c in pair) for pair in filts)
+        gat_dims = tuple(int(d) for d in gat_dims)
+        pool_ratios = tuple(float(r) for r in pool_ratios)
+        temperatures = tuple(float(t) for t in temperatures)
+        _check_args(
+            filts, gat_dims, pool_ratios, temperatures,
+            {"dropout": dropout, "branch_dropout": branch_dropout, "gat_dropout": gat_dropout,
+             "pool_dropout": pool_dropout},
+            {"in_dim": in_dim, "first_conv": first_conv, "sample_rate": sample_rate},
+        )
+        waveform = layout is Layout.WAVEFORM
+        if waveform and in_dim != 1:
+            raise ValueError(f"a waveform has in_dim 1 (one channel), got in_dim {in_dim}")
+        height = sinc_filters if waveform else ssl_dim
+        if height < 3:
+            raise ValueError(f"{'sinc_filters' if waveform else 'ssl_dim'} must be at least 3 (the 3×3 pool), got {height}")
+
+        self.front: nn.Module = (
+            SincFront(sinc_filters, first_conv, sample_rate, time_pools=ENCODER_BLOCKS)
+            if waveform else SequenceFront(in_dim, ssl_dim)
+        )
+        stages = [*filts, filts[3], filts[3]]
+        self.encoder = nn.Sequential(
+            *(ResidualBlock(cin, cout, first=i == 0, pool=waveform) for i, (cin, cout) in enumerate(stages))
+        )
+        channels = filts[3][1]
+        self.nodes: nn.Module = MaxNodes() if waveform else AttentiveNodes(channels)
+        self.pos_S = nn.Parameter(torch.randn(1, height // 3, channels))
+        self.master1 = nn.Parameter(torch.randn(1, 1, gat_dims[0]))
+        self.master2 = nn.Parameter(torch.randn(1, 1, gat_dims[0]))
+        self.gat_s = GraphAttentionLayer(channels, gat_dims[0], temperatures[0], gat_dropout)
+        self.gat_t = GraphAttentionLayer(channels, gat_dims[0], temperatures[1], gat_dropout)
+        self.pool_s = GraphPool(pool_ratios[0], gat_dims[0], pool_dropout)
+        self.pool_t = GraphPool(pool_ratios[1], gat_dims[0], pool_dropout)
+        self.branch1 = InferenceBranch(gat_dims[0], gat_dims[1], pool_ratios[2], temperatures[2], gat_dropout,
+                                       pool_dropout)
+        self.branch2 = InferenceBranch(gat_dims[0], gat_dims[1], pool_ratios[2], temperatures[2], gat_dropout,
+                                       pool_dropout)
+        self.drop_way = nn.Dropout(branch_dropout)
+        self.drop = nn.Dropout(dropout)
+        self.waveform = waveform
+        self.in_dim = in_dim
+        self.out_dim = 5 * gat_dims[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.waveform:
+            if x.dim() != 2:
+                raise ValueError(f"aasist expects a waveform [B, T], got a {x.dim()}-D input")
+        elif x.dim() != 3 or x.size(-1) != self.in_dim:
+            raise ValueError(f"aasist expects a sequence [B, T, {self.in_dim}], got shape {list(x.shape)}")
+        e = self.encoder(self.front(x))
+        spectral, temporal = self.nodes(e)
+        out_s = self.pool_s(self.gat_s(spectral + self.pos_S))
+        out_t = self.pool_t(self.gat_t(temporal))
+        batch = x.size(0)
+        t1, s1, m1 = self.branch1(out_t, out_s, self.master1.expand(batch, -1, -1))
+        t2, s2, m2 = self.branch2(out_t, out_s, self.master2.expand(batch, -1, -1))
+        out_t = torch.maximum(self.drop_way(t1), self.drop_way(t2))
+        out_s = torch.maximum(self.drop_way(s1), self.drop_way(s2))
+        master = torch.maximum(self.drop_way(m1), self.drop_way(m2))
+        readout = torch.cat(
+            [torch.abs(out_t).amax(dim=1), out_t.mean(dim=1), torch.abs(out_s).amax(dim=1), out_s.mean(dim=1),
+             master.squeeze(1)],
+            dim=1,
+        )
+        return self.drop(readout)
+
+
+register_backbone("aasist")(AASIST)
+
+
+@register_backbone("aasist_l")
+class AASISTL(AASIST):
+    """AASIST-L, the light AASIST (85,306 parameters with its 2-way output layer): narrower
+    last stages (24 channels), gat_dims (24, 32) and pool ratios (0.4, 0.5, 0.7, 0.5).
+
+    Args:
+        in_dim: 1 for a waveform; the feature size D of a sequence (wired by the builder).
+        in_layout: waveform (sinc front) or sequence (SSL-AASIST front) (wired by the builder).
+        sinc_filters: number of fixed mel-spaced sinc filters (the reference's filts[0]).
+        first_conv: sinc filter length in samples (made odd: 128 → 129).
+        filts: (in, out) channels of the residual stages; the last is used for three blocks.
+        gat_dims: node sizes of the spectral/temporal graphs and of the HS-GAL branches.
+        pool_ratios: fraction of nodes kept by the spectral pool, the temporal pool and the
+            branch pools (a 4th value is accepted and unused, as in the reference).
+        temperatures: softmax temperatures of the spectral GAT, the temporal GAT and the
+            HS-GALs (a 4th value is accepted and unused, as in the reference).
+        ssl_dim: width of the Linear projection of sequence input (SSL-AASIST's 128).
+        sample_rate: sampling rate the sinc filters are designed for.
+        dropout: dropout on the readout (train mode).
+        branch_dropout: dropout on each branch's nodes before their max.
+        gat_dropout: input dropout of every graph attention layer.
+        pool_dropout: dropout before each graph pool's scoring.
+    """
+
+    def __init__(
+        self,
+        in_dim: int = 1,
+        in_layout: Layout = Layout.WAVEFORM,
+        sinc_filters: int = 70,
+        first_conv: int = 128,
+        filts: Pairs = ((1, 32), (32, 32), (32, 24), (24, 24)),
+        gat_dims: tuple[int, int] = (24, 32),
+        pool_ratios: tuple[float, ...] = (0.4, 0.5, 0.7, 0.5),
+        temperatures: tuple[float, ...] = (2.0, 2.0, 100.0, 100.0),
+        ssl_dim: int = 128,
+        sample_rate: int = 16000,
+        dropout: float = 0.5,
+        branch_dropout: float = 0.2,
+        gat_dropout: float = 0.2,
+        pool_dropout: float = 0.3,
+    ):
+        super().__init__(
+            in_dim, in_layout, sinc_filters, first_conv, filts, gat_dims, pool_ratios, temperatures, ssl_dim,
+            sample_rate, dropout, branch_dropout, gat_dropout, pool_dropout,
+        )
