@@ -10,6 +10,7 @@ from __future__ import annotations
 from .core.registries import REGISTRIES
 
 BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
+    "frontend": ("modforge.components.frontends",),
     "backbone": ("modforge.components.backbones",),
     "neck": ("modforge.components.necks",),
     "head": ("modforge.components.heads",),

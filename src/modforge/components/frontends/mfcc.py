@@ -1,0 +1,96 @@
+"""``mfcc`` — mel-frequency cepstral coefficients (Davis & Mermelstein, 1980), optionally with deltas.
+
+Power spectrum → mel filterbank (see ``filterbanks.py``) → natural log with a floor →
+orthonormal DCT-II → the first ``n_mfcc`` coefficients; with ``deltas``, the HTK regression
+deltas over ±2 frames and their deltas are appended (3 × ``n_mfcc`` dimensions). The MFCC
+systems of the ASVspoof challenges use this front-end with 20 coefficients plus deltas.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...core.registries import register_frontend
+from .cepstral import Deltas, dct_matrix
+from .filterbanks import MelNorm, MelScale, mel_filterbank
+from .spectral import SpectralFrontend
+from .stft import PadMode, Window
+
+__all__ = ["MFCC"]
+
+
+@register_frontend("mfcc")
+class MFCC(SpectralFrontend):
+    """Mel-frequency cepstral coefficients.
+
+    Args:
+        n_mfcc: cepstral coefficients kept after the DCT (≤ n_mels).
+        n_mels: number of mel filters.
+        deltas: append deltas and double-deltas (3 × n_mfcc outputs).
+        delta_width: frames on each side used by the delta regression.
+        f_min: lowest filter edge in Hz.
+        f_max: highest filter edge in Hz (default: sample_rate / 2).
+        mel_scale: 'htk' (2595·log10(1 + f/700)) or 'slaney' (linear below 1 kHz, log above).
+        norm: 'none' (peak 1 triangles) or 'slaney' (unit-area triangles).
+        n_fft: DFT size (default: the next power of two ≥ win_length, 512 at 16 kHz).
+        win_length: window length in samples (default 25 ms: 400 at 16 kHz).
+        hop_length: hop between frames in samples (default 10 ms: 160 at 16 kHz).
+        window: window function: 'hamming', 'hann' or 'rectangular'.
+        center: pad n_fft//2 samples on both sides so frame t is centred on t·hop.
+        pad_mode: how center pads: 'reflect' (needs more than n_fft//2 samples) or 'constant'.
+        log_floor: filterbank energies are clamped to at least this before the log.
+        pre_emphasis: pre-emphasis coefficient (0 = off).
+        sample_rate: sample rate of the input in Hz (wired by the builder).
+        in_dim: input size (1 for a waveform; wired by the builder).
+    """
+
+    name = "mfcc"
+    out_dim_rule = "n_mfcc × 3 with deltas, else n_mfcc (20 by default)"
+
+    def __init__(
+        self,
+        n_mfcc: int = 20,
+        n_mels: int = 40,
+        deltas: bool = False,
+        delta_width: int = 2,
+        f_min: float = 0.0,
+        f_max: float | None = None,
+        mel_scale: MelScale = "htk",
+        norm: MelNorm = "none",
+        n_fft: int | None = None,
+        win_length: int | None = None,
+        hop_length: int | None = None,
+        window: Window = "hamming",
+        center: bool = True,
+        pad_mode: PadMode = "reflect",
+        log_floor: float = 1e-10,
+        pre_emphasis: float = 0.97,
+        sample_rate: int = 16000,
+        in_dim: int = 1,
+    ):
+        super().__init__(
+            sample_rate=sample_rate,
+            n_fft=n_fft,
+            win_length=win_length,
+            hop_length=hop_length,
+            window=window,
+            center=center,
+            pad_mode=pad_mode,
+            pre_emphasis=pre_emphasis,
+        )
+        if log_floor <= 0:
+            raise ValueError(f"log_floor must be positive, got {log_floor}")
+        bank = mel_filterbank(self.n_freqs, sample_rate, n_mels, f_min, f_max, mel_scale, norm)
+        self.register_buffer("filterbank", bank, persistent=False)
+        self.register_buffer("dct", dct_matrix(n_mels, n_mfcc), persistent=False)
+        self.log_floor, self.with_deltas = float(log_floor), deltas
+        self.deltas = Deltas(n_mfcc, half_width=delta_width, normalised=True)
+        self.out_dim = 3 * n_mfcc if deltas else n_mfcc
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mel = torch.matmul(self.power_spectrum(x), self.filterbank)
+        coeffs = torch.matmul(torch.log(mel.clamp_min(self.log_floor)), self.dct)
+        if not self.with_deltas:
+            return coeffs
+        delta = self.deltas(coeffs)
+        return torch.cat([coeffs, delta, self.deltas(delta)], dim=-1)
