@@ -1,3 +1,16 @@
 """Built-in backbones (imported on first use of the backbone registry)."""
 
-from . import aasist, attention_pool, cnn, ecapa_tdnn, mlp, nes2net, preact_resnet, resnet, tcm_conformer, vit  # noqa: F401 - registration
+from . import (  # noqa: F401 - registration
+    aasist,
+    attention_pool,
+    cnn,
+    ecapa_tdnn,
+    lcnn,
+    mlp,
+    nes2net,
+    preact_resnet,
+    rawnet2,
+    resnet,
+    tcm_conformer,
+    vit,
+)
