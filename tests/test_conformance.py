@@ -11,6 +11,10 @@ from modforge.components import Backbone, Layout
 from modforge.testing import PART_KINDS, check_part
 
 ALL_PARTS = [(kind, name) for kind in PART_KINDS for name in mf.REGISTRIES[kind].list()]
+SCRIPTED = {  # compiled by TorchScript (not traced) under every declared layout
+    "backbone": {"aasist", "aasist_l", "rawnet2", "lcnn", "ecapa_tdnn", "tcm_conformer", "nes2net"},
+    "frontend": {"raw", "spectrogram", "log_mel", "lfcc", "mfcc", "sinc"},
+}
 
 
 @pytest.mark.parametrize(("kind", "name"), ALL_PARTS, ids=[f"{k}-{n}" for k, n in ALL_PARTS])
@@ -27,6 +31,9 @@ def test_every_registered_part_passes_the_contract(kind, name):
         "deterministic",
         "state_dict",
     }
+    if name in SCRIPTED.get(kind, ()):
+        engines = [r.detail for r in results if r.check == "engines"]
+        assert engines and all("torchscript ≤" in d and "onnx ≤" in d for d in engines), engines
 
 
 def test_zoo_has_the_promised_parts():

@@ -54,7 +54,7 @@ def test_every_frontend_is_registered():
     assert set(NAMES) <= set(mf.FRONTENDS)
 
 
-CONFORMANCE = [(name, {}) for name in NAMES] + [
+CONFORMANCE = [  # the defaults are checked by tests/test_conformance.py, like every registered part
     ("ssl", {"layer": "weighted", "model_type": "wavlm"}),
     ("ssl", {"model_type": "hubert", "layer": 1}),
     ("sinc", {"learnable": False, "padding": "same", "out_channels": 70, "kernel_size": 128}),
@@ -74,7 +74,7 @@ CONFORMANCE = [(name, {}) for name in NAMES] + [
 @pytest.mark.parametrize(
     ("name", "args"),
     CONFORMANCE,
-    ids=[name + (f"-variant{i}" if args else "") for i, (name, args) in enumerate(CONFORMANCE)],
+    ids=[f"{name}-variant{i}" for i, (name, _args) in enumerate(CONFORMANCE)],
 )
 def test_frontend_passes_the_contract_under_every_engine(name, args):
     results = check_part("frontend", name, args)
