@@ -40,7 +40,7 @@ def read_input(path: str | Path, metadata: dict[str, Any]) -> tuple[np.ndarray, 
     elif suffix in IMAGE_SUFFIXES:
         batch = _picture(path, spec.get("image"), shape)
     elif suffix in AUDIO_SUFFIXES:
-        batch = _audio(path, layout, shape, metadata.get("normalisation") or {})
+        batch = _audio(path, layout, shape, spec.get("normalisation") or {})
     else:
         raise InputError(f"{path}: unsupported input type '{suffix}' (expected .npy, a picture "
                          f"({', '.join(IMAGE_SUFFIXES)}) or audio ({', '.join(AUDIO_SUFFIXES)}))")

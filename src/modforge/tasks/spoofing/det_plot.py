@@ -11,7 +11,7 @@ import numpy as np
 
 __all__ = ["plot_det"]
 
-_TICKS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95]
+_TICKS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95]
 
 
 def plot_det(curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]], path: Path, *, title: str = "") -> Path:
@@ -22,7 +22,7 @@ def plot_det(curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]], path: P
     import matplotlib.pyplot as plt
     from scipy.stats import norm
 
-    low, high = 5e-4, 0.99
+    low, high = 2e-3, 0.99
     fig, ax = plt.subplots(figsize=(5.2, 5.0))
     try:
         for label, (p_fa, p_miss, eer) in curves.items():
