@@ -1,0 +1,142 @@
+"""The spoofing task end to end: a tiny synthetic corpus, train + test from the CLI, score files,
+per-attack metrics, DET plots, windowed scoring, cross-dataset evaluation, export and predict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+import modforge as mf
+from modforge.data.audio.spoof_corpus import make_spoof_corpus
+from modforge.tasks.spoofing import metrics as detection
+from modforge.tasks.spoofing.scores import ScoreTable, read_score_file
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("corpus") / "spoof"
+    make_spoof_corpus(out, utts=60, seed=0, duration=0.5)
+    return out
+
+
+def _overrides(corpus: Path, epochs: int = 2) -> list[str]:
+    return [f"data.args.root={corpus}", f"train.max_epochs={epochs}", "data.args.audio.seconds=0.5",
+            "data.batch_size=16", "train.num_threads=1"]
+
+
+def _eval_files(corpus: Path) -> list[list[str]]:
+    return [line.split() for line in (corpus / "protocols" / "eval.txt").read_text().splitlines() if line.strip()]
+
+
+def test_train_and_test_a_small_system(cli, corpus, tmp_path):
+    config = str(ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml")
+    res = cli("train", config, *_overrides(corpus), "--run-dir", "run")
+    assert res.code == 0, res.err
+    run = tmp_path / "run"
+    for name in ("scores.txt", "det.png", "summary.json", "metrics.csv", "checkpoints/best.pt"):
+        assert (run / name).exists(), name
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["monitor"] == "val_eer" and "val_eer" in summary["best"]
+    protocol = _eval_files(corpus)
+    table = read_score_file(run / "scores.txt")
+    assert table.utt_ids == [fields[1] for fields in protocol]  # one line per eval file, in protocol order
+    assert table.attacks == [fields[3] for fields in protocol]
+    eer, _ = detection.eer(table.scores, table.labels)
+    assert summary["test"]["eer"] == pytest.approx(eer, abs=1e-6) and 0.0 <= eer <= 1.0
+    assert summary["test"]["files"] == len(protocol)
+    unseen = set(json.loads((corpus / "meta.json").read_text())["unseen_attacks"])
+    assert unseen and unseen <= set(summary["test_per_attack"])  # attacks never seen in training are scored
+
+    res = cli("test", str(run))
+    assert res.code == 0, res.err
+    assert "eer" in res.out and "per attack" in res.out and sorted(unseen)[0] in res.out
+    evaluations = run / "evaluations"
+    for name in ("best-test.json", "best-test-scores.txt", "best-test-det.png"):
+        assert (evaluations / name).exists(), name
+    record = json.loads((evaluations / "best-test.json").read_text())
+    assert record["eer"] == pytest.approx(summary["test"]["eer"]) and set(record["per_attack"]) == set(
+        summary["test_per_attack"]
+    )
+
+
+def test_windowed_scoring_averages_windows_per_file(cli, corpus, tmp_path):
+    config = str(ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml")
+    overrides = [*_overrides(corpus, epochs=1), "data.args.audio.seconds=0.2", "data.args.audio.eval_mode=windows"]
+    res = cli("train", config, *overrides, "--run-dir", "run")
+    assert res.code == 0, res.err
+    table = read_score_file(tmp_path / "run" / "scores.txt")
+    assert len(table) == len(_eval_files(corpus))  # 0.5 s files in 0.2 s windows: 3 windows each, one score
+
+
+def test_cross_dataset_evaluation_with_overrides(cli, corpus, tmp_path):
+    config = str(ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml")
+    assert cli("train", config, *_overrides(corpus, epochs=1), "--run-dir", "run").code == 0
+    meta = tmp_path / "itw" / "meta.csv"
+    meta.parent.mkdir()
+    rows = ["file,speaker,label"]
+    for i, (speaker, utt, _, _, key) in enumerate(_eval_files(corpus)[:10]):
+        wave, rate = sf.read(corpus / "wav" / f"{utt}.wav", dtype="float32")
+        sf.write(meta.parent / f"{i}.flac", wave, rate)
+        rows.append(f"{i}.flac,{speaker},{'bona-fide' if key == 'bonafide' else 'spoof'}")
+    meta.write_text("\n".join(rows) + "\n")
+    res = cli("test", "run", "data.type=in_the_wild", f"data.args={{meta: {meta}}}")
+    assert res.code == 0, res.err
+    record = json.loads((tmp_path / "run" / "evaluations" / "best-test.json").read_text())
+    assert record["files"] == 10 and record["overrides"][0] == "data.type=in_the_wild"
+
+
+def test_margin_loss_without_head_scores_and_trains(corpus):
+    from modforge.experiment.runner import Experiment
+    from modforge.experiment.schema import validate_config
+
+    cfg = mf.load_config(
+        ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml",
+        overrides=["model.head=null", "model.losses=[oc_softmax]", *_overrides(corpus, epochs=1)],
+    )
+    cfg = validate_config(cfg)
+
+    exp = Experiment.build(cfg)
+    batch = next(iter(exp.loaders()[1]))
+    out = exp.model(batch)
+    assert out["score"].shape == (len(batch["label"]),) and out["logits"].shape == (len(batch["label"]), 2)
+    assert torch.equal(out["score"], exp.model.loss_fns["loss_oc_softmax"].score(out["embedding"]))
+    out["loss"].backward()
+
+
+def test_unknown_task_is_a_located_error(cli, corpus):
+    config = str(ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml")
+    res = cli("train", config, *_overrides(corpus), "task=spoofng")
+    assert res.code == 2 and "task: unknown task 'spoofng'; did you mean 'spoofing'?" in res.err
+
+
+def test_score_table_averages_rows_of_a_file():
+    from modforge.data.audio.protocols import Utterance
+
+    utts = [Utterance(f"u{i}", Path(f"u{i}.wav"), i % 2, "-" if i % 2 else "A01") for i in range(3)]
+    outputs = {"index": torch.tensor([2, 0, 2, 1]), "score": torch.tensor([1.0, 5.0, 3.0, -1.0])}
+    table = ScoreTable.from_outputs(outputs, utts)
+    assert table.utt_ids == ["u0", "u1", "u2"] and table.scores.tolist() == [5.0, -1.0, 2.0]
+    assert table.labels.tolist() == [0, 1, 0]
+
+
+@pytest.mark.slow
+def test_export_to_onnx_and_predict_an_audio_file(cli, corpus, tmp_path):
+    config = str(ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml")
+    assert cli("train", config, *_overrides(corpus, epochs=1), "--run-dir", "run").code == 0
+    res = cli("export", "run", "--engine", "onnx")
+    assert res.code == 0, res.err
+    artifact = next((tmp_path / "run" / "exports").glob("*.onnx"))
+    wav = corpus / "wav" / f"{_eval_files(corpus)[0][1]}.wav"
+    res = cli("predict", str(artifact), str(wav))
+    assert res.code == 0, res.err
+    assert wav.name in res.out and ("bonafide" in res.out or "spoof" in res.out)
+    (tmp_path / "broken.wav").write_bytes(b"RIFF....")
+    res = cli("predict", str(artifact), str(tmp_path / "broken.wav"))
+    assert res.code == 2 and "broken.wav" in res.err and np.isfinite(0.0)
