@@ -97,12 +97,14 @@ def test_margin_loss_without_head_scores_and_trains(corpus):
     from modforge.experiment.schema import validate_config
 
     cfg = mf.load_config(
-        ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml",
-        overrides=["model.head=null", "model.losses=[oc_softmax]", *_overrides(corpus, epochs=1)],
+        {
+            "task": "spoofing",
+            "data": {"type": "spoof_corpus", "args": {"root": str(corpus), "audio": {"seconds": 0.5}}, "batch_size": 8},
+            "model": {"frontend": "lfcc", "backbone": {"type": "mlp", "args": {"hidden_dims": [16]}},
+                      "losses": ["oc_softmax"]},
+        }
     )
-    cfg = validate_config(cfg)
-
-    exp = Experiment.build(cfg)
+    exp = Experiment.build(validate_config(cfg))
     batch = next(iter(exp.loaders()[1]))
     out = exp.model(batch)
     assert out["score"].shape == (len(batch["label"]),) and out["logits"].shape == (len(batch["label"]), 2)

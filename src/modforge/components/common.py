@@ -7,7 +7,9 @@ from typing import Literal
 
 import torch.nn as nn
 
-__all__ = ["Activation", "Norm", "activation", "mlp_layers"]
+from .layouts import Layout
+
+__all__ = ["Activation", "Norm", "activation", "frame_layout", "mlp_layers", "require_positive"]
 
 Activation = Literal["relu", "gelu", "silu", "tanh", "leaky_relu"]
 Norm = Literal["none", "batch", "layer"]
@@ -37,3 +39,18 @@ def mlp_layers(
         blocks.append(nn.Sequential(*layers))
         width = hidden
     return blocks
+
+
+def require_positive(part: str, **sizes: int) -> None:
+    """One ValueError naming every size of ``part`` that is below 1."""
+    bad = [f"{name}={value}" for name, value in sizes.items() if value < 1]
+    if bad:
+        raise ValueError(f"{part} sizes must be positive, got {', '.join(bad)}")
+
+
+def frame_layout(part: str, in_layout: Layout | str) -> Layout:
+    """The layout of a part that takes frame features: sequence [B, T, D] or channels [B, D, T]."""
+    layout = Layout(in_layout)
+    if layout not in (Layout.SEQUENCE, Layout.CHANNELS):
+        raise ValueError(f"{part} takes 'sequence' [B, T, D] or 'channels' [B, D, T] input, got '{layout.value}'")
+    return layout

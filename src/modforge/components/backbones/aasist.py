@@ -353,30 +353,7 @@ class AASIST(Backbone):
 register_backbone("aasist")(AASIST)
 
 
-@register_backbone("aasist_l")
 class AASISTL(AASIST):
-    """AASIST-L, the light AASIST (85,306 parameters with its 2-way output layer): narrower
-    last stages (24 channels), gat_dims (24, 32) and pool ratios (0.4, 0.5, 0.7, 0.5).
-
-    Args:
-        in_dim: 1 for a waveform; the feature size D of a sequence (wired by the builder).
-        in_layout: waveform (sinc front) or sequence (SSL-AASIST front) (wired by the builder).
-        sinc_filters: number of fixed mel-spaced sinc filters (the reference's filts[0]).
-        first_conv: sinc filter length in samples (made odd: 128 → 129).
-        filts: (in, out) channels of the residual stages; the last is used for three blocks.
-        gat_dims: node sizes of the spectral/temporal graphs and of the HS-GAL branches.
-        pool_ratios: fraction of nodes kept by the spectral pool, the temporal pool and the
-            branch pools (a 4th value is accepted and unused, as in the reference).
-        temperatures: softmax temperatures of the spectral GAT, the temporal GAT and the
-            HS-GALs (a 4th value is accepted and unused, as in the reference).
-        ssl_dim: width of the Linear projection of sequence input (SSL-AASIST's 128).
-        sample_rate: sampling rate the sinc filters are designed for.
-        dropout: dropout on the readout (train mode).
-        branch_dropout: dropout on each branch's nodes before their max.
-        gat_dropout: input dropout of every graph attention layer.
-        pool_dropout: dropout before each graph pool's scoring.
-    """
-
     def __init__(
         self,
         in_dim: int = 1,
@@ -398,3 +375,13 @@ class AASISTL(AASIST):
             in_dim, in_layout, sinc_filters, first_conv, filts, gat_dims, pool_ratios, temperatures, ssl_dim,
             sample_rate, dropout, branch_dropout, gat_dropout, pool_dropout,
         )
+
+
+AASISTL.__doc__ = (
+    """AASIST-L, the light AASIST (85,306 parameters with its 2-way output layer): narrower
+    last stages (24 channels), gat_dims (24, 32) and pool ratios (0.4, 0.5, 0.7, 0.5).
+
+"""
+    + AASIST.__doc__[AASIST.__doc__.index("    Args:") :]
+)
+register_backbone("aasist_l")(AASISTL)

@@ -31,6 +31,7 @@ import torch.nn as nn
 
 from ...core.registries import register_backbone
 from ..base import Backbone
+from ..common import frame_layout, require_positive
 from ..layouts import Layout
 from ..necks.attentive_stats_pool import AttentiveStatsPool
 
@@ -122,16 +123,10 @@ class ECAPATDNN(Backbone):
         attention_dim: int = 128,
     ):
         super().__init__()
-        layout = Layout(in_layout)
-        if layout not in self.accepts:
-            raise ValueError(
-                f"ecapa_tdnn takes 'sequence' [B, T, D] or 'channels' [B, D, T] input, got '{layout.value}'"
-            )
+        layout = frame_layout("ecapa_tdnn", in_layout)
         sizes = {"in_dim": in_dim, "channels": channels, "embed_dim": embed_dim, "mfa_dim": mfa_dim}
         sizes |= {"se_bottleneck": se_bottleneck, "attention_dim": attention_dim}
-        bad = [f"{name}={value}" for name, value in sizes.items() if value < 1]
-        if bad:
-            raise ValueError(f"ecapa_tdnn sizes must be positive, got {', '.join(bad)}")
+        require_positive("ecapa_tdnn", **sizes)
         if scale < 2 or channels < scale:
             raise ValueError(f"scale must be at least 2 and at most channels ({channels}), got {scale}")
         if kernel_size < 1 or kernel_size % 2 == 0:

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from ...core.registries import register_backbone
 from ..base import Backbone
+from ..common import frame_layout, require_positive
 from ..layouts import Layout
 
 
@@ -143,15 +144,11 @@ class Nes2NetX(Backbone):
         attention_dim: int = 128,
     ):
         super().__init__()
-        layout = Layout(in_layout)
-        if layout not in self.accepts:
-            raise ValueError(f"nes2net takes 'sequence' [B, T, D] or 'channels' [B, D, T] input, got '{layout.value}'")
+        layout = frame_layout("nes2net", in_layout)
         if len(nes_ratio) != 2 or any(s < 2 for s in nes_ratio):
             raise ValueError(f"nes_ratio must be two scales (outer, inner), each at least 2, got {tuple(nes_ratio)}")
         sizes = {"in_dim": in_dim, "se_ratio": se_ratio, "dilation": dilation, "attention_dim": attention_dim}
-        bad = [f"{name}={value}" for name, value in sizes.items() if value < 1]
-        if bad:
-            raise ValueError(f"nes2net sizes must be positive, got {', '.join(bad)}")
+        require_positive("nes2net", **sizes)
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be a positive odd number (to keep the frame count), got {kernel_size}")
         if pool not in ("mean", "attentive"):

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from ...core.registries import register_backbone
 from ..base import Backbone
+from ..common import frame_layout, require_positive
 from ..layouts import Layout
 
 
@@ -168,16 +169,10 @@ class TCMConformer(Backbone):
         dropout: float = 0.0,
     ):
         super().__init__()
-        layout = Layout(in_layout)
-        if layout not in self.accepts:
-            raise ValueError(
-                f"tcm_conformer takes 'sequence' [B, T, D] or 'channels' [B, D, T] input, got '{layout.value}'"
-            )
+        layout = frame_layout("tcm_conformer", in_layout)
         sizes = {"in_dim": in_dim, "embed_dim": embed_dim, "heads": heads, "num_encoders": num_encoders}
         sizes |= {"kernel_size": kernel_size, "ff_mult": ff_mult, "conv_expansion": conv_expansion}
-        bad = [f"{name}={value}" for name, value in sizes.items() if value < 1]
-        if bad:
-            raise ValueError(f"tcm_conformer sizes must be positive, got {', '.join(bad)}")
+        require_positive("tcm_conformer", **sizes)
         if embed_dim % heads:
             raise ValueError(f"embed_dim ({embed_dim}) must be a multiple of heads ({heads})")
         if not 0.0 <= dropout < 1.0:

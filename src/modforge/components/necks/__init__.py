@@ -1,3 +1,3 @@
 """Built-in necks (imported on first use of the neck registry)."""
 
-from . import attentive_stats_pool, basic, fpn  # noqa: F401 - registration
+from . import attentive_stats_pool, basic, fpn, stats_pool  # noqa: F401 - registration

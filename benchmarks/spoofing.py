@@ -1,0 +1,150 @@
+"""Spoofing results table: several systems trained on the synthetic corpus, scored on its
+eval split — EER and minDCF over all files, over the attacks seen in training and over the
+attacks training never saw — with training time. Writes ``benchmarks/spoofing.md``.
+
+Every system is one ``configs/spoofing/*.yaml`` trained by the real command line
+(``python -m modforge train CONFIG ...`` in a fresh process, same seed, same corpus, same
+epochs); the figures come from its ``scores.txt``, so they are exactly what ``modforge
+test`` reports. "Seen" and "unseen" subsets hold all bona fide files plus the spoofs of
+those attacks (unseen attacks: the corpus's ``meta.json``).
+
+    python benchmarks/spoofing.py [--corpus corpora/spoof] [--utts 2000] [--epochs 8]
+                                  [--systems lfcc_mlp lfcc_lcnn ...] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SYSTEMS = ("lfcc_mlp", "lfcc_lcnn", "log_mel_resnet18", "ssl_tiny_aasist")
+"""Default systems: those that train in minutes on two CPU cores (raw-waveform AASIST and
+RawNet2 take hours there; add them with --systems on a GPU)."""
+
+
+def ensure_corpus(path: Path, utts: int, seed: int) -> float:
+    """Make the corpus unless it exists; the seconds it took (0 when it existed)."""
+    if (path / "meta.json").exists():
+        return 0.0
+    from modforge.data.audio.spoof_corpus import make_spoof_corpus
+
+    start = time.perf_counter()
+    make_spoof_corpus(path, utts=utts, seed=seed, workers=2)
+    return time.perf_counter() - start
+
+
+def train(system: str, corpus: Path, epochs: int, run_dir: Path) -> dict:
+    """Train one config in a fresh process; its summary."""
+    if run_dir.exists():
+        import shutil
+
+        shutil.rmtree(run_dir)
+    cmd = [
+        sys.executable, "-m", "modforge", "train", str(ROOT / "configs" / "spoofing" / f"{system}.yaml"),
+        f"data.args.root={corpus}", f"train.max_epochs={epochs}", "train.progress=never", "--run-dir", str(run_dir),
+    ]
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def subset_metrics(run_dir: Path, unseen: set[str]) -> dict[str, tuple[float, float]]:
+    """(EER, minDCF) over all files, seen attacks and unseen attacks, from the run's score file."""
+    from modforge.tasks.spoofing import metrics as detection
+    from modforge.tasks.spoofing.scores import read_score_file
+
+    table = read_score_file(run_dir / "scores.txt")
+    attacks = np.array(table.attacks)
+    bona = table.labels == 1
+    groups = {
+        "all": np.ones(len(table), dtype=bool),
+        "seen": bona | ((table.labels == 0) & ~np.isin(attacks, list(unseen))),
+        "unseen": bona | ((table.labels == 0) & np.isin(attacks, list(unseen))),
+    }
+    return {
+        name: (
+            detection.eer(table.scores[keep], table.labels[keep])[0],
+            detection.min_dcf(table.scores[keep], table.labels[keep]),
+        )
+        for name, keep in groups.items()
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=ROOT / "corpora" / "spoof")
+    parser.add_argument("--utts", type=int, default=2000, help="corpus size when it has to be made")
+    parser.add_argument("--seed", type=int, default=0, help="corpus seed when it has to be made")
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS))
+    parser.add_argument("--write", action="store_true", help="write benchmarks/spoofing.md")
+    ns = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "src"))
+    corpus = ns.corpus.resolve()
+    made = ensure_corpus(corpus, ns.utts, ns.seed)
+    meta = json.loads((corpus / "meta.json").read_text())
+    unseen = set(meta["unseen_attacks"])
+    rows = []
+    for system in ns.systems:
+        run_dir = ROOT / "runs" / "spoofing-benchmark" / system
+        started = time.perf_counter()
+        summary = train(system, corpus, ns.epochs, run_dir)
+        wall = time.perf_counter() - started
+        figures = subset_metrics(run_dir, unseen)
+        rows.append((system, summary["params"], figures, summary["train_seconds"], wall))
+        print(f"{system}: EER {100 * figures['all'][0]:.2f}% (unseen {100 * figures['unseen'][0]:.2f}%), "
+              f"{summary['train_seconds']:.0f} s training", flush=True)
+    counts = meta.get("counts", {})
+    lines = [
+        "# Spoofing results on the synthetic corpus",
+        "",
+        f"_Produced by `python benchmarks/spoofing.py{' --write' if ns.write else ''}` on {date.today().isoformat()}"
+        f" ({_machine()})._",
+        "",
+        f"Corpus: `modforge data make-spoof-corpus` with {meta.get('utterances', '?')} utterances × "
+        f"{meta.get('duration', '?')} s, seed {meta.get('seed', '?')}"
+        + (f" (made in {made:.0f} s)" if made else "")
+        + f"; eval split {sum(counts.get('eval', {}).values()) if counts else '?'} files; "
+        f"attacks unseen in training: {', '.join(sorted(unseen))}. Every system: {ns.epochs} epochs, "
+        "2 s crops, Adam 1e-3, batch 32, best checkpoint by dev EER, seed 0, 2 CPU threads.",
+        "",
+        "| system | parameters | EER all (%) | minDCF all | EER seen (%) | EER unseen (%) | minDCF unseen | "
+        "training (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for system, params, figures, seconds, _wall in rows:
+        lines.append(
+            f"| `{system}` | {params:,} | {100 * figures['all'][0]:.2f} | {figures['all'][1]:.3f} | "
+            f"{100 * figures['seen'][0]:.2f} | {100 * figures['unseen'][0]:.2f} | {figures['unseen'][1]:.3f} | "
+            f"{seconds:.0f} |"
+        )
+    lines += [
+        "",
+        "EER: equal error rate; minDCF: normalised minimum detection cost with ASVspoof 5's costs "
+        "(p_spoof 0.05, C_miss 1, C_fa 10). Seen/unseen: all bona fide files against the spoofs of the "
+        "attacks training saw / never saw. Training time excludes the final test.",
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if ns.write:
+        (ROOT / "benchmarks" / "spoofing.md").write_text(text)
+    return 0
+
+
+def _machine() -> str:
+    import os
+    import platform
+
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
