@@ -142,3 +142,14 @@ def test_export_to_onnx_and_predict_an_audio_file(cli, corpus, tmp_path):
     (tmp_path / "broken.wav").write_bytes(b"RIFF....")
     res = cli("predict", str(artifact), str(tmp_path / "broken.wav"))
     assert res.code == 2 and "broken.wav" in res.err and np.isfinite(0.0)
+
+
+def test_kfold_on_audio_pools_train_and_dev(cli, corpus, tmp_path):
+    config = str(ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml")
+    res = cli("kfold", config, "--folds", "2", "--run-dir", "cv", *_overrides(corpus, epochs=1))
+    assert res.code == 0, res.err
+    result = json.loads((tmp_path / "cv" / "kfold.json").read_text())
+    assert len(result["folds"]) == 2 and "test_eer" in result["mean"] and "val_eer" in result["mean"]
+    for fold in result["folds"]:  # every fold trained on one half of train+dev, validated on the other
+        assert fold["train_size"] + fold["val_size"] == 30 + 12
+        assert (tmp_path / "cv" / f"fold{fold['fold']}" / "scores.txt").exists()

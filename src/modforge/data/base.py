@@ -48,13 +48,16 @@ class ArrayDataset(Dataset):
         idx = torch.as_tensor(indices, dtype=torch.long)
         return {"input": self.inputs[idx], "label": self.labels[idx], "index": self.ids[idx]}
 
-    def subset(self, positions: Sequence[int] | torch.Tensor) -> ArrayDataset:
-        """The samples at ``positions`` (keeping their ids)."""
+    def subset(self, positions: Sequence[int] | torch.Tensor, *, train: bool | None = None) -> ArrayDataset:
+        """The samples at ``positions`` (keeping their ids). ``train`` is accepted for the
+        common dataset interface (audio splits crop and augment only in training); arrays are
+        served the same either way."""
         idx = torch.as_tensor(positions, dtype=torch.long)
         return ArrayDataset(self.inputs[idx], self.labels[idx], self.ids[idx])
 
     @staticmethod
     def concat(parts: Sequence[ArrayDataset]) -> ArrayDataset:
+        """One dataset holding every part's samples, in order."""
         return ArrayDataset(
             torch.cat([p.inputs for p in parts]),
             torch.cat([p.labels for p in parts]),

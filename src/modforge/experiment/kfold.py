@@ -8,6 +8,7 @@ fold's best checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from ..core.config import Config
 from ..core.errors import UsageError
 from ..core.registries import DATASETS
-from ..data.base import ArrayDataset, DataSplits
+from ..data.base import DataSplits
 from .runner import train_run
 from .runs import write_json
 from .settings import LOADER_KEYS
@@ -38,22 +39,15 @@ def run_kfold(cfg: Config, folds: int, run_dir: Path) -> dict[str, Any]:
     if folds < 2:
         raise UsageError(f"--folds must be at least 2, got {folds}")
     base = _splits(cfg)
-    parts = [s for s in (base.train, base.val) if s is not None]
-    if not all(isinstance(p, ArrayDataset) for p in parts):
-        raise UsageError("k-fold needs an in-memory dataset (one whose splits are ArrayDataset)")
-    pool = ArrayDataset.concat(parts)
+    parts = [s for s in (base.train, base.val) if s is not None and len(s)]
+    if not parts or not all(callable(getattr(p, "subset", None)) and hasattr(type(p), "concat") for p in parts):
+        raise UsageError("k-fold needs a dataset whose splits can be pooled and re-split (subset/concat)")
+    pool = type(parts[0]).concat(parts)
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=int(cfg.data.get("seed") or 0))
     rows = []
     for i, (train_idx, val_idx) in enumerate(splitter.split(pool.labels.numpy(), pool.labels.numpy())):
-        fold_splits = DataSplits(
-            pool.subset(train_idx),
-            pool.subset(val_idx),
-            base.test,
-            base.num_classes,
-            base.in_dim,
-            base.layout,
-            base.input_shape,
-            base.class_names,
+        fold_splits = dataclasses.replace(
+            base, train=pool.subset(train_idx, train=True), val=pool.subset(val_idx, train=False)
         )
         fold_dir = run_dir / f"fold{i}"
         fold_dir.mkdir(parents=True, exist_ok=False)

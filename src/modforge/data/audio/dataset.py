@@ -139,6 +139,23 @@ class AudioDataset(Dataset):
     def __len__(self) -> int:
         return len(self.utterances)
 
+    def subset(self, positions: Sequence[int], *, train: bool | None = None) -> AudioDataset:
+        """The files at ``positions``, as a training split (crops, augmentation) or an
+        evaluation split (``train``; None: as this one)."""
+        train = self.train if train is None else train
+        return AudioDataset(
+            [self.utterances[int(i)] for i in positions], self.settings, train=train, seed=self.seed,
+            augment=self.augment if train else None,
+        )
+
+    @staticmethod
+    def concat(parts: Sequence[AudioDataset]) -> AudioDataset:
+        """Every part's files in order, with the first part's settings (and the augmentation of
+        whichever part trains) — how k-fold pools train and dev before re-splitting."""
+        augment = next((p.augment for p in parts if p.augment is not None), None)
+        utterances = [u for part in parts for u in part.utterances]
+        return AudioDataset(utterances, parts[0].settings, train=parts[0].train, seed=parts[0].seed, augment=augment)
+
     def set_epoch(self, epoch: int) -> None:
         """Seed the next epoch's crops and augmentation (called by the trainer)."""
         self.epoch = int(epoch)
