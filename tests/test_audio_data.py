@@ -108,8 +108,11 @@ def test_manifest_and_in_the_wild(tmp_path):
     manifest = tmp_path / "train.csv"
     manifest.write_text("path,label,id,attack\naudio/a.wav,bonafide,u1,\naudio/b.wav,0,u2,tts\n/abs/c.wav,spoof,,\n")
     utts = read_manifest(manifest)
-    assert [(u.utt_id, u.label, u.attack) for u in utts] == [("u1", 1, "-"), ("u2", 0, "tts"), ("c", 0, "spoof")]
+    assert [(u.utt_id, u.label, u.attack) for u in utts] == [("u1", 1, "-"), ("u2", 0, "tts"), ("/abs/c", 0, "spoof")]
     assert utts[0].path == tmp_path / "audio" / "a.wav" and str(utts[2].path) == "/abs/c.wav"
+    same_names = tmp_path / "vocoders.csv"  # WaveFake-style: one file name in several folders; a spreadsheet's BOM
+    same_names.write_text("\ufeffpath,label\nmelgan/001.wav,spoof\nhifigan/001.wav,spoof\n", encoding="utf-8")
+    assert [u.utt_id for u in read_manifest(same_names)] == ["melgan/001", "hifigan/001"]
     (tmp_path / "bad.csv").write_text("file,label\nx.wav,spoof\n")
     with pytest.raises(ProtocolError, match=r"bad.csv: missing column\(s\) path"):
         read_manifest(tmp_path / "bad.csv")

@@ -44,6 +44,8 @@ def read_input(path: str | Path, metadata: dict[str, Any]) -> tuple[np.ndarray, 
     else:
         raise InputError(f"{path}: unsupported input type '{suffix}' (expected .npy, a picture "
                          f"({', '.join(IMAGE_SUFFIXES)}) or audio ({', '.join(AUDIO_SUFFIXES)}))")
+    if suffix in AUDIO_SUFFIXES:  # one file, one prediction (its windows are averaged)
+        return batch, [path.name] * len(batch)
     names = [path.name] if len(batch) == 1 else [f"{path.name}[{i}]" for i in range(len(batch))]
     return batch, names
 
@@ -77,17 +79,27 @@ def _array(path: Path, shape: tuple[int, ...], layout: str | None) -> np.ndarray
 
 
 def _audio(path: Path, layout: str | None, shape: tuple[int, ...], normalisation: dict[str, Any]) -> np.ndarray:
-    """A whole audio file as one waveform sample, mono, at the model's sample rate."""
+    """An audio file, mono at the model's sample rate, made into what ``modforge test`` fed
+    the model: the first ``seconds`` (``fixed``), the whole file (``full``) or its windows
+    (``windows``: several rows, one file — the predictor averages them)."""
     rate = normalisation.get("sample_rate")
     if layout != "waveform" or not rate:
         raise InputError(f"{path}: audio input, but this model takes {layout} inputs of shape {list(shape)}")
     from ..core.errors import UsageError
+    from ..data.audio.cropping import fit_length, windows
     from ..data.audio.io import read_audio
 
     try:
         wave, _ = read_audio(path, int(rate))
     except UsageError as exc:
         raise InputError(str(exc)) from None
+    mode, padding = normalisation.get("eval_mode", "full"), normalisation.get("padding", "repeat")
+    samples = max(1, round(float(normalisation.get("seconds") or 0) * int(rate)))
+    if mode == "fixed":
+        return fit_length(wave, samples, padding=padding)[None]
+    if mode == "windows":
+        hop = max(1, round(float(normalisation.get("window_hop") or normalisation["seconds"]) * int(rate)))
+        return windows(wave, samples, hop, padding=padding)
     return wave[None]
 
 

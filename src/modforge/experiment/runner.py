@@ -252,7 +252,9 @@ def load_trained(target: Path, which: str = "best", overrides: Sequence[str] = (
 
     ``target`` is a checkpoint file or a run folder (``{which}.pt``, else ``last.pt``, else
     the newest checkpoint that loads). ``overrides`` (``key.path=value``) change the stored
-    config before anything is built — e.g. another dataset to evaluate on.
+    config before anything is built — e.g. another dataset to evaluate on: when they change
+    ``data.type``, the stored dataset arguments the new dataset does not take are dropped
+    (the others, such as ``audio:``, are kept).
     """
     path = Path(target)
     if path.is_dir():
@@ -265,12 +267,36 @@ def load_trained(target: Path, which: str = "best", overrides: Sequence[str] = (
     payload = load_checkpoint(path)
     cfg = Config(payload["config"], {}, None)
     if overrides:
-        from .schema import apply_overrides, validate_config
-
-        cfg = validate_config(apply_overrides(cfg, overrides))
+        cfg = _overridden(cfg, overrides)
     exp = Experiment.build(cfg)
     exp.model.load_state_dict(payload["model"])
     return exp, path
+
+
+def _overridden(cfg: Config, overrides: Sequence[str]) -> Config:
+    from .schema import apply_overrides, validate_config
+
+    stored = dict(cfg.data.get("data") or {})
+    cfg = apply_overrides(cfg, overrides)
+    data = cfg.data.get("data") or {}
+    if data.get("type") != stored.get("type") and isinstance(data.get("args"), dict):
+        accepted = {a.name for a in DATASETS.signature(str(data["type"])).args}
+        given = {o.split("=", 1)[0].removeprefix("data.args.").split(".", 1)[0] for o in overrides}
+        for key in list(data["args"]):
+            if key not in accepted and key not in given and key in (stored.get("args") or {}):
+                del data["args"][key]  # the old dataset's argument; the new one has no such key
+    return validate_config(cfg)
+
+
+def evaluation_stem(checkpoint: Path, split: str, overrides: Sequence[str]) -> str:
+    """``best-test-`` — the name prefix of an evaluation's files; with overrides (another
+    dataset...), their digest too, so evaluations on other data never replace each other."""
+    if not overrides:
+        return f"{checkpoint.stem}-{split}-"
+    import hashlib
+
+    digest = hashlib.sha1("\n".join(overrides).encode()).hexdigest()[:8]
+    return f"{checkpoint.stem}-{split}-{digest}-"
 
 
 def evaluate_checkpoint(
@@ -278,7 +304,7 @@ def evaluate_checkpoint(
 ) -> tuple[dict[str, Any], Path]:
     """Rebuild data and model from a checkpoint's config, load its weights, evaluate ``split``
     with the run's task. Files the task writes (a spoofing run's score file and DET plot) go
-    to the run's ``evaluations/`` folder, named ``<checkpoint>-<split>-...``.
+    to the run's ``evaluations/`` folder, named by :func:`evaluation_stem`.
 
     Returns:
         ``({split: {metric: value}, ...}, checkpoint path)``.
@@ -294,5 +320,6 @@ def evaluate_checkpoint(
         exp.model, torch.optim.SGD(exp.model.parameters(), lr=0.0), metrics=exp.metrics, device=exp.settings.device
     )
     out_dir = path.parent.parent / "evaluations" if path.parent.name == "checkpoints" else None
-    results = exp.task.test(trainer, loader, loader_split, split=split, out_dir=out_dir, stem=f"{path.stem}-{split}-")
+    stem = evaluation_stem(path, split, overrides)
+    results = exp.task.test(trainer, loader, loader_split, split=split, out_dir=out_dir, stem=stem)
     return results, path

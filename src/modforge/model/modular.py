@@ -15,7 +15,9 @@ stage adds is summed into ``loss`` together with the configured ``losses:``.
 
 A loss that owns its classifier (margin losses: ``input_key = "embedding"`` and a
 ``logits(embedding)`` method) stands in for the head of a model that has none: its
-logits are the model's ``logits``. A model built with ``scores=True`` (detection tasks)
+logits are the model's ``logits``. Frontends run in float32 even under mixed precision (``precision: bf16``/``16``): spectra
+overflow half precision and log floors round to zero in it. A model built with
+``scores=True`` (detection tasks)
 also adds ``score`` [B] — higher means the positive class (bona fide) — from the first
 configured loss that defines ``score(inputs)``, else the log-odds of class 1 from the logits.
 """
@@ -186,10 +188,13 @@ class ModularModel(nn.Module):
             is_last = i == last
             if is_last and self.has_head:
                 batch["embedding"] = src
+            want_embedding = need_embedding and is_last and not self.has_head
             try:
-                out = self._call(
-                    parts[info.name], info, src, batch, full, need_embedding and is_last and not self.has_head
-                )
+                if info.kind == "frontend" and isinstance(src, torch.Tensor) and _autocast_on(src.device.type):
+                    with torch.autocast(src.device.type, enabled=False):  # features need float32's range
+                        out = self._call(parts[info.name], info, src.float(), batch, full, want_embedding)
+                else:
+                    out = self._call(parts[info.name], info, src, batch, full, want_embedding)
             except UsageError:
                 raise
             except Exception as exc:
@@ -256,6 +261,14 @@ class ModularModel(nn.Module):
     def extra_repr(self) -> str:
         flow = " -> ".join(f"{i.name}:{i.type}" for i in self.stage_info)
         return f"flow: {flow}; losses: {', '.join(i.key for i in self.loss_info) or 'none'}"
+
+
+def _autocast_on(device_type: str) -> bool:
+    """Whether mixed precision is active for ``device_type`` (torch ≥ 2.4 and older spellings)."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # pragma: no cover - torch < 2.4
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
 
 
 def _scalar(value: Any, key: str) -> torch.Tensor:

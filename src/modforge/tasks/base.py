@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TASKS", "ClassificationTask", "Task", "get_task"]
+__all__ = ["TASKS", "Task", "get_task"]
 
 
 class Task:
@@ -45,9 +45,6 @@ class Task:
         metrics = {k[len(split) + 1 :]: v for k, v in row.items()}
         extra = {k[len(split) + 1 :]: v for k, v in trainer.extra_results.items() if k.startswith(split + "_")}
         return {split: {**metrics, **extra}}
-
-
-ClassificationTask = Task
 
 
 def _spoofing() -> Task:

@@ -48,17 +48,21 @@ def _positive(text: str) -> int:
 
 def run(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)
+    from ...core.errors import UsageError
     from ...data.audio.spoof_corpus import make_spoof_corpus
 
-    summary = make_spoof_corpus(
-        ns.out,
-        utts=ns.utts,
-        seed=ns.seed,
-        duration=ns.duration,
-        sample_rate=ns.sample_rate,
-        workers=ns.workers,
-        overwrite=ns.overwrite,
-    )
+    try:
+        summary = make_spoof_corpus(
+            ns.out,
+            utts=ns.utts,
+            seed=ns.seed,
+            duration=ns.duration,
+            sample_rate=ns.sample_rate,
+            workers=ns.workers,
+            overwrite=ns.overwrite,
+        )
+    except ValueError as exc:  # what the generator refuses: bad sizes, an OUT that is not empty...
+        raise UsageError(f"modforge data make-spoof-corpus: {str(exc).replace('overwrite=True', '--overwrite')}") from None
     counts = summary.get("counts", {})
     rows = [(split, attack, n) for split, by_attack in counts.items() for attack, n in sorted(by_attack.items())]
     print_table(("split", "attack", "files"), rows, title=f"spoofing corpus — {display_path(ns.out)}")

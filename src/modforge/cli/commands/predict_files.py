@@ -1,4 +1,6 @@
-"""``modforge predict ARTIFACT INPUT...`` — class and score for each input file.
+"""``modforge predict ARTIFACT INPUT...`` — class and score for each input file (for a
+spoofing model also the detection score: the bona fide logit minus the spoof logit, higher
+= more bona fide; an audio file is cut as ``modforge test`` cut it).
 
 Torch is imported only for torch-based artifacts: an ``.onnx`` artifact runs with numpy
 and onnxruntime alone.
@@ -77,14 +79,21 @@ def run(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)
     runner, metadata = load_artifact(ns.artifact)
     names = metadata.get("class_names") or []
+    detection = names == ["spoof", "bonafide"]  # a spoofing model: also the detection score
     rows = []
     for path in ns.inputs:
         batch, labels = read_input(path, metadata)
         logits = runner({"input": batch})["logits"]
-        scores = _softmax(np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, dtype=np.float64))
-        for label, row in zip(labels, scores, strict=True):
+        logits = np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, dtype=np.float64)
+        if len(labels) > 1 and len(set(labels)) == 1:  # one audio file scored in windows: their mean
+            logits, labels = logits.mean(axis=0, keepdims=True), labels[:1]
+        for label, row_logits, row in zip(labels, logits, _softmax(logits), strict=True):
             best = np.argsort(-row)[: max(1, ns.top)]
             shown = ", ".join(f"{names[i] if i < len(names) else i}" for i in best)
-            rows.append((label, shown, ", ".join(f"{row[i]:.4f}" for i in best)))
-    print_table(("input", "class", "score"), rows, title=str(ns.artifact))
+            cells = [label, shown, ", ".join(f"{row[i]:.4f}" for i in best)]
+            if detection:
+                cells.append(f"{row_logits[1] - row_logits[0]:.4f}")
+            rows.append(tuple(cells))
+    columns = ("input", "class", "score") + (("bona fide log-odds",) if detection else ())
+    print_table(columns, rows, title=str(ns.artifact))
     return 0

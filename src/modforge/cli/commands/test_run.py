@@ -32,7 +32,7 @@ def _value(value) -> str:
 
 
 def run(argv: list[str]) -> int:
-    from ...experiment.runner import evaluate_checkpoint
+    from ...experiment.runner import evaluate_checkpoint, evaluation_stem
     from ...experiment.runs import write_json
 
     ns = _parser().parse_args(argv)
@@ -51,5 +51,5 @@ def run(argv: list[str]) -> int:
         record = {"checkpoint": str(path), "split": ns.split, "overrides": ns.overrides, **metrics}
         if per_attack:
             record["per_attack"] = per_attack
-        write_json(out / f"{path.stem}-{ns.split}.json", record)
+        write_json(out / f"{evaluation_stem(path, ns.split, ns.overrides).rstrip('-')}.json", record)
     return 0

@@ -12,9 +12,12 @@ spaced on the mel scale between 30 Hz and ``fs/2 − (min_low_hz + min_band_hz)`
 the unit-passband one of RawNet2's SincConv (Tak et al., "End-to-end anti-spoofing with
 RawNet2", ICASSP 2021). RawNet2 uses 20 filters of 1024 (→1025) taps, AASIST (Jung et al.,
 ICASSP 2022) 70 filters of 128 (→129) taps, both with stride 1 and no padding, followed by
-``|·|``, max-pooling over 3 samples, batch norm and SELU — the defaults here (RawNet2's).
-With ``learnable=False`` the cut-offs are fixed at their initial values (RawNet2/AASIST keep
-theirs fixed). Output: channels ``[B, out_channels, T']``.
+``|·|``, max-pooling over 3 samples, batch norm and SELU — the filter count, length and
+post-processing defaults here are RawNet2's. The band edges are SincNet's (30 Hz up, with the
+``min_low_hz``/``min_band_hz`` offsets), not RawNet2/AASIST's fixed 0 – fs/2 mel spacing: with
+``learnable=False`` the cut-offs stay at their SincNet initial values. (``rawnet2`` and
+``aasist`` build their own fixed front ends on waveform input, exactly as published.)
+Output: channels ``[B, out_channels, T']``.
 """
 
 from __future__ import annotations

@@ -12,10 +12,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 __all__ = ["Padding", "fit_length", "pad_batch", "windows"]
 
@@ -60,6 +62,8 @@ def windows(wave: np.ndarray, n: int, hop: int | None = None, *, padding: Paddin
 
 def pad_batch(waves: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(input [B, T_max], length [B], mask [B, T_max])`` from 1-D waveforms, zero-padded."""
+    import torch  # here, so that crops and windows serve the torch-free ONNX predictor too
+
     lengths = [len(w) for w in waves]
     longest = max(lengths) if lengths else 0
     batch = np.zeros((len(waves), longest), dtype=np.float32)

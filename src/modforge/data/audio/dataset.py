@@ -48,7 +48,11 @@ class AudioSettings:
         window_hop: seconds between window starts in 'windows' mode (None: ``seconds``).
         padding: how a short file is padded: 'repeat' (tiled) or 'zeros'.
         random_crop: crop training files at a random offset (False: from the start).
-        cache: keep decoded (resampled) files in memory after the first read.
+        cache: keep decoded (resampled) files in memory after the first read (per process:
+            with ``num_workers`` > 0 each worker's cache lasts one epoch).
+        verify: what is checked of every listed file when the dataset is built: 'header'
+            (exists and its header reads) or 'exists' (cheaper for millions of files; a bad
+            file then fails when it is first read, still naming the file and its list line).
     """
 
     def __init__(
@@ -60,15 +64,17 @@ class AudioSettings:
         padding: Padding = "repeat",
         random_crop: bool = True,
         cache: bool = False,
+        verify: Literal["header", "exists"] = "header",
     ):
         if sample_rate < 1:
             raise ValueError(f"sample_rate must be positive, got {sample_rate}")
         if seconds <= 0:
             raise ValueError(f"seconds must be positive, got {seconds}")
-        if window_hop is not None and window_hop <= 0:
-            raise ValueError(f"window_hop must be positive, got {window_hop}")
+        if window_hop is not None and not 0 < window_hop <= seconds:
+            raise ValueError(f"window_hop must be in (0, seconds={seconds}] so windows cover every sample, got {window_hop}")
         self.sample_rate, self.seconds, self.eval_mode = sample_rate, seconds, eval_mode
         self.window_hop, self.padding, self.random_crop, self.cache = window_hop, padding, random_crop, cache
+        self.verify = verify
 
     @property
     def samples(self) -> int:
@@ -87,18 +93,17 @@ def audio_settings(values: dict[str, Any] | None, path: str = "data.args.audio")
 
 
 def check_files(
-    utterances: Sequence[Utterance], *, skip_bad: bool, report: ParseReport | None = None
+    utterances: Sequence[Utterance], *, skip_bad: bool, report: ParseReport | None = None, header: bool = True
 ) -> list[Utterance]:
-    """The utterances whose audio file exists and has a readable header; the others raise
-    an :class:`AudioReadError` naming the file and the protocol line (or, with
-    ``skip_bad``, are counted in ``report`` and left out)."""
+    """The utterances whose audio file exists (and, with ``header``, has a readable header
+    holding samples); the others raise an :class:`AudioReadError` naming the file and the
+    protocol line (or, with ``skip_bad``, are counted in ``report`` and left out)."""
     kept = []
     for utt in utterances:
         try:
-            frames, _rate = audio_info(utt.path) if utt.path.is_file() else (None, None)
-            if frames is None:
+            if not utt.path.is_file():
                 raise AudioReadError(f"audio file not found: {utt.path}")
-            if frames == 0:
+            if header and audio_info(utt.path)[0] == 0:
                 raise AudioReadError(f"audio file {utt.path} holds no samples")
         except AudioReadError as exc:
             if not skip_bad:
@@ -180,7 +185,7 @@ class AudioDataset(Dataset):
         return wave
 
     def _rng(self, index: int) -> np.random.Generator:
-        return np.random.default_rng([self.seed, self.epoch, int(index)])
+        return np.random.default_rng([self.seed % (1 << 64), self.epoch, int(index)])  # numpy takes no negative seed
 
     def waveform(self, index: int) -> np.ndarray | list[np.ndarray]:
         """What file ``index`` contributes to a batch: a crop, the whole file, or windows."""

@@ -55,10 +55,11 @@ def spoofing_splits(
         pipeline = build_augmentations(augment, settings.sample_rate, path="data.args.augment")
     splits: dict[str, AudioDataset | None] = {}
     for split, utterances in lists.items():
-        if utterances is None:
+        if utterances is None and split != "train":
             splits[split] = None
             continue
-        kept = check_files(utterances, skip_bad=skip_bad, report=report)
+        utterances = utterances or []  # no training list: an evaluation-only dataset
+        kept = check_files(utterances, skip_bad=skip_bad, report=report, header=settings.verify == "header")
         if utterances and not kept:
             raise UsageError(f"{name}: no usable audio file in the {split} split ({report})")
         train = split == "train"
@@ -74,7 +75,11 @@ def spoofing_splits(
         layout=Layout.WAVEFORM,
         input_shape=(settings.samples,),
         class_names=list(CLASS_NAMES),
-        normalisation={"sample_rate": settings.sample_rate, "mono": True, "range": "[-1, 1] float"},
+        normalisation={  # how `modforge predict` turns an audio file into the input `modforge test` gives
+            "sample_rate": settings.sample_rate, "mono": True, "range": "[-1, 1] float",
+            "seconds": settings.seconds, "eval_mode": settings.eval_mode, "padding": settings.padding,
+            "window_hop": settings.window_hop,
+        },
         sample_rate=settings.sample_rate,
         task="spoofing",
     )
@@ -99,7 +104,7 @@ def _challenge(
 @register_dataset("asvspoof2019")
 def asvspoof2019(
     root: str,
-    train_protocol: str = "ASVspoof2019_LA_cm_protocols/ASVspoof2019.LA.cm.train.trn.txt",
+    train_protocol: Optional[str] = "ASVspoof2019_LA_cm_protocols/ASVspoof2019.LA.cm.train.trn.txt",
     dev_protocol: Optional[str] = "ASVspoof2019_LA_cm_protocols/ASVspoof2019.LA.cm.dev.trl.txt",
     eval_protocol: Optional[str] = "ASVspoof2019_LA_cm_protocols/ASVspoof2019.LA.cm.eval.trl.txt",
     train_audio: str = "ASVspoof2019_LA_train/flac",
@@ -116,7 +121,7 @@ def asvspoof2019(
 
     Args:
         root: the LA (or PA) folder of the release.
-        train_protocol: training protocol, relative to root.
+        train_protocol: training protocol, relative to root (None: evaluation only).
         dev_protocol: development protocol (the validation split), or None.
         eval_protocol: evaluation protocol (the test split), or None.
         train_audio: folder of the training audio, relative to root.
@@ -141,7 +146,7 @@ def asvspoof2019(
 @register_dataset("asvspoof5")
 def asvspoof5(
     root: str,
-    train_protocol: str = "ASVspoof5_protocols/ASVspoof5.train.tsv",
+    train_protocol: Optional[str] = "ASVspoof5_protocols/ASVspoof5.train.tsv",
     dev_protocol: Optional[str] = "ASVspoof5_protocols/ASVspoof5.dev.track_1.tsv",
     eval_protocol: Optional[str] = "ASVspoof5_protocols/ASVspoof5.eval.track_1.tsv",
     train_audio: str = "flac_T",
@@ -158,7 +163,7 @@ def asvspoof5(
 
     Args:
         root: the release folder.
-        train_protocol: training protocol, relative to root.
+        train_protocol: training protocol, relative to root (None: evaluation only).
         dev_protocol: development protocol (the validation split), or None.
         eval_protocol: evaluation protocol (the test split), or None.
         train_audio: folder of the training audio, relative to root.
@@ -215,7 +220,7 @@ def spoof_corpus(
 
 @register_dataset("audio_manifest")
 def audio_manifest(
-    train: str,
+    train: Optional[str],
     val: Optional[str] = None,
     test: Optional[str] = None,
     audio_root: Optional[str] = None,
@@ -228,7 +233,7 @@ def audio_manifest(
     (bonafide/spoof or 1/0) and optionally ``id``, ``attack``, ``speaker`` — DeepFense's format.
 
     Args:
-        train: the training manifest.
+        train: the training manifest (null: evaluation only).
         val: the validation manifest, or None.
         test: the test manifest, or None.
         audio_root: folder relative audio paths start from (default: each manifest's folder).
@@ -291,7 +296,7 @@ def _speaker_split(
     import numpy as np
 
     speakers = sorted({u.speaker for u in utterances})
-    order = np.random.default_rng(seed).permutation(len(speakers))
+    order = np.random.default_rng(seed % (1 << 64)).permutation(len(speakers))
     n_test = round(test_fraction * len(speakers))
     n_val = min(len(speakers) - n_test, round(val_fraction * len(speakers)))
     test_set = {speakers[i] for i in order[:n_test]}

@@ -17,10 +17,6 @@ from ...core.errors import UsageError
 
 __all__ = ["AudioReadError", "audio_info", "read_audio", "resample"]
 
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".aiff", ".aif", ".au", ".mp3", ".opus")
-"""File suffixes taken for audio when a path has none (``utt_id`` → ``utt_id.flac``...)."""
-
-
 class AudioReadError(UsageError):
     """An audio file is missing or cannot be decoded (bad input: exit status 2)."""
 
@@ -48,20 +44,12 @@ def audio_info(path: str | Path) -> tuple[int, int]:
     return int(info.frames), int(info.samplerate)
 
 
-def read_audio(
-    path: str | Path,
-    sample_rate: int | None = None,
-    *,
-    start: int = 0,
-    frames: int = -1,
-) -> tuple[np.ndarray, int]:
+def read_audio(path: str | Path, sample_rate: int | None = None) -> tuple[np.ndarray, int]:
     """Decode ``path`` into a mono float32 waveform.
 
     Args:
         path: the audio file.
         sample_rate: resample to this rate (None: keep the file's).
-        start, frames: read only ``frames`` samples from ``start`` (in the file's rate;
-            -1: to the end) — cheap random crops of long files.
 
     Returns:
         ``(wave, rate)``; ``rate`` is ``sample_rate`` when given.
@@ -75,7 +63,7 @@ def read_audio(
     if not path.is_file():
         raise AudioReadError(f"audio file not found: {path}")
     try:
-        data, rate = sf.read(str(path), start=start, frames=frames, dtype="float32", always_2d=True)
+        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
     except Exception as exc:
         raise AudioReadError(f"cannot read audio file {path}: {_reason(exc)}") from None
     if data.shape[0] == 0:

@@ -87,10 +87,6 @@ class ParseReport:
         if len(self.reasons) < 5:
             self.reasons.append(reason)
 
-    def merge(self, other: ParseReport) -> None:
-        self.skipped += other.skipped
-        self.reasons.extend(other.reasons[: max(0, 5 - len(self.reasons))])
-
     def __str__(self) -> str:
         if not self.skipped:
             return "nothing skipped"
@@ -191,8 +187,8 @@ def read_asvspoof5(
     return _collect(entries(), skip_bad, report)
 
 
-def _table_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
-    """Header and ``(line, row)`` pairs of a CSV (or Parquet) table."""
+def _table_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """``(line, row)`` pairs of a CSV (or Parquet) table that has the ``required`` columns."""
     if not path.is_file():
         raise ProtocolError(f"manifest not found: {path}")
     if path.suffix.lower() in (".parquet", ".pq"):
@@ -204,20 +200,44 @@ def _table_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, st
             frame = pd.read_parquet(path)
         except Exception as exc:
             raise ProtocolError(f"cannot read Parquet manifest {path}: {exc}") from None
-        header = [str(c) for c in frame.columns]
-        rows = ((i + 1, {k: str(v) for k, v in rec.items()}) for i, rec in enumerate(frame.to_dict("records")))
-        return header, rows
-    handle = path.open(encoding="utf-8", newline="")
-    reader = csv.DictReader(handle)
-    header = [h.strip() for h in (reader.fieldnames or [])]
+        _require_columns(path, [str(c) for c in frame.columns], required)
+        return ((i + 1, {k: _cell(v) for k, v in rec.items()}) for i, rec in enumerate(frame.to_dict("records")))
+    handle = path.open(encoding="utf-8-sig", newline="")  # -sig: a spreadsheet's byte-order mark is no column name
+    try:
+        reader = csv.DictReader(handle)
+        header = [h.strip() for h in (reader.fieldnames or [])]
+    except (csv.Error, UnicodeDecodeError) as exc:
+        handle.close()
+        raise ProtocolError(f"cannot read manifest {path}: {exc}") from None
     reader.fieldnames = header
+    try:
+        _require_columns(path, header, required)
+    except ProtocolError:
+        handle.close()
+        raise
 
     def rows():
         with handle:
-            for row in reader:
-                yield reader.line_num, {k: (v or "").strip() for k, v in row.items() if k is not None}
+            try:
+                for row in reader:
+                    yield reader.line_num, {k: (v or "").strip() for k, v in row.items() if k is not None}
+            except (csv.Error, UnicodeDecodeError) as exc:
+                raise ProtocolError(f"{path}:{reader.line_num + 1}: not readable as CSV text ({exc})") from None
 
-    return header, rows()
+    return rows()
+
+
+def _require_columns(path: Path, header: list[str], required: tuple[str, ...]) -> None:
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise ProtocolError(f"{path}: missing column(s) {', '.join(missing)} (columns: {', '.join(header)})")
+
+
+def _cell(value: object) -> str:
+    """A Parquet cell as text; missing values (None, NaN) as an empty string."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    return str(value)
 
 
 def read_manifest(
@@ -226,13 +246,11 @@ def read_manifest(
 ) -> list[Utterance]:
     """A CSV or Parquet table with columns ``path`` and ``label`` (DeepFense's manifest), and
     optionally ``id``, ``attack``, ``speaker``. Relative paths are taken from ``audio_root``
-    (default: the manifest's folder)."""
+    (default: the manifest's folder); without an ``id`` a file is named by its path as
+    written, without the suffix (``spk1/001``)."""
     manifest = Path(manifest)
     root = Path(audio_root) if audio_root is not None else manifest.parent
-    header, rows = _table_rows(manifest)
-    missing = [c for c in ("path", "label") if c not in header]
-    if missing:
-        raise ProtocolError(f"{manifest}: missing column(s) {', '.join(missing)} (columns: {', '.join(header)})")
+    rows = _table_rows(manifest, ("path", "label"))
 
     def entries():
         for number, row in rows:
@@ -240,9 +258,9 @@ def read_manifest(
                 if not row.get("path"):
                     raise ValueError("empty path")
                 label = parse_label(row.get("label", ""))
-                path = Path(row["path"])
-                path = path if path.is_absolute() else root / path
-                utt = row.get("id") or path.stem
+                given = Path(row["path"])
+                path = given if given.is_absolute() else root / given
+                utt = row.get("id") or given.with_suffix("").as_posix()  # unique where file names repeat
                 attack = "-" if label == BONAFIDE else (row.get("attack") or "spoof")
                 return Utterance(utt, path, label, attack, row.get("speaker") or "-", f"{manifest}:{number}")
 
@@ -259,10 +277,7 @@ def read_in_the_wild(
     audio files beside it unless ``audio_dir`` says otherwise."""
     meta = Path(meta)
     root = Path(audio_dir) if audio_dir is not None else meta.parent
-    header, rows = _table_rows(meta)
-    missing = [c for c in ("file", "label") if c not in header]
-    if missing:
-        raise ProtocolError(f"{meta}: missing column(s) {', '.join(missing)} (columns: {', '.join(header)})")
+    rows = _table_rows(meta, ("file", "label"))
 
     def entries():
         for number, row in rows:

@@ -381,5 +381,9 @@ def _publish(staging: Path, out: Path) -> None:
     retired = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
     retired.rmdir()
     out.rename(retired)
-    staging.rename(out)
+    try:
+        staging.rename(out)
+    except OSError:
+        retired.rename(out)  # put the earlier corpus back: a failed overwrite loses nothing
+        raise
     shutil.rmtree(retired, ignore_errors=True)

@@ -2,7 +2,8 @@
 
 A model scores batches; a file scored in windows gets several rows with the same
 ``index`` — its score is their mean. The score file has one line per file,
-``utt_id score label attack`` (label ``bonafide``/``spoof``; attack ``-`` for bona fide),
+``utt_id score label attack`` (label ``bonafide``/``spoof``; attack ``-`` for bona fide;
+blanks inside an attack name become ``_``; an utterance id may hold blanks),
 sorted as the split lists them, scores printed with 8 significant digits.
 """
 
@@ -63,6 +64,7 @@ class ScoreTable:
         tmp = path.with_name(f".{path.name}.tmp")
         with tmp.open("w", encoding="utf-8") as handle:
             for utt, score, label, attack in zip(self.utt_ids, self.scores, self.labels, self.attacks, strict=True):
+                attack = "_".join(str(attack).split()) or "-"  # one field: the last of the line
                 handle.write(f"{utt} {score:.8g} {'bonafide' if label == 1 else 'spoof'} {attack}\n")
         tmp.replace(path)
         return path
@@ -77,7 +79,7 @@ def read_score_file(path: str | Path) -> ScoreTable:
         raise UsageError(f"score file not found: {path}")
     utts, scores, labels, attacks = [], [], [], []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        fields = line.split()
+        fields = line.rsplit(maxsplit=3)  # an utterance id may hold spaces (a manifest path); the rest may not
         if not fields:
             continue
         if len(fields) != 4 or fields[2] not in ("bonafide", "spoof"):

@@ -1,15 +1,21 @@
 """The spoofing (audio deepfake detection) task: ASVspoof metrics on per-file scores.
 
-Training validates with the ``eer`` metric (on batch rows: windows count separately in
-``windows`` mode) and keeps the checkpoint with the lowest ``val_eer``. The test scores
-every file of the split (a file's windows averaged), writes the score file, the metrics
-over all files and per attack, and a DET curve per attack.
+Training validates with the ``eer`` metric (on batch rows: in ``windows`` mode each window
+counts as a trial there) and keeps the checkpoint with the lowest ``val_eer``. The test
+scores every file of the split (a file's windows averaged), writes the score file first,
+then the metrics over all files and per attack, and a DET curve per attack. A split
+without bona fide or without spoofed files still gets its score file; the metrics that
+need both are NaN, with a warning.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..base import Task
 from . import metrics as detection
@@ -17,26 +23,36 @@ from .scores import ScoreTable
 
 __all__ = ["SpoofingTask", "detection_report"]
 
+log = logging.getLogger("modforge.tasks")
+
 
 def detection_report(table: ScoreTable) -> dict[str, Any]:
     """Metrics of a score table: ``{"overall": {...}, "per_attack": {attack: {eer, files}}}``."""
-    eer, threshold = detection.eer(table.scores, table.labels)
-    overall = {
-        "eer": eer,
-        "eer_threshold": threshold,
-        "min_dcf": detection.min_dcf(table.scores, table.labels),
-        "act_dcf": detection.act_dcf(table.scores, table.labels),
-        "cllr": detection.cllr(table.scores, table.labels),
-        "files": len(table),
-        "bonafide_files": int((table.labels == 1).sum()),
-    }
-    per_attack = detection.per_attack_eer(table.scores, table.labels, table.attacks)
+    bona, spoof = int((table.labels == 1).sum()), int((table.labels == 0).sum())
+    overall: dict[str, Any] = {"files": len(table), "bonafide_files": bona}
     counts: dict[str, int] = {}
-    for attack in table.attacks:
-        counts[attack] = counts.get(attack, 0) + 1
+    for attack, label in zip(table.attacks, table.labels, strict=True):
+        if label == 0:
+            counts[attack] = counts.get(attack, 0) + 1
+    if not bona or not spoof:
+        log.warning(
+            "the split has %d bona fide and %d spoofed files: EER, DCF and Cllr need both (reported as NaN)", bona, spoof
+        )
+        nan = math.nan
+        overall.update(eer=nan, eer_threshold=nan, min_dcf=nan, act_dcf=nan, cllr=nan)
+        return {"overall": overall, "per_attack": {a: {"eer": nan, "files": n} for a, n in sorted(counts.items())}}
+    eer, threshold = detection.eer(table.scores, table.labels)
+    overall.update(
+        eer=eer,
+        eer_threshold=threshold,
+        min_dcf=detection.min_dcf(table.scores, table.labels),
+        act_dcf=detection.act_dcf(table.scores, table.labels),
+        cllr=detection.cllr(table.scores, table.labels),
+    )
+    per_attack = detection.per_attack_eer(table.scores, table.labels, table.attacks)
     return {
         "overall": overall,
-        "per_attack": {attack: {"eer": value, "files": counts[attack]} for attack, value in sorted(per_attack.items())},
+        "per_attack": {a: {"eer": per_attack[a], "files": n} for a, n in sorted(counts.items())},
     }
 
 
@@ -50,10 +66,12 @@ class SpoofingTask(Task):
 
     def test(self, trainer: Any, loader: Any, dataset: Any, *, split: str, out_dir: Path | None, stem: str) -> dict:
         outputs = trainer.collect(loader, ("score", "index"))
-        table = ScoreTable.from_outputs(outputs, dataset.utterances)
-        report = detection_report(table)
+        entries, outputs["index"] = _entries(dataset, outputs["index"])
+        table = ScoreTable.from_outputs(outputs, entries)
         if out_dir is not None:
-            table.write(out_dir / f"{stem}scores.txt")
+            table.write(out_dir / f"{stem}scores.txt")  # first: nothing below can lose the scores
+        report = detection_report(table)
+        if out_dir is not None and report["overall"]["bonafide_files"] and not math.isnan(report["overall"]["eer"]):
             self._plot(table, out_dir / f"{stem}det.png", title=f"{split}: {len(table)} files")
         return {split: report["overall"], f"{split}_per_attack": report["per_attack"]}
 
@@ -63,16 +81,32 @@ class SpoofingTask(Task):
 
         curves = {"all attacks": _curve(table.scores, table.labels)}
         bona = table.labels == 1
-        for attack in sorted({a for a, label in zip(table.attacks, table.labels, strict=True) if label == 0}):
-            keep = bona | (table.labels == 0) & (_attacks_equal(table.attacks, attack))
+        attacks = np.array(table.attacks)
+        for attack in sorted(set(attacks[table.labels == 0])):
+            keep = bona | ((table.labels == 0) & (attacks == attack))
             curves[attack] = _curve(table.scores[keep], table.labels[keep])
         plot_det(curves, path, title=title)
 
 
-def _attacks_equal(attacks: list[str], attack: str):
-    import numpy as np
+def _entries(dataset: Any, index: Any) -> tuple[list[Any], Any]:
+    """The split's files and each batch row's position among them. An audio dataset's rows
+    carry positions already; any other dataset's rows carry sample ids, and each sample
+    becomes an entry named by its id, its attack ``-``/``spoof`` from its label."""
+    utterances = getattr(dataset, "utterances", None)
+    if utterances is not None:
+        return utterances, index
+    from types import SimpleNamespace
 
-    return np.array([a == attack for a in attacks])
+    import torch
+
+    labels = [int(v) for v in dataset.labels]
+    ids = [int(v) for v in getattr(dataset, "ids", range(len(labels)))]
+    position = {sample_id: i for i, sample_id in enumerate(ids)}
+    entries = [
+        SimpleNamespace(utt_id=str(i), label=label, attack="-" if label == 1 else "spoof")
+        for i, label in zip(ids, labels, strict=True)
+    ]
+    return entries, torch.tensor([position[int(i)] for i in index], dtype=torch.long)
 
 
 def _curve(scores, labels):
