@@ -41,47 +41,21 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ...core.registries import register_backbone
 from ..base import Backbone
+from ..frontends.filterbanks import mel_sinc_filters
 from ..layouts import Layout
 from .graph_attention import GraphAttentionLayer, GraphPool, InferenceBranch, shortfall
 
-__all__ = ["AASIST", "AASISTL", "ResidualBlock", "SincFront", "mel_bandpass_filters"]
+__all__ = ["AASIST", "AASISTL", "ResidualBlock", "SincFront"]
 
 Pairs = tuple[tuple[int, int], ...]
 ENCODER_BLOCKS = 6  # filts[1], filts[2], filts[3], then filts[4] three times
 ATTENTION_HIDDEN = 128  # SSL-AASIST's 1×1-conv attention width
-
-
-def mel_bandpass_filters(n_filters: int, kernel_size: int, sample_rate: int) -> torch.Tensor:
-    """Hamming-windowed ideal band-pass filters, ``[n_filters, kernel_size]``, whose band
-    edges are equally spaced on the mel scale from 0 Hz to Nyquist (RawNet2/AASIST's
-    fixed sinc layer; ``kernel_size`` is odd)."""
-
-    def to_mel(hz: np.ndarray) -> np.ndarray:
-        return 2595 * np.log10(1 + hz / 700)
-
-    def to_hz(mel: np.ndarray) -> np.ndarray:
-        return 700 * (10 ** (mel / 2595) - 1)
-
-    freqs = int(sample_rate / 2) * np.linspace(0, 1, 257)  # the reference's 512-point FFT grid
-    mels = to_mel(freqs)
-    edges = to_hz(np.linspace(mels.min(), mels.max(), n_filters + 1))
-    support = np.arange(-(kernel_size - 1) / 2, (kernel_size - 1) / 2 + 1)
-    window = torch.tensor(np.hamming(kernel_size), dtype=torch.float32)
-    filters = torch.zeros(n_filters, kernel_size)
-    for i in range(n_filters):
-        low, high = edges[i], edges[i + 1]
-        ideal = (2 * high / sample_rate) * np.sinc(2 * high * support / sample_rate) - (
-            2 * low / sample_rate
-        ) * np.sinc(2 * low * support / sample_rate)
-        filters[i] = window * torch.tensor(ideal, dtype=torch.float32)
-    return filters
 
 
 class SincFront(nn.Module):
@@ -101,7 +75,7 @@ class SincFront(nn.Module):
     def __init__(self, n_filters: int, kernel_size: int, sample_rate: int, time_pools: int):
         super().__init__()
         kernel_size += 1 - kernel_size % 2
-        self.register_buffer("band_pass", mel_bandpass_filters(n_filters, kernel_size, sample_rate).unsqueeze(1),
+        self.register_buffer("band_pass", mel_sinc_filters(n_filters, kernel_size, sample_rate).unsqueeze(1),
                              persistent=False)
         self.first_bn = nn.BatchNorm2d(1)
         self.min_samples = kernel_size - 1 + 3 ** (time_pools + 1)

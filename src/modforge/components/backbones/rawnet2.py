@@ -43,16 +43,16 @@ the 2-class ``linear`` head — the count of the reference ``RawNet`` module.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ...core.registries import register_backbone
 from ..base import Backbone
+from ..frontends.filterbanks import mel_sinc_filters
 from ..layouts import Layout
 
-__all__ = ["FMSResidualBlock", "MelSincConv", "RawNet2", "SincFront", "mel_sinc_filters", "pool_time"]
+__all__ = ["FMSResidualBlock", "MelSincConv", "RawNet2", "SincFront", "pool_time"]
 
 
 def pool_time(x: torch.Tensor, kernel: int) -> torch.Tensor:
@@ -70,33 +70,6 @@ def pool_time(x: torch.Tensor, kernel: int) -> torch.Tensor:
     else:  # the same number as traceable arithmetic (a traced length is a tensor here)
         keep = (length + kernel * (length < kernel)) // kernel
     return pooled[..., :keep]
-
-
-def _to_mel(hz: np.ndarray | float) -> np.ndarray:
-    return 2595.0 * np.log10(1.0 + np.asarray(hz, dtype=np.float64) / 700.0)
-
-
-def _to_hz(mel: np.ndarray) -> np.ndarray:
-    return 700.0 * (10.0 ** (np.asarray(mel, dtype=np.float64) / 2595.0) - 1.0)
-
-
-def mel_sinc_filters(count: int, kernel_size: int, sample_rate: int) -> torch.Tensor:
-    """The fixed RawNet2 filter bank, ``[count, kernel]`` (``kernel`` = ``kernel_size`` made odd).
-
-    Band ``i`` passes ``[edge_i, edge_{i+1}]``, the edges being ``count + 1`` points equally
-    spaced on the mel scale from 0 Hz to ``sample_rate // 2``; its taps are
-    ``2 f2/sr · sinc(2 f2 n/sr) − 2 f1/sr · sinc(2 f1 n/sr)`` for ``n = −(K−1)/2 … (K−1)/2``,
-    times a Hamming window.
-    """
-    kernel = kernel_size + 1 if kernel_size % 2 == 0 else kernel_size
-    edges = _to_hz(np.linspace(0.0, float(_to_mel(sample_rate // 2)), count + 1))
-    taps = np.arange(kernel, dtype=np.float64) - (kernel - 1) / 2
-
-    def low_pass(cutoff: np.ndarray) -> np.ndarray:  # ideal low-pass at ``cutoff`` Hz, one row per band
-        return (2 * cutoff / sample_rate) * np.sinc(2 * cutoff * taps / sample_rate)
-
-    band_pass = low_pass(edges[1:, None]) - low_pass(edges[:-1, None])
-    return torch.as_tensor(band_pass * np.hamming(kernel), dtype=torch.float32)
 
 
 class MelSincConv(nn.Module):

@@ -23,7 +23,16 @@ from typing import Literal
 import numpy as np
 import torch
 
-__all__ = ["MelNorm", "MelScale", "hz_to_mel", "linear_filterbank", "mel_filterbank", "mel_to_hz", "triangular"]
+__all__ = [
+    "MelNorm",
+    "MelScale",
+    "hz_to_mel",
+    "linear_filterbank",
+    "mel_filterbank",
+    "mel_sinc_filters",
+    "mel_to_hz",
+    "triangular",
+]
 
 MelScale = Literal["htk", "slaney"]
 MelNorm = Literal["none", "slaney"]
@@ -131,3 +140,23 @@ def linear_filterbank(
     edges = np.linspace(f_min, top, n_filters + 2)
     bank = triangular(_bin_frequencies(n_freqs, sample_rate), edges)
     return _checked(bank, f"linear filterbank ({n_filters} filters)", n_freqs)
+
+
+def mel_sinc_filters(count: int, kernel_size: int, sample_rate: int) -> torch.Tensor:
+    """The fixed sinc filter bank of RawNet2 and AASIST, ``[count, K]`` (``K`` = ``kernel_size``
+    made odd, as both references do: 1024 → 1025, 128 → 129).
+
+    Band ``i`` passes ``[edge_i, edge_{i+1}]``, the edges being ``count + 1`` points equally
+    spaced on the (HTK) mel scale from 0 Hz to ``sample_rate // 2``; its taps are
+    ``2 f2/sr · sinc(2 f2 n/sr) − 2 f1/sr · sinc(2 f1 n/sr)`` for ``n = −(K−1)/2 … (K−1)/2``,
+    times a Hamming window.
+    """
+    kernel = kernel_size + 1 if kernel_size % 2 == 0 else kernel_size
+    edges = mel_to_hz(np.linspace(0.0, float(hz_to_mel(sample_rate // 2)), count + 1))
+    taps = np.arange(kernel, dtype=np.float64) - (kernel - 1) / 2
+
+    def low_pass(cutoff: np.ndarray) -> np.ndarray:  # ideal low-pass at ``cutoff`` Hz, one row per band
+        return (2 * cutoff / sample_rate) * np.sinc(2 * cutoff * taps / sample_rate)
+
+    band_pass = low_pass(edges[1:, None]) - low_pass(edges[:-1, None])
+    return torch.as_tensor(band_pass * np.hamming(kernel), dtype=torch.float32)
