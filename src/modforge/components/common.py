@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+import torch
 import torch.nn as nn
 
 from .layouts import Layout
 
-__all__ = ["Activation", "Norm", "activation", "frame_layout", "mlp_layers", "require_positive"]
+__all__ = ["Activation", "Norm", "SqueezeExcitation", "activation", "frame_layout", "mlp_layers", "require_positive"]
 
 Activation = Literal["relu", "gelu", "silu", "tanh", "leaky_relu"]
 Norm = Literal["none", "batch", "layer"]
@@ -54,3 +55,16 @@ def frame_layout(part: str, in_layout: Layout | str) -> Layout:
     if layout not in (Layout.SEQUENCE, Layout.CHANNELS):
         raise ValueError(f"{part} takes 'sequence' [B, T, D] or 'channels' [B, D, T] input, got '{layout.value}'")
     return layout
+
+
+class SqueezeExcitation(nn.Module):
+    """Channel gates from the time-averaged map of ``[B, C, T]`` features (Hu et al., 2018):
+    ``mean over T → Conv1D(C, bottleneck) → ReLU → Conv1D(bottleneck, C) → sigmoid``, times the input."""
+
+    def __init__(self, channels: int, bottleneck: int):
+        super().__init__()
+        self.reduce = nn.Conv1d(channels, bottleneck, 1)
+        self.expand = nn.Conv1d(bottleneck, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.expand(torch.relu(self.reduce(x.mean(dim=2, keepdim=True)))))

@@ -31,22 +31,9 @@ import torch.nn as nn
 
 from ...core.registries import register_backbone
 from ..base import Backbone
-from ..common import frame_layout, require_positive
+from ..common import SqueezeExcitation, frame_layout, require_positive
 from ..layouts import Layout
 from ..necks.attentive_stats_pool import AttentiveStatsPool
-
-
-class SqueezeExcitation(nn.Module):
-    """Channel gates from the time-averaged map: ``mean → Conv1D → ReLU → Conv1D → sigmoid``."""
-
-    def __init__(self, channels: int, bottleneck: int):
-        super().__init__()
-        self.reduce = nn.Conv1d(channels, bottleneck, 1)
-        self.expand = nn.Conv1d(bottleneck, channels, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gates = torch.sigmoid(self.expand(torch.relu(self.reduce(x.mean(dim=2, keepdim=True)))))
-        return x * gates
 
 
 def conv_relu_bn(in_channels: int, out_channels: int, kernel_size: int = 1, dilation: int = 1) -> nn.Sequential:

@@ -38,21 +38,8 @@ import torch.nn.functional as F
 
 from ...core.registries import register_backbone
 from ..base import Backbone
-from ..common import frame_layout, require_positive
+from ..common import SqueezeExcitation, frame_layout, require_positive
 from ..layouts import Layout
-
-
-class SqueezeExcitation(nn.Module):
-    """Channel gates from the time-averaged map (bottleneck ``channels // ratio``, at least 2)."""
-
-    def __init__(self, channels: int, ratio: int):
-        super().__init__()
-        bottleneck = max(2, channels // ratio)
-        self.reduce = nn.Conv1d(channels, bottleneck, 1)
-        self.expand = nn.Conv1d(bottleneck, channels, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.sigmoid(self.expand(torch.relu(self.reduce(x.mean(dim=2, keepdim=True)))))
 
 
 class WeightedStep(nn.Module):
@@ -83,7 +70,7 @@ class InnerRes2Net(nn.Module):
         self.steps = nn.ModuleList(WeightedStep(self.width, kernel_size, dilation, i + 2) for i in range(scale - 1))
         self.conv_out = nn.Conv1d(inner, channels, 1)
         self.bn_out = nn.BatchNorm1d(channels)
-        self.se = SqueezeExcitation(channels, se_ratio)
+        self.se = SqueezeExcitation(channels, max(2, channels // se_ratio))  # bottleneck C/ratio, at least 2
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         groups = torch.split(self.bn_in(torch.relu(self.conv_in(x))).unsqueeze(-1), self.width, dim=1)
