@@ -1,7 +1,8 @@
 """Engine speed: CPU inference latency (batch 1) and throughput (a larger batch) of every
 engine against eager, for the MLP on digit vectors, ResNet-18 (CIFAR stem, 3×32×32) and
 AASIST on 4 s of 16 kHz audio (64,000 samples; throughput at batch 8, fewer rounds — one
-call takes about a second).
+call takes about a second; compiled with static shapes: with dynamic ones torch.compile's
+symbolic-shape simplification of AASIST's graph pooling ran over 20 minutes on this CPU).
 
 Method: one process; each model is built once (eval mode) and prepared by every engine
 (torch.compile compiles, ONNX exports) before anything is timed; then, per batch size,
@@ -25,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 ENGINES = ("eager", "torchscript", "compile", "onnx")
+ENGINE_ARGS = {"aasist": {"compile": {"dynamic": False}}}  # per model and engine, beside onnx's threads
 MODELS = {  # name: (model config, build arguments, one sample's shape, throughput batch, rounds divisor)
     "mlp": ({"backbone": {"type": "mlp", "args": {"hidden_dims": [256, 256]}}, "head": "linear"},
             {"in_dim": 64, "num_classes": 10}, (64,), 64, 1),
@@ -48,7 +50,10 @@ def prepare_all(model_name: str, threads: int) -> dict:
     example = {"input": torch.randn(2, *shape)}
     runnables = {}
     for name in ENGINES:
-        spec = {"type": "onnx", "args": {"threads": threads}} if name == "onnx" else name
+        args = dict(ENGINE_ARGS.get(model_name, {}).get(name, {}))
+        if name == "onnx":
+            args["threads"] = threads
+        spec = {"type": name, "args": args}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             runnables[name] = build_engine(spec).prepare(model, example)
