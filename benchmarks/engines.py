@@ -2,7 +2,9 @@
 engine against eager, for the MLP on digit vectors, ResNet-18 (CIFAR stem, 3×32×32) and
 AASIST on 4 s of 16 kHz audio (64,000 samples; throughput at batch 8, fewer rounds — one
 call takes about a second; compiled with static shapes: with dynamic ones torch.compile's
-symbolic-shape simplification of AASIST's graph pooling ran over 20 minutes on this CPU).
+symbolic-shape simplification of AASIST's graph pooling ran over 20 minutes on this CPU, and
+with static ones inductor's CPU code generation fails on its graph attention — the compile
+engine then warns and runs eager, which is what the AASIST compile row measures).
 
 Method: one process; each model is built once (eval mode) and prepared by every engine
 (torch.compile compiles, ONNX exports) before anything is timed; then, per batch size,
