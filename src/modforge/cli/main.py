@@ -42,7 +42,7 @@ _HELPS: dict[str, str] = {
     "test": "evaluate a run folder or checkpoint on its test split",
     "kfold": "stratified k-fold cross-validation of a config",
     "export": "write a run's model as an engine artifact (onnx, torchscript, ...), checked against eager",
-    "predict": "run an exported artifact on .npy arrays or pictures; class and score per input",
+    "predict": "run an exported artifact on .npy arrays, pictures or audio files; class and score per input",
     "data": "data utilities: make-spoof-corpus (a synthetic audio deepfake corpus)",
 }
 

@@ -15,11 +15,12 @@ stage adds is summed into ``loss`` together with the configured ``losses:``.
 
 A loss that owns its classifier (margin losses: ``input_key = "embedding"`` and a
 ``logits(embedding)`` method) stands in for the head of a model that has none: its
-logits are the model's ``logits``. Frontends run in float32 even under mixed precision (``precision: bf16``/``16``): spectra
-overflow half precision and log floors round to zero in it. A model built with
-``scores=True`` (detection tasks)
+logits are the model's ``logits``. A model built with ``scores=True`` (detection tasks)
 also adds ``score`` [B] — higher means the positive class (bona fide) — from the first
 configured loss that defines ``score(inputs)``, else the log-odds of class 1 from the logits.
+
+Frontends run in float32 even under mixed precision (``precision: bf16``/``16``): spectra
+overflow half precision, and log floors round to zero in it.
 """
 
 from __future__ import annotations

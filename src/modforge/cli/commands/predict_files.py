@@ -16,7 +16,7 @@ import numpy as np
 from ..common import CommandParser
 from ..output import print_table
 
-HELP = "run an exported model on .npy arrays or pictures; prints class and score per input"
+HELP = "run an exported model on .npy arrays, pictures or audio files; prints class and score per input"
 
 
 def _parser() -> CommandParser:
