@@ -15,7 +15,7 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "neck": ("modforge.components.necks",),
     "head": ("modforge.components.heads",),
     "loss": ("modforge.components.losses",),
-    "dataset": ("modforge.data.digits", "modforge.data.synthetic", "modforge.data.audio.datasets"),
+    "dataset": ("modforge.data.digits", "modforge.data.synthetic", "modforge.data.audio.datasets", "modforge.continual.benchmarks"),
     "metric": ("modforge.train.metrics", "modforge.tasks.spoofing.metrics"),
     "callback": ("modforge.train.callbacks",),
     "optimizer": ("modforge.train.optimizers",),

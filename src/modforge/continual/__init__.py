@@ -1,0 +1,1 @@
+"""Continual learning: task sequences built from classification datasets, replay buffers."""

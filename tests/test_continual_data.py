@@ -1,0 +1,133 @@
+"""Continual-learning data: replay buffers (sampling statistics, balance, checkpoint state) and the
+sequential digits benchmarks (class- and domain-incremental)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+import modforge as mf
+from modforge.continual.benchmarks import ContinualSplits
+from modforge.continual.buffer import Buffer
+
+
+# ------------------------------------------------------------------ buffers
+def test_reservoir_keeps_every_seen_sample_with_equal_probability():
+    capacity, stream, trials = 20, 100, 400
+    hits = torch.zeros(stream)
+    for seed in range(trials):
+        buffer = Buffer(capacity, seed=seed)
+        for start in range(0, stream, 10):
+            ids = torch.arange(start, start + 10)
+            buffer.add(ids % 5, index=ids)
+        assert len(buffer) == capacity and buffer.seen == stream
+        hits[buffer.all()["index"]] += 1
+    rate = hits / trials  # each sample: capacity / stream = 0.2
+    assert abs(float(rate.mean()) - 0.2) < 1e-6  # exactly `capacity` kept each time
+    assert float(rate[:50].mean()) == pytest.approx(0.2, abs=0.03) and float(rate[50:].mean()) == pytest.approx(
+        0.2, abs=0.03
+    )  # early and late samples alike (a FIFO or "first come" buffer fails this)
+
+
+def test_class_balanced_buffer_stays_balanced_on_an_imbalanced_stream():
+    buffer = Buffer(30, policy="class_balanced", seed=0)
+    labels = torch.cat([torch.zeros(300), torch.ones(60), torch.full((20,), 2)]).long()  # 15:3:1 imbalance
+    for chunk in labels.split(16):
+        buffer.add(chunk, input=chunk.float().unsqueeze(1))
+    counts = torch.bincount(buffer.all()["label"], minlength=3)
+    assert int(counts.sum()) == 30 and int(counts.max() - counts.min()) <= 1, counts  # 10 each
+    assert torch.equal(buffer.all()["input"].squeeze(1).long(), buffer.all()["label"])  # rows stay together
+
+
+def test_buffer_stores_extra_tensors_and_samples_without_replacement():
+    buffer = Buffer(8, seed=1)
+    x, logits = torch.randn(5, 3), torch.randn(5, 4)
+    buffer.add(torch.arange(5), input=x, logits=logits, task=torch.zeros(5, dtype=torch.long))
+    drawn = buffer.sample(4)
+    assert set(drawn) == {"label", "input", "logits", "task"} and len(drawn["label"].unique()) == 4
+    for label, row, z in zip(drawn["label"], drawn["input"], drawn["logits"], strict=True):
+        assert torch.equal(row, x[label]) and torch.equal(z, logits[label])
+    assert len(buffer.sample(50)["label"]) == 5  # never more than it holds
+    with pytest.raises(ValueError, match="keys"):
+        buffer.add(torch.arange(2), input=torch.randn(2, 3))
+    with pytest.raises(ValueError, match="rows"):
+        buffer.add(torch.arange(2), input=torch.randn(3, 3), logits=torch.randn(2, 4), task=torch.zeros(2))
+    with pytest.raises(ValueError, match="empty"):
+        Buffer(3).sample(1)
+    with pytest.raises(ValueError, match="capacity"):
+        Buffer(0)
+
+
+@pytest.mark.parametrize("policy", ["reservoir", "class_balanced"])
+def test_buffer_state_round_trips_through_a_safe_checkpoint(policy):
+    a = Buffer(10, policy=policy, seed=3)
+    for i in range(6):
+        a.add(torch.arange(i * 5, i * 5 + 5) % 4, input=torch.randn(5, 2))
+    saved = io.BytesIO()
+    torch.save(a.state_dict(), saved)
+    saved.seek(0)
+    b = Buffer(10, policy=policy, seed=99)
+    b.load_state_dict(torch.load(saved, weights_only=True))
+    more = torch.arange(7) % 4, torch.randn(7, 2)
+    a.add(more[0], input=more[1])
+    b.add(more[0], input=more[1])
+    assert all(torch.equal(a.all()[k], b.all()[k]) for k in ("label", "input"))  # continues identically
+    assert torch.equal(a.sample(3)["input"], b.sample(3)["input"])
+    with pytest.raises(ValueError, match="checkpoint buffer"):
+        Buffer(11, policy=policy).load_state_dict(a.state_dict())
+
+
+# --------------------------------------------------------------- benchmarks
+def test_seq_digits_is_five_tasks_of_two_disjoint_classes():
+    splits = mf.DATASETS.build({"type": "seq_digits", "args": {}}, path="data", seed=0)
+    assert isinstance(splits, ContinualSplits) and splits.setting == "class-il" and len(splits.tasks) == 5
+    seen: set[int] = set()
+    for t, task in enumerate(splits.tasks):
+        assert task.classes == [2 * t, 2 * t + 1]
+        for split in (task.train, task.val, task.test):
+            assert set(split.labels.tolist()) == set(task.classes)
+        assert not seen & set(task.classes)
+        seen |= set(task.classes)
+    assert sum(len(t.test) for t in splits.tasks) == len(splits.test)  # per-task test sets cover the joint one
+    assert sorted(splits.class_order) == list(range(10))
+    # renumbered labels point back at the original digits: class_names follow the order
+    assert splits.class_names == [str(c) for c in splits.class_order]
+
+
+def test_class_order_from_the_seed_or_given():
+    first = mf.DATASETS.build({"type": "seq_digits", "args": {}}, path="data", seed=0).class_order
+    again = mf.DATASETS.build({"type": "seq_digits", "args": {}}, path="data", seed=0).class_order
+    other = mf.DATASETS.build({"type": "seq_digits", "args": {}}, path="data", seed=1).class_order
+    assert first == again and first != other
+    fixed = mf.DATASETS.build({"type": "seq_digits", "args": {"class_order": list(range(10))}}, path="data", seed=5)
+    assert fixed.class_order == list(range(10)) and fixed.tasks[0].classes == [0, 1]
+    with pytest.raises(mf.ConfigError, match="class_order must list each of the 10 classes once"):
+        mf.DATASETS.build({"type": "seq_digits", "args": {"class_order": [0, 0, 1]}}, path="data")
+    with pytest.raises(mf.ConfigError, match="do not divide into tasks of 3"):
+        mf.DATASETS.build({"type": "seq_digits", "args": {"classes_per_task": 3}}, path="data")
+
+
+def test_perm_digits_tasks_permute_the_same_samples():
+    splits = mf.DATASETS.build({"type": "perm_digits", "args": {"tasks": 3}}, path="data", seed=0)
+    assert splits.setting == "domain-il" and len(splits.tasks) == 3 and len(splits.train) == 3 * len(
+        splits.tasks[0].train
+    )
+    a, b = splits.tasks[0].train, splits.tasks[1].train
+    assert torch.equal(a.labels, b.labels) and not torch.equal(a.inputs, b.inputs)
+    assert torch.equal(a.inputs.sort(dim=1).values, b.inputs.sort(dim=1).values)  # same pixels, another order
+    assert all(t.classes == list(range(10)) for t in splits.tasks)
+
+
+def test_rot_digits_rotates_each_task_by_its_own_angle():
+    splits = mf.DATASETS.build({"type": "rot_digits", "args": {"tasks": 2, "max_angle": 90.0}}, path="data", seed=0)
+    a, b = splits.tasks[0].test, splits.tasks[1].test
+    assert a.inputs.shape[1:] == (1, 8, 8) and torch.equal(a.labels, b.labels)
+    assert not torch.allclose(a.inputs, b.inputs)
+    from modforge.continual.benchmarks import rotation
+
+    x = torch.zeros(1, 1, 9, 9)
+    x[0, 0, 4, 6] = 1.0  # right of the centre
+    turned = rotation(90.0)(x)
+    assert turned[0, 0].argmax() // 9 in (2, 6) and turned[0, 0].argmax() % 9 == 4  # now above or below it
