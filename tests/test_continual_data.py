@@ -4,6 +4,7 @@ sequential digits benchmarks (class- and domain-incremental)."""
 from __future__ import annotations
 
 import io
+import math
 
 import pytest
 import torch
@@ -131,3 +132,39 @@ def test_rot_digits_rotates_each_task_by_its_own_angle():
     x[0, 0, 4, 6] = 1.0  # right of the centre
     turned = rotation(90.0)(x)
     assert turned[0, 0].argmax() // 9 in (2, 6) and turned[0, 0].argmax() % 9 == 4  # now above or below it
+
+
+# --------------------------------------------------------------- evaluation
+def test_task_il_masking_and_class_il_argmax():
+    from modforge.continual.evaluation import class_il_correct, mask_to_classes, task_il_correct
+
+    logits = torch.tensor([[5.0, 1.0, 0.0, 9.0], [0.0, 2.0, 3.0, 1.0]])
+    labels = torch.tensor([0, 2])
+    masked = mask_to_classes(logits, [0, 1])
+    assert masked[0].tolist() == [5.0, 1.0, float("-inf"), float("-inf")]
+    # class-IL over all 4 classes: row 0 predicts 3 (wrong), row 1 predicts 2 (right)
+    assert class_il_correct(logits, labels, seen_classes=4) == 1
+    # over the first 2 seen classes only: row 0 → 0 (right); row 1 → 1 (wrong, its class is not seen yet)
+    assert class_il_correct(logits, labels, seen_classes=2) == 1
+    # task-IL: row 0 in task {0, 1} → 0 (right); row 1 in task {2, 3} → 2 (right)
+    assert task_il_correct(logits[:1], labels[:1], [0, 1]) == 1 and task_il_correct(logits[1:], labels[1:], [2, 3]) == 1
+
+
+def test_accuracy_matrix_summaries_by_hand():
+    from modforge.continual.evaluation import AccuracyMatrix, average_accuracy, backward_transfer, forgetting
+
+    m = AccuracyMatrix()
+    m.add_row([0.9])
+    m.add_row([0.6, 0.8])
+    m.add_row([0.5, 0.7, 0.95])
+    assert average_accuracy(m) == pytest.approx((0.5 + 0.7 + 0.95) / 3)
+    # forgetting: task 0 best before the end 0.9 → 0.5 (0.4); task 1 best 0.8 → 0.7 (0.1)
+    assert forgetting(m) == pytest.approx((0.4 + 0.1) / 2)
+    # backward transfer: (0.5 − 0.9 + 0.7 − 0.8) / 2
+    assert backward_transfer(m) == pytest.approx((-0.4 - 0.1) / 2)
+    single = AccuracyMatrix([[0.7]])
+    assert math.isnan(forgetting(single)) and math.isnan(backward_transfer(single))
+    with pytest.raises(ValueError, match="give 2 accuracies"):
+        single.add_row([0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="row 1 .* needs 2 values"):
+        AccuracyMatrix([[0.1], [0.2]])
