@@ -21,6 +21,7 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "optimizer": ("modforge.train.optimizers",),
     "scheduler": ("modforge.train.schedulers", "modforge.train.warmup"),
     "augmentation": ("modforge.data.audio.augment",),
+    "algorithm": ("modforge.continual.algorithms",),
     "engine": ("modforge.engines.eager", "modforge.engines.torchscript", "modforge.engines.compile", "modforge.engines.onnx"),
 }
 

@@ -1,0 +1,106 @@
+"""The algorithm contract: a continual-learning method changes the *training step* (and
+what happens at task boundaries), never the loop.
+
+A registered algorithm is built with the model (injected) and its hyper-parameters (its
+signature, so they are config keys and command-line flags: ``--alpha 0.3 --buffer-size
+200``). The trainer calls :meth:`Algorithm.training_step` for every batch; the continual
+runner calls :meth:`begin_task` / :meth:`end_task` around each task. Everything an
+algorithm remembers between steps (a buffer, old logits, Fisher information...) is in
+:meth:`state_dict`, so it is checkpointed and resumed with the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..buffer import Buffer, Policy
+
+__all__ = ["Algorithm", "ReplayAlgorithm"]
+
+
+class Algorithm:
+    """Base: plain training on the current task (what ``sgd`` is).
+
+    Attributes:
+        model: the model being trained (its ``runnable`` comes from the trainer).
+        task: the index of the task being trained (-1 before the first).
+        uses_buffer: whether the algorithm keeps a replay buffer.
+    """
+
+    uses_buffer = False
+
+    def __init__(self, model: torch.nn.Module, num_classes: int | None = None):
+        self.model, self.num_classes = model, num_classes
+        self.task = -1
+
+    # --------------------------------------------------------- task boundaries
+    def begin_task(self, task: int, trainer: Any = None) -> None:
+        """Called before the first step of task ``task``."""
+        self.task = task
+
+    def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
+        """Called after the last step of task ``task`` (``loader``: that task's training data)."""
+
+    # ------------------------------------------------------------------- step
+    def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
+        """The loss of one batch; the trainer back-propagates it."""
+        return trainer.forward(batch)["loss"]
+
+    # -------------------------------------------------------------- checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        return {"task": self.task}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.task = int(state["task"])
+
+
+class ReplayAlgorithm(Algorithm):
+    """Base of the rehearsal methods: a :class:`~modforge.continual.buffer.Buffer` filled
+    with the current batch after every step.
+
+    Args:
+        buffer_size: how many past samples are kept.
+        minibatch_size: how many are replayed per step (None: the batch size).
+        buffer_policy: 'reservoir' or 'class_balanced'.
+        seed: seeds the buffer's sampling.
+    """
+
+    uses_buffer = True
+    stored: tuple[str, ...] = ("input",)  # what is stored with each label (DER adds "logits")
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        num_classes: int | None = None,
+        buffer_size: int = 200,
+        minibatch_size: int | None = None,
+        buffer_policy: Policy = "reservoir",
+        seed: int = 0,
+    ):
+        super().__init__(model, num_classes)
+        if minibatch_size is not None and minibatch_size < 1:
+            raise ValueError(f"minibatch_size must be at least 1, got {minibatch_size}")
+        self.buffer = Buffer(buffer_size, buffer_policy, seed)
+        self.minibatch_size = minibatch_size
+
+    def replay(self, batch: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+        """A replay minibatch (None while the buffer is empty), on the batch's device."""
+        if self.buffer.is_empty:
+            return None
+        size = self.minibatch_size or len(batch["label"])
+        device = batch["label"].device
+        return {k: v.to(device) for k, v in self.buffer.sample(size).items()}
+
+    def remember(self, batch: dict[str, Any], out: dict[str, Any]) -> None:
+        """Offer the current batch to the buffer (with its logits when the method stores them)."""
+        extra = {key: (out["logits"] if key == "logits" else batch[key]) for key in self.stored}
+        self.buffer.add(batch["label"], **extra)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "buffer": self.buffer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.buffer.load_state_dict(state["buffer"])

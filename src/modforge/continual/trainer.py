@@ -1,0 +1,45 @@
+"""The Trainer with a continual-learning algorithm in charge of the step.
+
+Only the step changes: the loop, callbacks, checkpoints and exact resume are the
+:class:`~modforge.train.trainer.Trainer`'s. The algorithm's state (its buffer, stored
+logits, importance weights...) is saved in every checkpoint and restored with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..train.trainer import Trainer
+from .algorithms.base import Algorithm
+
+__all__ = ["ContinualTrainer"]
+
+
+class ContinualTrainer(Trainer):
+    """A :class:`Trainer` whose :meth:`training_step` is ``algorithm.training_step``.
+
+    Args:
+        algorithm: the continual-learning method (``sgd``, ``er``, ``der``...).
+        *args, **kwargs: the Trainer's.
+    """
+
+    def __init__(self, *args: Any, algorithm: Algorithm, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.algorithm = algorithm
+
+    def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """One forward pass of the runnable (what algorithms call, on any batch they make)."""
+        return self.runnable(batch)
+
+    def training_step(self, batch: dict[str, Any]) -> torch.Tensor:
+        return self.algorithm.training_step(self, batch)
+
+    def checkpoint_payload(self) -> dict[str, Any]:
+        return {**super().checkpoint_payload(), "algorithm": self.algorithm.state_dict()}
+
+    def load_state(self, payload: dict[str, Any], generator: torch.Generator | None = None) -> None:
+        super().load_state(payload, generator)
+        if payload.get("algorithm") is not None:
+            self.algorithm.load_state_dict(payload["algorithm"])

@@ -1,0 +1,121 @@
+"""Continual-learning algorithms: each one's loss on a hand-made batch, the buffer filled after
+each step, hyper-parameters from the signature, and the algorithm's state in checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import modforge as mf
+from modforge.continual.trainer import ContinualTrainer
+from modforge.train.checkpoint import load_checkpoint
+
+NUM_CLASSES = 4
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return mf.build_model(
+        {"backbone": {"type": "mlp", "args": {"hidden_dims": [8]}}, "head": "linear", "losses": ["cross_entropy"]},
+        in_dim=5,
+        num_classes=NUM_CLASSES,
+    )
+
+
+def _setup(name: str, **args):
+    model = _model()
+    algorithm = mf.ALGORITHMS.build({"type": name, "args": args}, path="algorithm", model=model,
+                                    num_classes=NUM_CLASSES)
+    trainer = ContinualTrainer(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm=algorithm,
+                               async_checkpoints=False)
+    return model, algorithm, trainer
+
+
+def _batch(n: int = 6, seed: int = 1) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {"input": torch.randn(n, 5, generator=g), "label": torch.randint(0, NUM_CLASSES, (n,), generator=g)}
+
+
+def _fill(algorithm, count: int = 4, with_logits: bool = False) -> dict[str, torch.Tensor]:
+    """Put ``count`` known samples into an empty buffer of exactly that capacity."""
+    stored = _batch(count, seed=7)
+    extra = {"logits": torch.randn(count, NUM_CLASSES, generator=torch.Generator().manual_seed(3))} if with_logits else {}
+    algorithm.buffer.add(stored["label"], input=stored["input"], **extra)
+    return {**stored, **extra}
+
+
+def test_sgd_is_the_model_loss():
+    model, algorithm, trainer = _setup("sgd")
+    batch = _batch()
+    assert torch.equal(trainer.training_step(batch), model(batch)["loss"])
+
+
+def test_er_trains_on_the_batch_joined_with_the_replayed_samples():
+    model, algorithm, trainer = _setup("er", buffer_size=4, minibatch_size=4)
+    batch = _batch()
+    assert torch.equal(trainer.training_step(batch), model(batch)["loss"])  # empty buffer: the batch alone
+    algorithm.buffer = type(algorithm.buffer)(4, seed=0)
+    stored = _fill(algorithm)
+    expected = F.cross_entropy(
+        model(torch.cat([batch["input"], stored["input"]])), torch.cat([batch["label"], stored["label"]])
+    )
+    assert torch.allclose(trainer.training_step(batch), expected)  # the replayed order does not matter to a mean
+
+
+def test_der_adds_alpha_times_the_logit_mse_on_replayed_samples():
+    model, algorithm, trainer = _setup("der", alpha=0.7, buffer_size=4, minibatch_size=4)
+    stored = _fill(algorithm, with_logits=True)
+    batch = _batch()
+    expected = model(batch)["loss"] + 0.7 * F.mse_loss(model(stored["input"]), stored["logits"])
+    assert torch.allclose(trainer.training_step(batch), expected)
+
+
+def test_derpp_adds_beta_times_the_replayed_labels_cross_entropy():
+    model, algorithm, trainer = _setup("derpp", alpha=0.2, beta=0.9, buffer_size=4, minibatch_size=4)
+    stored = _fill(algorithm, with_logits=True)
+    batch = _batch()
+    replayed = model(stored["input"])
+    expected = (
+        model(batch)["loss"]
+        + 0.2 * F.mse_loss(replayed, stored["logits"])
+        + 0.9 * F.cross_entropy(replayed, stored["label"])
+    )
+    assert torch.allclose(trainer.training_step(batch), expected)
+
+
+def test_der_remembers_each_batch_with_its_logits_at_that_time():
+    model, algorithm, trainer = _setup("der", buffer_size=50)
+    batch = _batch()
+    with torch.no_grad():
+        logits_then = model(batch["input"])
+    trainer.training_step(batch)
+    kept = algorithm.buffer.all()
+    assert torch.equal(kept["input"], batch["input"]) and torch.equal(kept["label"], batch["label"])
+    assert torch.allclose(kept["logits"], logits_then) and not kept["logits"].requires_grad
+
+
+def test_hyper_parameters_come_from_the_signature():
+    signature = mf.ALGORITHMS.signature("derpp")
+    names = {a.name for a in signature.args if not a.injected}
+    assert {"alpha", "beta", "buffer_size", "minibatch_size", "buffer_policy", "seed"} <= names
+    with pytest.raises(mf.ConfigError, match="algorithm.args.alpha: expected float"):
+        mf.ALGORITHMS.build({"type": "der", "args": {"alpha": "lots"}}, path="algorithm", model=_model())
+    with pytest.raises(mf.ConfigError, match="beta must not be negative"):
+        mf.ALGORITHMS.build({"type": "derpp", "args": {"beta": -1}}, path="algorithm", model=_model())
+
+
+def test_the_algorithm_state_is_checkpointed_and_restored(tmp_path):
+    model, algorithm, trainer = _setup("derpp", buffer_size=10)
+    trainer.run_dir = tmp_path
+    for seed in range(3):
+        trainer.training_step(_batch(seed=seed))
+    algorithm.begin_task(2)
+    path = trainer.save_checkpoint()
+    trainer.writer.wait()
+    payload = load_checkpoint(path)
+    _, other, other_trainer = _setup("derpp", buffer_size=10, seed=5)
+    other_trainer.load_state(payload)
+    assert other.task == 2 and len(other.buffer) == len(algorithm.buffer) == 10
+    assert all(torch.equal(other.buffer.all()[k], algorithm.buffer.all()[k]) for k in ("input", "label", "logits"))
+    assert torch.equal(other.buffer.sample(3)["input"], algorithm.buffer.sample(3)["input"])  # same generator state
