@@ -28,6 +28,9 @@ class ContinualTrainer(Trainer):
     def __init__(self, *args: Any, algorithm: Algorithm, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.algorithm = algorithm
+        # the task loop's progress (saved with every checkpoint): tasks whose end-of-task work
+        # and evaluation are done, and the accuracy matrices so far
+        self.continual: dict[str, Any] = {"tasks_done": 0, "class_il": [], "task_il": []}
 
     def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
         """One forward pass of the runnable (what algorithms call, on any batch they make)."""
@@ -37,9 +40,11 @@ class ContinualTrainer(Trainer):
         return self.algorithm.training_step(self, batch)
 
     def checkpoint_payload(self) -> dict[str, Any]:
-        return {**super().checkpoint_payload(), "algorithm": self.algorithm.state_dict()}
+        return {**super().checkpoint_payload(), "algorithm": self.algorithm.state_dict(), "continual": self.continual}
 
     def load_state(self, payload: dict[str, Any], generator: torch.Generator | None = None) -> None:
         super().load_state(payload, generator)
         if payload.get("algorithm") is not None:
             self.algorithm.load_state_dict(payload["algorithm"])
+        if payload.get("continual") is not None:
+            self.continual = {k: (list(v) if isinstance(v, list) else v) for k, v in payload["continual"].items()}

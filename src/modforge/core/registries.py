@@ -17,7 +17,7 @@ optimizer   ``OPTIMIZERS``                    ``params``
 scheduler   ``SCHEDULERS``                    ``optimizer``, ``total_steps``
 engine      ``ENGINES``                       —
 callback    ``CALLBACKS``                     ``monitor``, ``mode`` (defaults from ``train.monitor``)
-algorithm   ``ALGORITHMS``                    ``model``, ``num_classes``
+algorithm   ``ALGORITHMS``                    ``model``, ``num_classes``, ``seed``
 model       ``MODELS``                        ``in_dim``, ``num_classes``
 augmentation ``AUGMENTATIONS``                ``sample_rate``
 =========== ================================= ========================================
@@ -45,7 +45,7 @@ OPTIMIZERS = Registry("optimizer", injected=("params",))
 SCHEDULERS = Registry("scheduler", injected=("optimizer", "total_steps"))
 ENGINES = Registry("engine")
 CALLBACKS = Registry("callback", injected=("monitor", "mode"))
-ALGORITHMS = Registry("algorithm", injected=("model", "num_classes"))
+ALGORITHMS = Registry("algorithm", injected=("model", "num_classes", "seed"))
 MODELS = Registry("model", injected=("in_dim", "num_classes"))
 AUGMENTATIONS = Registry("augmentation", injected=("sample_rate",))
 

@@ -148,7 +148,9 @@ class Experiment:
             )
         return defaults + user
 
-    def trainer(self, train_loader, run_dir: Path | None) -> Trainer:
+    def trainer(self, train_loader, run_dir: Path | None, *, trainer_class: type = Trainer, **extra: Any) -> Trainer:
+        """The configured trainer (``trainer_class`` with ``extra`` arguments: a ContinualTrainer
+        and its algorithm)."""
         settings = self.settings
         optimizer = build_optimizer(settings.optimizer, self.model, origin_of=self.cfg.where)
         scheduler_spec = settings.scheduler or {}
@@ -162,13 +164,13 @@ class Experiment:
         scheduler = build_scheduler(settings.scheduler, optimizer, total_steps=total, origin_of=self.cfg.where)
         self.check_monitor()
         try:
-            return self._trainer(optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir)
+            return self._trainer(optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir, trainer_class, extra)
         except ValueError as exc:
             raise ConfigError(str(exc), path="train", source=self.cfg.where("train")) from None
 
-    def _trainer(self, optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir) -> Trainer:
+    def _trainer(self, optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir, cls, extra) -> Trainer:
         settings = self.settings
-        return Trainer(
+        return cls(
             self.model,
             optimizer,
             scheduler=scheduler,
@@ -189,6 +191,7 @@ class Experiment:
             name=self.cfg.name,
             async_checkpoints=settings.async_checkpoints,
             engine=build_engine(settings.engine, origin_of=self.cfg.where),
+            **extra,
         )
 
     def loaders(self):
@@ -210,7 +213,13 @@ def _task(cfg: Config, splits: DataSplits) -> Task:
 def train_run(
     cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None = None, splits: DataSplits | None = None
 ) -> dict[str, Any]:
-    """Train, test the best checkpoint, write ``summary.json`` and ``curves.png``; return the summary."""
+    """Train, test the best checkpoint, write ``summary.json`` and ``curves.png``; return the summary.
+    A config with a ``continual:`` section trains its task sequence instead
+    (:func:`~modforge.experiment.continual_run.continual_run`)."""
+    if cfg.data.get("continual") is not None and splits is None:
+        from .continual_run import continual_run
+
+        return continual_run(cfg, run_dir, resume=resume)
     exp = Experiment.build(cfg, splits)
     if len(exp.splits.train) == 0:
         raise ConfigError("the dataset's training split is empty: nothing to train on", path="data")

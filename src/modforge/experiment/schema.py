@@ -22,7 +22,7 @@ from ..model.spec import parse_model_section
 
 __all__ = ["PART_SLOTS", "SECTIONS", "PartSlot", "apply_overrides", "normalize_slots", "validate_config"]
 
-SECTIONS = ("plugins", "seed", "task", "data", "model", "train")
+SECTIONS = ("plugins", "seed", "task", "data", "model", "train", "continual")
 """Top-level keys a config may have."""
 
 
@@ -52,6 +52,7 @@ PART_SLOTS: tuple[PartSlot, ...] = (
     PartSlot("model.neck", "neck", flag="neck"),
     PartSlot("model.head", "head", flag="head"),
     PartSlot("model.losses", "loss", many=True, extras=("weight", "name")),
+    PartSlot("continual.algorithm", "algorithm", flag="algorithm"),
 )
 
 
@@ -148,6 +149,10 @@ def validate_config(
         cfg.data["data"] = validate_data_section(cfg)
     if cfg.data.get("train") is not None:
         cfg.data["train"] = validate_train_section(cfg)
+    if cfg.data.get("continual") is not None:
+        from .continual_run import continual_settings
+
+        continual_settings(cfg)  # unknown keys and bad values fail here, before data or model exist
     for slot in slots:
         value = cfg.get(slot.path, None)
         if value is None:

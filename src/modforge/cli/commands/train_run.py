@@ -107,6 +107,16 @@ def run(argv: list[str]) -> int:
 
 
 def _print_summary(summary: dict, run_dir: Path) -> None:
+    if "class_il" in summary:  # a continual run: its accuracy summaries
+        rows = [
+            (setting.replace("_", "-").replace("il", "IL"), key.replace("_", " "), f"{summary[setting][key]:.4f}")
+            for setting in ("class_il", "task_il")
+            for key in ("average_accuracy", "forgetting", "backward_transfer")
+            if isinstance(summary[setting][key], float)
+        ]
+        rows.append(("run", "train seconds", f"{summary['train_seconds']:.1f}"))
+        print_table(("", "metric", "value"), rows, title=f"{summary['config']} — {display_path(run_dir)}")
+        return
     rows = []
     for key, value in (summary.get("test") or {}).items():
         if isinstance(value, float):

@@ -64,7 +64,7 @@ class ReplayAlgorithm(Algorithm):
         buffer_size: how many past samples are kept.
         minibatch_size: how many are replayed per step (None: the batch size).
         buffer_policy: 'reservoir' or 'class_balanced'.
-        seed: seeds the buffer's sampling.
+        seed: seeds the buffer's sampling (wired from the config's seed).
     """
 
     uses_buffer = True

@@ -33,7 +33,7 @@ class ExperienceReplay(ReplayAlgorithm):
         buffer_size: how many past samples are kept.
         minibatch_size: how many are replayed per step (None: the batch size).
         buffer_policy: 'reservoir' or 'class_balanced'.
-        seed: seeds the buffer's sampling.
+        seed: seeds the buffer's sampling (wired from the config's seed).
     """
 
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
@@ -58,7 +58,7 @@ class DER(ReplayAlgorithm):
         buffer_size: how many past samples (and their logits) are kept.
         minibatch_size: how many are replayed per step (None: the batch size).
         buffer_policy: 'reservoir' or 'class_balanced'.
-        seed: seeds the buffer's sampling.
+        seed: seeds the buffer's sampling (wired from the config's seed).
     """
 
     stored = ("input", "logits")
@@ -107,7 +107,7 @@ class DERpp(DER):
         buffer_size: how many past samples (and their logits) are kept.
         minibatch_size: how many are replayed per step and term (None: the batch size).
         buffer_policy: 'reservoir' or 'class_balanced'.
-        seed: seeds the buffer's sampling.
+        seed: seeds the buffer's sampling (wired from the config's seed).
     """
 
     def __init__(

@@ -1,0 +1,152 @@
+"""The continual-learning run: tasks one after another, one trainer, one algorithm.
+
+For task ``t`` the trainer continues to ``(t + 1) × epochs_per_task`` epochs on that task's
+training data (each task's loader has its own seeded generator, so a run resumes
+mid-task exactly as any run does); then the algorithm's end-of-task work runs, every task
+seen so far is evaluated on its test set (class-IL and task-IL accuracy: a row of each
+accuracy matrix), and a checkpoint is written. The task loop's progress lives in the
+checkpoints, so a run killed anywhere — mid-task or between a task's last epoch and its
+evaluation — resumes to the same final matrix.
+
+The run folder gets ``summary.json`` (both matrices, average accuracy, forgetting,
+backward transfer) and ``cl_matrix.png``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..continual.evaluation import (
+    AccuracyMatrix,
+    average_accuracy,
+    backward_transfer,
+    class_il_correct,
+    forgetting,
+    task_il_correct,
+)
+from ..continual.trainer import ContinualTrainer
+from ..core.arguments import signature_of
+from ..core.config import Config
+from ..core.errors import ConfigError
+from ..core.registries import ALGORITHMS
+from ..data.loader import make_loader
+from .runs import write_json
+
+__all__ = ["ContinualSettings", "continual_run", "continual_settings"]
+
+log = logging.getLogger("modforge.experiment")
+
+
+class ContinualSettings:
+    """The ``continual:`` section.
+
+    Args:
+        algorithm: the method (an algorithm spec: ``der`` or ``{type: der, args: {alpha: 0.3}}``).
+        epochs_per_task: training epochs on each task.
+    """
+
+    def __init__(self, algorithm: Any = "sgd", epochs_per_task: int = 1):
+        if epochs_per_task < 1:
+            raise ValueError(f"epochs_per_task must be at least 1, got {epochs_per_task}")
+        self.algorithm = algorithm if isinstance(algorithm, dict) else {"type": str(algorithm), "args": {}}
+        self.epochs_per_task = epochs_per_task
+
+
+def continual_settings(cfg: Config) -> ContinualSettings:
+    values = signature_of(ContinualSettings).validate(cfg.data.get("continual") or {}, path="continual",
+                                                      origin_of=cfg.where)
+    try:
+        return ContinualSettings(**values)
+    except ValueError as exc:
+        raise ConfigError(str(exc), path="continual", source=cfg.where("continual")) from None
+
+
+def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train the task sequence of ``cfg``'s dataset with its algorithm; return the summary."""
+    from .runner import Experiment
+
+    exp = Experiment.build(cfg)
+    tasks = getattr(exp.splits, "tasks", None)
+    if not tasks:
+        raise ConfigError("a continual run needs a task-sequence dataset (seq_digits, perm_digits, rot_digits)",
+                          path="data.type", source=cfg.where("data.type"))
+    settings = continual_settings(cfg)
+    algorithm = ALGORITHMS.build(settings.algorithm, path="continual.algorithm", origin_of=cfg.where,
+                                 model=exp.model, num_classes=exp.splits.num_classes, seed=exp.seed)
+    loaders = [_train_loader(exp, task, i) for i, task in enumerate(tasks)]
+    trainer = exp.trainer(loaders[0], run_dir, trainer_class=ContinualTrainer, algorithm=algorithm)
+    if resume is None:
+        (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    epochs = settings.epochs_per_task
+    started = time.perf_counter()
+    first = 0
+    if resume is not None:  # the task the checkpoint is in (or the one whose evaluation is missing)
+        first = min(len(tasks) - 1, int(resume.get("continual", {}).get("tasks_done", 0)))
+    for t in range(first, len(tasks)):
+        algorithm.begin_task(t, trainer)
+        trainer.max_epochs = (t + 1) * epochs
+        val = make_loader(tasks[t].val, exp.loader, train=False) if tasks[t].val is not None else None
+        trainer.fit(loaders[t], val, resume=resume if t == first else None)
+        if trainer.continual["tasks_done"] > t:
+            continue  # resumed after this task's evaluation: nothing left to do for it
+        algorithm.end_task(t, trainer, loaders[t])
+        class_row, task_row = _evaluate_seen(trainer, exp, tasks, t)
+        trainer.continual["class_il"].append(class_row)
+        trainer.continual["task_il"].append(task_row)
+        trainer.continual["tasks_done"] = t + 1
+        trainer.save_checkpoint()  # the boundary is part of the run's state
+        log.info("task %d/%d: class-IL %s", t + 1, len(tasks), " ".join(f"{a:.3f}" for a in class_row))
+    trainer.writer.wait()
+    trainer.extra_results["train_seconds"] = time.perf_counter() - started  # this process's share
+    return _summary(cfg, run_dir, exp, settings, trainer)
+
+
+def _train_loader(exp: Any, task: Any, index: int):
+    generator = torch.Generator().manual_seed((exp.seed * 1_000_003 + index) % (1 << 63))
+    return make_loader(task.train, exp.loader, train=True, generator=generator)
+
+
+def _evaluate_seen(trainer: ContinualTrainer, exp: Any, tasks: list, t: int) -> tuple[list[float], list[float]]:
+    """Class-IL and task-IL accuracy on the test set of every task 0..t."""
+    class_il = exp.splits.setting == "class-il"
+    seen = (t + 1) * len(tasks[0].classes) if class_il else exp.splits.num_classes
+    class_row, task_row = [], []
+    for task in tasks[: t + 1]:
+        split = task.test if task.test is not None else task.val
+        out = trainer.collect(make_loader(split, exp.loader, train=False), ("logits", "label"))
+        n = len(out["label"])
+        class_row.append(class_il_correct(out["logits"], out["label"], seen) / n)
+        task_row.append(task_il_correct(out["logits"], out["label"], task.classes) / n)
+    return class_row, task_row
+
+
+def _summary(cfg: Config, run_dir: Path, exp: Any, settings: ContinualSettings, trainer: ContinualTrainer) -> dict:
+    matrices = {name: AccuracyMatrix(trainer.continual[name]) for name in ("class_il", "task_il")}
+    summary: dict[str, Any] = {
+        "config": cfg.name,
+        "algorithm": settings.algorithm,
+        "setting": exp.splits.setting,
+        "tasks": len(exp.splits.tasks),
+        "epochs_per_task": settings.epochs_per_task,
+        "params": sum(p.numel() for p in exp.model.parameters()),
+        "train_seconds": round(trainer.extra_results.get("train_seconds", 0.0), 3),
+    }
+    for name, matrix in matrices.items():
+        summary[name] = {
+            "average_accuracy": average_accuracy(matrix),
+            "forgetting": forgetting(matrix),
+            "backward_transfer": backward_transfer(matrix),
+            "matrix": matrix.as_lists(),
+        }
+    write_json(run_dir / "summary.json", summary)
+    from .plots import plot_accuracy_matrix
+
+    plot_accuracy_matrix(matrices["class_il"].as_lists(), run_dir / "cl_matrix.png", title=f"{cfg.name}: class-IL")
+    return summary
+
+

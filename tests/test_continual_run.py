@@ -1,0 +1,120 @@
+"""The continual run: tasks in order, accuracy matrices in summary.json and cl_matrix.png,
+Mammoth-style flags for the algorithm, and exact resume across task boundaries."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+CONTINUAL = """
+seed: 0
+data: {type: seq_digits, args: {as_image: false}, batch_size: 32}
+model:
+  backbone: {type: mlp, args: {hidden_dims: [64]}}
+  head: linear
+  losses: [cross_entropy]
+train:
+  optimizer: {type: sgd, args: {lr: 0.05}}
+  checkpoint: {every_n_steps: 4, keep_last: 2}
+  num_threads: 1
+  progress: never
+continual: {algorithm: {type: derpp, args: {buffer_size: 100}}, epochs_per_task: 2}
+"""
+
+
+@pytest.fixture
+def config(write):
+    return write("seq.yaml", CONTINUAL)
+
+
+def test_a_continual_run_fills_both_accuracy_matrices(cli, config, tmp_path):
+    res = cli("train", str(config), "--run-dir", "run")
+    assert res.code == 0, res.err
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["tasks"] == 5 and summary["setting"] == "class-il" and (run / "cl_matrix.png").exists()
+    for setting in ("class_il", "task_il"):
+        matrix = summary[setting]["matrix"]
+        assert [len(row) for row in matrix] == [1, 2, 3, 4, 5]  # after task i: tasks 0..i
+        assert all(0.0 <= a <= 1.0 for row in matrix for a in row)
+        assert summary[setting]["average_accuracy"] == pytest.approx(sum(matrix[-1]) / 5)
+    # task-IL is the easier setting: the task's classes are given
+    assert summary["task_il"]["average_accuracy"] > summary["class_il"]["average_accuracy"]
+    assert "class-IL" in res.out and "average accuracy" in res.out
+    checkpoint = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["continual"]["tasks_done"] == 5 and len(checkpoint["algorithm"]["buffer"]["data"]["input"]) == 100
+
+
+def test_algorithm_and_its_hyper_parameters_as_flags(cli, config):
+    res = cli("config", str(config), "--algorithm", "der", "--alpha", "0.7", "--buffer-size", "50")
+    assert res.code == 0, res.err
+    resolved = yaml.safe_load(res.out)
+    assert resolved["continual"]["algorithm"] == {
+        "type": "der", "args": {"alpha": 0.7, "buffer_size": 50}
+    }  # fmt: skip
+    res = cli("config", str(config), "--algorithm", "dre")
+    assert res.code == 2 and "did you mean 'der'" in res.err
+
+
+def test_sgd_forgets_and_replay_remembers(cli, config, tmp_path):
+    averages = {}
+    for algorithm in ("sgd", "derpp"):
+        res = cli("train", str(config), f"continual.algorithm={algorithm}", "continual.epochs_per_task=4",
+                  "--run-dir", algorithm)
+        assert res.code == 0, res.err
+        averages[algorithm] = json.loads((tmp_path / algorithm / "summary.json").read_text())["class_il"]
+    assert averages["sgd"]["average_accuracy"] < 0.3  # only the last task survives: about 1/5
+    assert averages["derpp"]["average_accuracy"] > averages["sgd"]["average_accuracy"] + 0.1
+    assert averages["sgd"]["forgetting"] > averages["derpp"]["forgetting"]
+
+
+def _train(args: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "modforge", "train", *args], cwd=cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_killed_during_the_sequence_and_resumed_gives_the_same_matrices(config, tmp_path):
+    reference = _train([str(config), "--run-dir", "reference"], tmp_path)
+    assert reference.wait(timeout=300) == 0, reference.stderr.read()
+    run = tmp_path / "killed"
+    proc = _train([str(config), "--run-dir", str(run)], tmp_path)
+    kills = 0
+    for delay in (0.4, 0.9, 0.3, 1.2):
+        while not (run / "checkpoints" / "last.pt").exists() and proc.poll() is None:
+            time.sleep(0.01)
+        time.sleep(delay)
+        if proc.poll() is not None:
+            break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        proc = _train(["--resume", str(run)], tmp_path)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    assert kills >= 2
+    ours = json.loads((run / "summary.json").read_text())
+    theirs = json.loads((tmp_path / "reference" / "summary.json").read_text())
+    assert ours["class_il"]["matrix"] == theirs["class_il"]["matrix"]
+    assert ours["task_il"]["matrix"] == theirs["task_il"]["matrix"]
+    a = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    b = torch.load(tmp_path / "reference" / "checkpoints" / "last.pt", weights_only=True)
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_bad_continual_settings_fail_at_validation(cli, config):
+    res = cli("config", str(config), "continual.epochs=3")
+    assert res.code == 2 and "continual.epochs: unknown argument 'epochs' (valid arguments: algorithm, epochs_per_task)" in res.err
+    assert "warning" not in res.err
+    res = cli("config", str(config), "continual.epochs_per_task=0")
+    assert res.code == 2 and "epochs_per_task must be at least 1" in res.err
+    res = cli("train", str(config), "data.type=digits", "--run-dir", "run")
+    assert res.code == 2 and "needs a task-sequence dataset" in res.err
