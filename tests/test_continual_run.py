@@ -118,3 +118,12 @@ def test_bad_continual_settings_fail_at_validation(cli, config):
     assert res.code == 2 and "epochs_per_task must be at least 1" in res.err
     res = cli("train", str(config), "data.type=digits", "--run-dir", "run")
     assert res.code == 2 and "needs a task-sequence dataset" in res.err
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "configs" / "continual").glob("seq_digits_*.yaml")),
+                         ids=lambda p: p.stem)
+def test_every_continual_config_validates(cli, path):
+    res = cli("config", str(path))
+    assert res.code == 0, res.err
+    resolved = yaml.safe_load(res.out)
+    assert resolved["continual"]["algorithm"]["type"] == path.stem.removeprefix("seq_digits_")
