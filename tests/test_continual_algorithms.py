@@ -119,3 +119,51 @@ def test_the_algorithm_state_is_checkpointed_and_restored(tmp_path):
     assert other.task == 2 and len(other.buffer) == len(algorithm.buffer) == 10
     assert all(torch.equal(other.buffer.all()[k], algorithm.buffer.all()[k]) for k in ("input", "label", "logits"))
     assert torch.equal(other.buffer.sample(3)["input"], algorithm.buffer.sample(3)["input"])  # same generator state
+
+
+def test_lwf_distils_the_old_classes_from_the_frozen_teacher():
+    model, algorithm, trainer = _setup("lwf", alpha=0.5, temperature=2.0)
+    batch = _batch()
+    algorithm.begin_task(0, trainer, [0, 1])
+    assert torch.equal(trainer.training_step(batch), model(batch)["loss"])  # no teacher yet
+    algorithm.end_task(0, trainer)
+    teacher_logits = model(batch["input"]).detach()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1)  # the student moves on
+    algorithm.begin_task(1, trainer, [2, 3])
+    student = model(batch["input"])
+    t = 2.0
+    kd = F.kl_div(F.log_softmax(student[:, :2] / t, 1), F.softmax(teacher_logits[:, :2] / t, 1),
+                  reduction="batchmean") * t * t
+    expected = F.cross_entropy(student, batch["label"]) + 0.5 * kd
+    assert torch.allclose(trainer.training_step(batch), expected)
+    assert algorithm.old_classes == [0, 1] and not any(p.requires_grad for p in algorithm.teacher.parameters())
+
+
+def test_ewc_online_fisher_and_penalty_by_hand():
+    model, algorithm, trainer = _setup("ewc_online", e_lambda=3.0, gamma=0.5)
+    data = _batch(3, seed=4)
+    loader = [data]  # one batch of three samples
+    algorithm.end_task(0, trainer, loader)
+    expected = torch.zeros_like(algorithm.fisher)
+    for x, y in zip(data["input"], data["label"], strict=True):
+        model.zero_grad()
+        log_p = F.log_softmax(model(x.unsqueeze(0)), 1)[0, y]
+        log_p.backward()
+        expected += log_p.detach().exp() * model.get_grads() ** 2
+    assert torch.allclose(algorithm.fisher, expected / 3)
+    anchor = model.get_params()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05)
+    batch = _batch()
+    penalty = (algorithm.fisher * (model.get_params() - anchor) ** 2).sum()
+    assert torch.allclose(trainer.training_step(batch), model(batch)["loss"] + 3.0 * penalty)
+    first = algorithm.fisher.clone()
+    algorithm.end_task(1, trainer, loader)  # online: decayed old Fisher plus the new one
+    assert torch.allclose(algorithm.fisher, 0.5 * first + algorithm.fisher_information(loader))
+
+
+def test_joint_trains_each_task_on_all_data_so_far():
+    assert mf.ALGORITHMS.get("joint").cumulative and not mf.ALGORITHMS.get("sgd").cumulative

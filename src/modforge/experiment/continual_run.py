@@ -78,7 +78,7 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
     settings = continual_settings(cfg)
     algorithm = ALGORITHMS.build(settings.algorithm, path="continual.algorithm", origin_of=cfg.where,
                                  model=exp.model, num_classes=exp.splits.num_classes, seed=exp.seed)
-    loaders = [_train_loader(exp, task, i) for i, task in enumerate(tasks)]
+    loaders = [_train_loader(exp, tasks, i, cumulative=algorithm.cumulative) for i in range(len(tasks))]
     trainer = exp.trainer(loaders[0], run_dir, trainer_class=ContinualTrainer, algorithm=algorithm)
     if resume is None:
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
@@ -88,13 +88,13 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
     if resume is not None:  # the task the checkpoint is in (or the one whose evaluation is missing)
         first = min(len(tasks) - 1, int(resume.get("continual", {}).get("tasks_done", 0)))
     for t in range(first, len(tasks)):
-        algorithm.begin_task(t, trainer)
+        algorithm.begin_task(t, trainer, tasks[t].classes)
         trainer.max_epochs = (t + 1) * epochs
         val = make_loader(tasks[t].val, exp.loader, train=False) if tasks[t].val is not None else None
         trainer.fit(loaders[t], val, resume=resume if t == first else None)
         if trainer.continual["tasks_done"] > t:
             continue  # resumed after this task's evaluation: nothing left to do for it
-        algorithm.end_task(t, trainer, loaders[t])
+        algorithm.end_task(t, trainer, make_loader(loaders[t].dataset, exp.loader, train=False))
         class_row, task_row = _evaluate_seen(trainer, exp, tasks, t)
         trainer.continual["class_il"].append(class_row)
         trainer.continual["task_il"].append(task_row)
@@ -106,9 +106,14 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
     return _summary(cfg, run_dir, exp, settings, trainer)
 
 
-def _train_loader(exp: Any, task: Any, index: int):
+def _train_loader(exp: Any, tasks: list, index: int, *, cumulative: bool):
+    """Task ``index``'s training loader (its own seeded order); with ``cumulative``, over the
+    data of tasks 0..index (JOINT)."""
+    from ..data.base import ArrayDataset
+
+    data = ArrayDataset.concat([t.train for t in tasks[: index + 1]]) if cumulative else tasks[index].train
     generator = torch.Generator().manual_seed((exp.seed * 1_000_003 + index) % (1 << 63))
-    return make_loader(task.train, exp.loader, train=True, generator=generator)
+    return make_loader(data, exp.loader, train=True, generator=generator)
 
 
 def _evaluate_seen(trainer: ContinualTrainer, exp: Any, tasks: list, t: int) -> tuple[list[float], list[float]]:

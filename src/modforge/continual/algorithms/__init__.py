@@ -1,3 +1,3 @@
 """Built-in continual-learning algorithms (imported on first use of the algorithm registry)."""
 
-from . import finetune, replay  # noqa: F401 - registration
+from . import distillation, finetune, regularization, replay  # noqa: F401 - registration

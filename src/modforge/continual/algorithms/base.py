@@ -11,6 +11,7 @@ algorithm remembers between steps (a buffer, old logits, Fisher information...) 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -30,18 +31,22 @@ class Algorithm:
     """
 
     uses_buffer = False
+    cumulative = False  # True: task t trains on the data of tasks 0..t (JOINT)
 
     def __init__(self, model: torch.nn.Module, num_classes: int | None = None):
         self.model, self.num_classes = model, num_classes
         self.task = -1
+        self.seen_classes: list[int] = []  # classes of the tasks begun so far, in order
 
     # --------------------------------------------------------- task boundaries
-    def begin_task(self, task: int, trainer: Any = None) -> None:
-        """Called before the first step of task ``task``."""
+    def begin_task(self, task: int, trainer: Any = None, classes: Sequence[int] = ()) -> None:
+        """Called before the first step of task ``task`` (whose labels are ``classes``)."""
         self.task = task
+        self.seen_classes += [int(c) for c in classes if int(c) not in self.seen_classes]
 
     def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
-        """Called after the last step of task ``task`` (``loader``: that task's training data)."""
+        """Called after the last step of task ``task`` (``loader``: that task's training data,
+        in order, unshuffled)."""
 
     # ------------------------------------------------------------------- step
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
@@ -50,10 +55,11 @@ class Algorithm:
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
-        return {"task": self.task}
+        return {"task": self.task, "seen_classes": list(self.seen_classes)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.task = int(state["task"])
+        self.seen_classes = [int(c) for c in state.get("seen_classes", [])]
 
 
 class ReplayAlgorithm(Algorithm):

@@ -15,3 +15,16 @@ class SGD(Algorithm):
         model: the model (wired by the runner).
         num_classes: number of classes (wired by the runner).
     """
+
+
+@register_algorithm("joint")
+class Joint(Algorithm):
+    """The upper bound: task ``t`` trains on the data of every task so far (0..t) at once,
+    so nothing is ever forgotten for lack of data.
+
+    Args:
+        model: the model (wired by the runner).
+        num_classes: number of classes (wired by the runner).
+    """
+
+    cumulative = True
