@@ -24,7 +24,10 @@ def test_reservoir_keeps_every_seen_sample_with_equal_probability():
             ids = torch.arange(start, start + 10)
             buffer.add(ids % 5, index=ids)
         assert len(buffer) == capacity and buffer.seen == stream
-        hits[buffer.all()["index"]] += 1
+        kept = buffer.all()
+        assert torch.equal(kept["label"], kept["index"] % 5)  # a slot's tensors come from one row
+        assert len(kept["index"].unique()) == capacity
+        hits[kept["index"]] += 1
     rate = hits / trials  # each sample: capacity / stream = 0.2
     assert abs(float(rate.mean()) - 0.2) < 1e-6  # exactly `capacity` kept each time
     assert float(rate[:50].mean()) == pytest.approx(0.2, abs=0.03) and float(rate[50:].mean()) == pytest.approx(

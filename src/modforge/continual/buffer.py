@@ -73,11 +73,12 @@ class Buffer:
                 k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device) for k, v in batch.items()
             }
         slots = self._reservoir_slots(len(labels)) if self.policy == "reservoir" else self._balanced_slots(labels)
-        keep = slots >= 0
-        if keep.any():
-            rows, targets = keep.nonzero().reshape(-1), slots[keep]
+        last_row = {int(slot): row for row, slot in enumerate(slots.tolist()) if slot >= 0}  # a later row wins a slot
+        if last_row:
+            targets = torch.tensor(list(last_row), dtype=torch.long)
+            rows = torch.tensor(list(last_row.values()), dtype=torch.long)
             for key, value in batch.items():
-                self.data[key][targets.to(value.device)] = value[rows]
+                self.data[key][targets.to(value.device)] = value[rows.to(value.device)]
 
     def _reservoir_slots(self, n: int) -> torch.Tensor:
         """Target slot per incoming row (-1: not kept), by algorithm R."""
