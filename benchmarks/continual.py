@@ -26,8 +26,8 @@ ALGORITHMS = {  # name: the --algorithm flags (hyper-parameters), buffer 200 whe
     "ewc_online": ["--e-lambda", "10", "--gamma", "1.0"],
     "lwf": ["--alpha", "1.0", "--temperature", "2.0"],
     "er": ["--buffer-size", "200"],
-    "der": ["--buffer-size", "200", "--alpha", "1.0"],
-    "derpp": ["--buffer-size", "200", "--alpha", "0.5", "--beta", "0.5"],
+    "der": ["--buffer-size", "200", "--alpha", "0.3"],
+    "derpp": ["--buffer-size", "200", "--alpha", "0.1", "--beta", "0.5"],
     "joint": [],
 }
 
@@ -78,7 +78,7 @@ def main() -> int:
         f" ({_machine()})._",
         "",
         f"scikit-learn's digits as 5 tasks × 2 classes (`seq_digits`, class order from the seed), an MLP "
-        f"(100-100) trained with SGD (lr 0.05, batch 32), {ns.epochs} epochs per task, seeds "
+        f"(100-100) trained with SGD (lr 0.05, batch 10 as Mammoth's Seq-MNIST), {ns.epochs} epochs per task, seeds "
         f"{', '.join(map(str, ns.seeds))}; rehearsal methods keep 200 samples. Accuracy is on every task's test "
         "set after the last task (mean ± std over seeds, %).",
         "",
