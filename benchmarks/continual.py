@@ -28,6 +28,7 @@ ALGORITHMS = {  # name: the --algorithm flags (hyper-parameters), buffer 200 whe
     "er": ["--buffer-size", "200"],
     "der": ["--buffer-size", "200", "--alpha", "1.0"],
     "derpp": ["--buffer-size", "200", "--alpha", "0.1", "--beta", "0.5"],
+    "layer_distill": ["--buffer-size", "200", "--alpha", "0.3"],
     "joint": [],
 }
 

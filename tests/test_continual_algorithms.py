@@ -167,3 +167,21 @@ def test_ewc_online_fisher_and_penalty_by_hand():
 
 def test_joint_trains_each_task_on_all_data_so_far():
     assert mf.ALGORITHMS.get("joint").cumulative and not mf.ALGORITHMS.get("sgd").cumulative
+
+
+def test_layer_distillation_uses_every_layer_of_the_model():
+    model, algorithm, trainer = _setup("layer_distill", alpha=0.4, buffer_size=4, minibatch_size=4)
+    stored = _fill(algorithm)
+    algorithm.end_task(0, trainer)
+    teacher_layers = [t.detach() for t in model(stored["input"], returnt="full")]
+    assert len(teacher_layers) == 3  # the MLP's hidden block, the backbone's output, the head's logits
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.1)
+    batch = _batch()
+    student_layers = model(stored["input"], returnt="full")
+    per_layer = torch.stack([F.mse_loss(s, t) for s, t in zip(student_layers, teacher_layers, strict=True)])
+    joined = F.cross_entropy(model(torch.cat([batch["input"], stored["input"]])),
+                             torch.cat([batch["label"], stored["label"]]))
+    assert torch.allclose(trainer.training_step(batch), joined + 0.4 * per_layer.mean())
+    assert (per_layer > 0).all()  # every layer moved, every layer is in the loss

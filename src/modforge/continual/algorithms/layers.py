@@ -1,0 +1,95 @@
+"""``layer_distill`` — rehearsal plus distillation of *every layer* (TwF-style; Boschini et al.,
+"Transfer without Forgetting", ECCV 2022, distil all intermediate features of a frozen
+teacher). At the end of each task the model is frozen as the teacher; each step trains on the
+current batch joined with a replayed minibatch (as ``er``) and adds ``alpha`` times the mean,
+over every layer ``model(x, returnt="full")`` reports, of the MSE between the student's and
+the teacher's outputs on the replayed inputs. TwF's attention modules that choose *which*
+features to transfer are not reproduced: every layer counts equally."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ...core.registries import register_algorithm
+from ..buffer import Policy
+from .base import ReplayAlgorithm
+
+__all__ = ["LayerDistillation"]
+
+
+@register_algorithm("layer_distill")
+class LayerDistillation(ReplayAlgorithm):
+    """Experience replay plus MSE distillation of every layer's output from the model frozen
+    at the end of the previous task.
+
+    Args:
+        model: the model (wired by the runner).
+        num_classes: number of classes (wired by the runner).
+        alpha: weight of the mean per-layer MSE.
+        buffer_size: how many past samples are kept.
+        minibatch_size: how many are replayed per step (None: the batch size).
+        buffer_policy: 'reservoir' or 'class_balanced'.
+        seed: seeds the buffer's sampling (wired from the config's seed).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        num_classes: int | None = None,
+        alpha: float = 0.3,
+        buffer_size: int = 200,
+        minibatch_size: int | None = None,
+        buffer_policy: Policy = "reservoir",
+        seed: int = 0,
+    ):
+        super().__init__(model, num_classes, buffer_size, minibatch_size, buffer_policy, seed)
+        if alpha < 0:
+            raise ValueError(f"alpha must not be negative, got {alpha}")
+        self.alpha = alpha
+        self.teacher: torch.nn.Module | None = None
+
+    def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
+        self.teacher = self._frozen_copy()
+
+    def _frozen_copy(self) -> torch.nn.Module:
+        teacher = copy.deepcopy(self.model).eval()
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+        return teacher
+
+    def layer_loss(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Mean over layers of ``MSE(student layer, teacher layer)`` on ``inputs`` (every
+        output ``returnt="full"`` gives, the backbone's blocks included)."""
+        student = self.model(inputs, returnt="full")
+        with torch.no_grad():
+            teacher = self.teacher(inputs, returnt="full")
+        if len(student) != len(teacher):
+            raise ValueError(f"student gives {len(student)} layers, teacher {len(teacher)}")
+        return torch.stack([F.mse_loss(s, t) for s, t in zip(student, teacher, strict=True)]).mean()
+
+    def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
+        past = self.replay(batch)
+        joined = batch if past is None else {
+            "input": torch.cat([batch["input"], past["input"]]),
+            "label": torch.cat([batch["label"], past["label"]]),
+        }  # fmt: skip
+        loss = trainer.forward(joined)["loss"]
+        if past is not None and self.teacher is not None:
+            loss = loss + self.alpha * self.layer_loss(past["input"])
+        self.remember(batch, {})
+        return loss
+
+    def state_dict(self) -> dict[str, Any]:
+        teacher = None if self.teacher is None else self.teacher.state_dict()
+        return {**super().state_dict(), "teacher": teacher}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.teacher = None
+        if state.get("teacher") is not None:
+            self.teacher = self._frozen_copy()
+            self.teacher.load_state_dict(state["teacher"])
