@@ -138,7 +138,7 @@ def test_lwf_distils_the_old_classes_from_the_frozen_teacher():
                   reduction="batchmean") * t * t
     expected = F.cross_entropy(student, batch["label"]) + 0.5 * kd
     assert torch.allclose(trainer.training_step(batch), expected)
-    assert algorithm.old_classes == [0, 1] and not any(p.requires_grad for p in algorithm.teacher.parameters())
+    assert algorithm.old_classes == [0, 1] and not any(p.requires_grad for p in algorithm.teacher.frozen.parameters())
 
 
 def test_ewc_online_fisher_and_penalty_by_hand():

@@ -11,6 +11,7 @@ algorithm remembers between steps (a buffer, old logits, Fisher information...) 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +19,46 @@ import torch
 
 from ..buffer import Buffer, Policy
 
-__all__ = ["Algorithm", "ReplayAlgorithm"]
+__all__ = ["Algorithm", "ReplayAlgorithm", "Teacher", "joined"]
+
+
+def joined(batch: dict[str, Any], past: dict[str, torch.Tensor] | None) -> dict[str, Any]:
+    """The current batch with a replayed minibatch appended (inputs and labels); the batch
+    itself when nothing is replayed."""
+    if past is None:
+        return batch
+    return {"input": torch.cat([batch["input"], past["input"]]), "label": torch.cat([batch["label"], past["label"]])}
+
+
+class Teacher:
+    """A frozen copy of a model (eval mode, no gradients) that distillation methods keep
+    from the end of the last task, with its weights in checkpoints."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.frozen: torch.nn.Module | None = None
+
+    def freeze(self) -> None:
+        """Take the model as it is now."""
+        self.frozen = copy.deepcopy(self.model).eval()
+        for p in self.frozen.parameters():
+            p.requires_grad_(False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.no_grad():
+            return self.frozen(*args, **kwargs)
+
+    def __bool__(self) -> bool:
+        return self.frozen is not None
+
+    def state_dict(self) -> dict[str, torch.Tensor] | None:
+        return None if self.frozen is None else self.frozen.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor] | None) -> None:
+        self.frozen = None
+        if state is not None:
+            self.freeze()
+            self.frozen.load_state_dict(state)
 
 
 class Algorithm:

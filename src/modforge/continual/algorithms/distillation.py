@@ -5,14 +5,13 @@ inputs (temperature-softened KL, scaled by T² as in Hinton et al.) — no store
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ...core.registries import register_algorithm
-from .base import Algorithm
+from .base import Algorithm, Teacher
 
 __all__ = ["LwF"]
 
@@ -36,41 +35,30 @@ class LwF(Algorithm):
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
         self.alpha, self.temperature = alpha, temperature
-        self.teacher: torch.nn.Module | None = None
+        self.teacher = Teacher(model)
         self.old_classes: list[int] = []
 
     def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
-        self.teacher = self._frozen_copy()
+        self.teacher.freeze()
         self.old_classes = list(self.seen_classes)
-
-    def _frozen_copy(self) -> torch.nn.Module:
-        teacher = copy.deepcopy(self.model).eval()
-        for p in teacher.parameters():
-            p.requires_grad_(False)
-        return teacher
 
     def distillation(self, student_logits: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
         """``T² · KL(softmax(teacher/T) ‖ softmax(student/T))`` over the old classes."""
         t, cols = self.temperature, torch.as_tensor(self.old_classes, device=student_logits.device)
-        with torch.no_grad():
-            teacher_logits = self.teacher({"input": inputs})["logits"].index_select(1, cols)
+        teacher_logits = self.teacher({"input": inputs})["logits"].index_select(1, cols)
         student = F.log_softmax(student_logits.index_select(1, cols) / t, dim=1)
         return F.kl_div(student, F.softmax(teacher_logits / t, dim=1), reduction="batchmean") * t * t
 
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
         out = trainer.forward(batch)
-        if self.teacher is None or not self.old_classes:
+        if not self.teacher or not self.old_classes:
             return out["loss"]
         return out["loss"] + self.alpha * self.distillation(out["logits"], batch["input"])
 
     def state_dict(self) -> dict[str, Any]:
-        teacher = None if self.teacher is None else self.teacher.state_dict()
-        return {**super().state_dict(), "teacher": teacher, "old_classes": list(self.old_classes)}
+        return {**super().state_dict(), "teacher": self.teacher.state_dict(), "old_classes": list(self.old_classes)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.old_classes = [int(c) for c in state.get("old_classes", [])]
-        self.teacher = None
-        if state.get("teacher") is not None:
-            self.teacher = self._frozen_copy()
-            self.teacher.load_state_dict(state["teacher"])
+        self.teacher.load_state_dict(state.get("teacher"))

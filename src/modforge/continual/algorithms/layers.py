@@ -8,7 +8,6 @@ features to transfer are not reproduced: every layer counts equally."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -16,7 +15,7 @@ import torch.nn.functional as F
 
 from ...core.registries import register_algorithm
 from ..buffer import Policy
-from .base import ReplayAlgorithm
+from .base import ReplayAlgorithm, Teacher, joined
 
 __all__ = ["LayerDistillation"]
 
@@ -50,46 +49,31 @@ class LayerDistillation(ReplayAlgorithm):
         if alpha < 0:
             raise ValueError(f"alpha must not be negative, got {alpha}")
         self.alpha = alpha
-        self.teacher: torch.nn.Module | None = None
+        self.teacher = Teacher(model)
 
     def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
-        self.teacher = self._frozen_copy()
-
-    def _frozen_copy(self) -> torch.nn.Module:
-        teacher = copy.deepcopy(self.model).eval()
-        for p in teacher.parameters():
-            p.requires_grad_(False)
-        return teacher
+        self.teacher.freeze()
 
     def layer_loss(self, inputs: torch.Tensor) -> torch.Tensor:
         """Mean over layers of ``MSE(student layer, teacher layer)`` on ``inputs`` (every
         output ``returnt="full"`` gives, the backbone's blocks included)."""
         student = self.model(inputs, returnt="full")
-        with torch.no_grad():
-            teacher = self.teacher(inputs, returnt="full")
+        teacher = self.teacher(inputs, returnt="full")
         if len(student) != len(teacher):
             raise ValueError(f"student gives {len(student)} layers, teacher {len(teacher)}")
         return torch.stack([F.mse_loss(s, t) for s, t in zip(student, teacher, strict=True)]).mean()
 
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
         past = self.replay(batch)
-        joined = batch if past is None else {
-            "input": torch.cat([batch["input"], past["input"]]),
-            "label": torch.cat([batch["label"], past["label"]]),
-        }  # fmt: skip
-        loss = trainer.forward(joined)["loss"]
-        if past is not None and self.teacher is not None:
+        loss = trainer.forward(joined(batch, past))["loss"]
+        if past is not None and self.teacher:
             loss = loss + self.alpha * self.layer_loss(past["input"])
         self.remember(batch, {})
         return loss
 
     def state_dict(self) -> dict[str, Any]:
-        teacher = None if self.teacher is None else self.teacher.state_dict()
-        return {**super().state_dict(), "teacher": teacher}
+        return {**super().state_dict(), "teacher": self.teacher.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.teacher = None
-        if state.get("teacher") is not None:
-            self.teacher = self._frozen_copy()
-            self.teacher.load_state_dict(state["teacher"])
+        self.teacher.load_state_dict(state.get("teacher"))

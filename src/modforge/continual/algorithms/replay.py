@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ...core.registries import register_algorithm
 from ..buffer import Policy
-from .base import ReplayAlgorithm
+from .base import ReplayAlgorithm, joined
 
 __all__ = ["DER", "DERpp", "ExperienceReplay"]
 
@@ -37,12 +37,7 @@ class ExperienceReplay(ReplayAlgorithm):
     """
 
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
-        past = self.replay(batch)
-        joined = batch if past is None else {
-            "input": torch.cat([batch["input"], past["input"]]),
-            "label": torch.cat([batch["label"], past["label"]]),
-        }  # fmt: skip
-        loss = trainer.forward(joined)["loss"]
+        loss = trainer.forward(joined(batch, self.replay(batch)))["loss"]
         self.remember(batch, {})
         return loss
 
