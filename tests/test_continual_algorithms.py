@@ -165,6 +165,23 @@ def test_ewc_online_fisher_and_penalty_by_hand():
     assert torch.allclose(algorithm.fisher, 0.5 * first + algorithm.fisher_information(loader))
 
 
+def test_ewc_online_warns_when_the_penalty_is_too_stiff_for_sgd(caplog):
+    from modforge.continual.algorithms.regularization import sgd_stability_margin
+
+    model, algorithm, trainer = _setup("ewc_online", e_lambda=1.0)  # SGD, lr 0.1
+    loader = [_batch(3, seed=4)]
+    with caplog.at_level("WARNING", logger="modforge.continual"):
+        algorithm.end_task(0, trainer, loader)
+    assert not caplog.records
+    algorithm.e_lambda = 2.0 / (0.1 * float(algorithm.fisher.max()))  # lr·λ·F_max = 2 (> 1: diverges)
+    with caplog.at_level("WARNING", logger="modforge.continual"):
+        algorithm.end_task(1, trainer, loader)
+    assert "too stiff" in caplog.text and "Lower e_lambda" in caplog.text
+    momentum = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    assert sgd_stability_margin(momentum, 10.0) == pytest.approx(1.0 / 1.9)
+    assert sgd_stability_margin(torch.optim.Adam(model.parameters()), 10.0) is None
+
+
 def test_joint_trains_each_task_on_all_data_so_far():
     assert mf.ALGORITHMS.get("joint").cumulative and not mf.ALGORITHMS.get("sgd").cumulative
 

@@ -154,13 +154,20 @@ def test_task_il_masking_and_class_il_argmax():
 
 
 def test_accuracy_matrix_summaries_by_hand():
-    from modforge.continual.evaluation import AccuracyMatrix, average_accuracy, backward_transfer, forgetting
+    from modforge.continual.evaluation import (
+        AccuracyMatrix,
+        average_accuracy,
+        backward_transfer,
+        forgetting,
+        learning_accuracy,
+    )
 
     m = AccuracyMatrix()
     m.add_row([0.9])
     m.add_row([0.6, 0.8])
     m.add_row([0.5, 0.7, 0.95])
     assert average_accuracy(m) == pytest.approx((0.5 + 0.7 + 0.95) / 3)
+    assert learning_accuracy(m) == pytest.approx((0.9 + 0.8 + 0.95) / 3)  # the diagonal
     # forgetting: task 0 best before the end 0.9 → 0.5 (0.4); task 1 best 0.8 → 0.7 (0.1)
     assert forgetting(m) == pytest.approx((0.4 + 0.1) / 2)
     # backward transfer: (0.5 − 0.9 + 0.7 − 0.8) / 2

@@ -52,6 +52,20 @@ def test_a_continual_run_fills_both_accuracy_matrices(cli, config, tmp_path):
     assert "class-IL" in res.out and "average accuracy" in res.out
     checkpoint = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert checkpoint["continual"]["tasks_done"] == 5 and len(checkpoint["algorithm"]["buffer"]["data"]["input"]) == 100
+    assert not (run / "checkpoints" / "best.pt").exists()  # no epoch of a sequence is "best"
+
+
+def test_modforge_test_re_evaluates_every_task_with_the_algorithms_classifier(cli, config, tmp_path):
+    res = cli("train", str(config), "continual.algorithm={type: icarl, args: {buffer_size: 60}}", "--run-dir", "run")
+    assert res.code == 0, res.err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    res = cli("test", "run")
+    assert res.code == 0, res.err
+    record = json.loads((tmp_path / "run" / "evaluations" / "last-test.json").read_text())
+    assert record["tasks"] == 5  # nearest-mean-of-exemplars scores, as during the run
+    assert record["class_il_accuracy"] == pytest.approx(summary["class_il"]["average_accuracy"])
+    assert record["task_il_accuracy"] == pytest.approx(summary["task_il"]["average_accuracy"])
+    assert [record[f"class_il_task{i}"] for i in range(1, 6)] == pytest.approx(summary["class_il"]["matrix"][-1])
 
 
 def test_algorithm_and_its_hyper_parameters_as_flags(cli, config):
@@ -83,11 +97,13 @@ def _train(args: list[str], cwd: Path) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_killed_during_the_sequence_and_resumed_gives_the_same_matrices(config, tmp_path):
-    reference = _train([str(config), "--run-dir", "reference"], tmp_path)
+@pytest.mark.parametrize("algorithm", ["derpp", "icarl"])  # a reservoir buffer; herding exemplars and a teacher
+def test_killed_during_the_sequence_and_resumed_gives_the_same_matrices(config, tmp_path, algorithm):
+    chosen = f"continual.algorithm={{type: {algorithm}, args: {{buffer_size: 100}}}}"
+    reference = _train([str(config), chosen, "--run-dir", "reference"], tmp_path)
     assert reference.wait(timeout=300) == 0, reference.stderr.read()
     run = tmp_path / "killed"
-    proc = _train([str(config), "--run-dir", str(run)], tmp_path)
+    proc = _train([str(config), chosen, "--run-dir", str(run)], tmp_path)
     kills = 0
     for delay in (0.4, 0.9, 0.3, 1.2):
         while not (run / "checkpoints" / "last.pt").exists() and proc.poll() is None:
@@ -118,6 +134,8 @@ def test_bad_continual_settings_fail_at_validation(cli, config):
     assert res.code == 2 and "epochs_per_task must be at least 1" in res.err
     res = cli("train", str(config), "data.type=digits", "--run-dir", "run")
     assert res.code == 2 and "needs a task-sequence dataset" in res.err
+    res = cli("train", str(config), "data.type=perm_digits", "continual.algorithm=icarl", "--run-dir", "run")
+    assert res.code == 2 and "algorithm 'icarl' works on class-il sequences; data.type 'perm_digits' is domain-il" in res.err
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "configs" / "continual").glob("seq_digits_*.yaml")),

@@ -7,7 +7,9 @@ summaries computed from it.
   masked out before the argmax (Mammoth's ``mask_classes``);
 * the **accuracy matrix** ``R[i][j]``: accuracy on task ``j``'s test set after training
   task ``i`` (``j ≤ i``; the upper triangle is empty);
-* **average accuracy** — the mean of the last row; **forgetting** (Chaudhry et al., 2018) —
+* **average accuracy** — the mean of the last row; **learning accuracy** (Riemer et al.,
+  2019) — the mean of the diagonal, each task's accuracy right after it was trained (how
+  well the method still learns: the other side of forgetting); **forgetting** (Chaudhry et al., 2018) —
   over the tasks before the last, the mean drop from their best accuracy before the end
   to the final one; **backward transfer** (Lopez-Paz & Ranzato, 2017) — the mean of
   ``R[T−1][j] − R[j][j]`` over ``j < T−1`` (negative: forgetting).
@@ -26,6 +28,7 @@ __all__ = [
     "backward_transfer",
     "class_il_correct",
     "forgetting",
+    "learning_accuracy",
     "mask_to_classes",
     "task_il_correct",
 ]
@@ -74,6 +77,11 @@ class AccuracyMatrix:
 def average_accuracy(matrix: AccuracyMatrix) -> float:
     """Mean accuracy over every task after the last one was trained (NaN for an empty matrix)."""
     return sum(matrix.rows[-1]) / len(matrix.rows[-1]) if matrix.rows else math.nan
+
+
+def learning_accuracy(matrix: AccuracyMatrix) -> float:
+    """Mean of ``R[j][j]``: each task's accuracy just after training it (NaN for an empty matrix)."""
+    return sum(row[j] for j, row in enumerate(matrix.rows)) / len(matrix) if matrix.rows else math.nan
 
 
 def forgetting(matrix: AccuracyMatrix) -> float:

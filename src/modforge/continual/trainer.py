@@ -39,6 +39,12 @@ class ContinualTrainer(Trainer):
     def training_step(self, batch: dict[str, Any]) -> torch.Tensor:
         return self.algorithm.training_step(self, batch)
 
+    def save_checkpoint(self, *, keep_last: int = 3, best: bool = False) -> Any:
+        """Save as the Trainer does, but never as ``best.pt``: an epoch's validation metric is
+        measured on one task only, so no epoch of a sequence is "best" — the final model is
+        the result, and ``modforge test`` / ``export`` fall back to ``last.pt``."""
+        return super().save_checkpoint(keep_last=keep_last, best=False)
+
     def checkpoint_payload(self) -> dict[str, Any]:
         return {**super().checkpoint_payload(), "algorithm": self.algorithm.state_dict(), "continual": self.continual}
 

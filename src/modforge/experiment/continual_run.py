@@ -27,17 +27,18 @@ from ..continual.evaluation import (
     backward_transfer,
     class_il_correct,
     forgetting,
+    learning_accuracy,
     task_il_correct,
 )
 from ..continual.trainer import ContinualTrainer
 from ..core.arguments import signature_of
 from ..core.config import Config
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, UsageError
 from ..core.registries import ALGORITHMS
 from ..data.loader import make_loader
 from .runs import write_json
 
-__all__ = ["ContinualSettings", "continual_run", "continual_settings"]
+__all__ = ["ContinualSettings", "continual_run", "continual_settings", "evaluate_continual"]
 
 log = logging.getLogger("modforge.experiment")
 
@@ -78,6 +79,11 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
     settings = continual_settings(cfg)
     algorithm = ALGORITHMS.build(settings.algorithm, path="continual.algorithm", origin_of=cfg.where,
                                  model=exp.model, num_classes=exp.splits.num_classes, seed=exp.seed)
+    if exp.splits.setting not in algorithm.settings:
+        name = settings.algorithm["type"]
+        raise ConfigError(f"algorithm '{name}' works on {' or '.join(algorithm.settings)} sequences; "
+                          f"data.type '{cfg.data['data']['type']}' is {exp.splits.setting}",
+                          path="continual.algorithm", source=cfg.where("continual.algorithm"))
     loaders = [_train_loader(exp, tasks, i, cumulative=algorithm.cumulative) for i in range(len(tasks))]
     trainer = exp.trainer(loaders[0], run_dir, trainer_class=ContinualTrainer, algorithm=algorithm)
     if resume is None:
@@ -106,6 +112,27 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
     return _summary(cfg, run_dir, exp, settings, trainer)
 
 
+def evaluate_continual(exp: Any, payload: dict[str, Any], split: str = "test") -> dict[str, float]:
+    """What ``modforge test`` reports for a continual run: the checkpoint's model (with its
+    algorithm's state — iCaRL classifies by its stored exemplar means) on every task trained
+    so far — class-IL and task-IL accuracy per task and their averages."""
+    settings = continual_settings(exp.cfg)
+    algorithm = ALGORITHMS.build(settings.algorithm, path="continual.algorithm", origin_of=exp.cfg.where,
+                                 model=exp.model, num_classes=exp.splits.num_classes, seed=exp.seed)
+    if payload.get("algorithm") is not None:
+        algorithm.load_state_dict(payload["algorithm"])
+    trainer = ContinualTrainer(exp.model, torch.optim.SGD(exp.model.parameters(), lr=0.0), algorithm=algorithm,
+                               device=exp.settings.device)
+    tasks = exp.splits.tasks
+    trained = max(0, min(len(tasks) - 1, algorithm.task))  # the task the checkpoint was in
+    class_row, task_row = _evaluate_seen(trainer, exp, tasks, trained, split)
+    results = {"tasks": trained + 1, "class_il_accuracy": sum(class_row) / len(class_row),
+               "task_il_accuracy": sum(task_row) / len(task_row)}
+    for i, (c, t) in enumerate(zip(class_row, task_row, strict=True)):
+        results[f"class_il_task{i + 1}"], results[f"task_il_task{i + 1}"] = c, t
+    return results
+
+
 def _train_loader(exp: Any, tasks: list, index: int, *, cumulative: bool):
     """Task ``index``'s training loader (its own seeded order); with ``cumulative``, over the
     data of tasks 0..index (JOINT)."""
@@ -116,17 +143,23 @@ def _train_loader(exp: Any, tasks: list, index: int, *, cumulative: bool):
     return make_loader(data, exp.loader, train=True, generator=generator)
 
 
-def _evaluate_seen(trainer: ContinualTrainer, exp: Any, tasks: list, t: int) -> tuple[list[float], list[float]]:
-    """Class-IL and task-IL accuracy on the test set of every task 0..t."""
+def _evaluate_seen(
+    trainer: ContinualTrainer, exp: Any, tasks: list, t: int, split_name: str = "test"
+) -> tuple[list[float], list[float]]:
+    """Class-IL and task-IL accuracy on the ``split_name`` set (test: else val) of every task 0..t."""
     class_il = exp.splits.setting == "class-il"
     seen = (t + 1) * len(tasks[0].classes) if class_il else exp.splits.num_classes
     class_row, task_row = [], []
     for task in tasks[: t + 1]:
-        split = task.test if task.test is not None else task.val
-        out = trainer.collect(make_loader(split, exp.loader, train=False), ("logits", "label"))
+        split = getattr(task, split_name)
+        if split is None and split_name == "test":
+            split = task.val
+        if split is None or len(split) == 0:
+            raise UsageError(f"task {len(class_row)} of {exp.cfg.name} has no {split_name} split")
+        out = trainer.algorithm.class_scores(trainer, make_loader(split, exp.loader, train=False))
         n = len(out["label"])
-        class_row.append(class_il_correct(out["logits"], out["label"], seen) / n)
-        task_row.append(task_il_correct(out["logits"], out["label"], task.classes) / n)
+        class_row.append(class_il_correct(out["scores"], out["label"], seen) / n)
+        task_row.append(task_il_correct(out["scores"], out["label"], task.classes) / n)
     return class_row, task_row
 
 
@@ -144,6 +177,7 @@ def _summary(cfg: Config, run_dir: Path, exp: Any, settings: ContinualSettings, 
     for name, matrix in matrices.items():
         summary[name] = {
             "average_accuracy": average_accuracy(matrix),
+            "learning_accuracy": learning_accuracy(matrix),
             "forgetting": forgetting(matrix),
             "backward_transfer": backward_transfer(matrix),
             "matrix": matrix.as_lists(),

@@ -321,6 +321,10 @@ def evaluate_checkpoint(
     from ..core.errors import UsageError
 
     exp, path = load_trained(target, which, overrides)
+    if exp.cfg.data.get("continual") is not None and getattr(exp.splits, "tasks", None):
+        from .continual_run import evaluate_continual
+
+        return {split: evaluate_continual(exp, load_checkpoint(path), split)}, path
     loader_split = {"test": exp.splits.test, "val": exp.splits.val, "train": exp.splits.train}[split]
     if loader_split is None or len(loader_split) == 0:
         raise UsageError(f"the dataset of {path} has no {split} split")

@@ -111,7 +111,7 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
         rows = [
             (setting.replace("_", "-").replace("il", "IL"), key.replace("_", " "), f"{summary[setting][key]:.4f}")
             for setting in ("class_il", "task_il")
-            for key in ("average_accuracy", "forgetting", "backward_transfer")
+            for key in ("average_accuracy", "learning_accuracy", "forgetting", "backward_transfer")
             if isinstance(summary[setting][key], float)
         ]
         rows.append(("run", "train seconds", f"{summary['train_seconds']:.1f}"))

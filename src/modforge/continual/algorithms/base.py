@@ -72,6 +72,7 @@ class Algorithm:
 
     uses_buffer = False
     cumulative = False  # True: task t trains on the data of tasks 0..t (JOINT)
+    settings: tuple[str, ...] = ("class-il", "domain-il")  # the task sequences the method works on
 
     def __init__(self, model: torch.nn.Module, num_classes: int | None = None):
         self.model, self.num_classes = model, num_classes
@@ -92,6 +93,14 @@ class Algorithm:
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
         """The loss of one batch; the trainer back-propagates it."""
         return trainer.forward(batch)["loss"]
+
+    # ------------------------------------------------------------- evaluation
+    def class_scores(self, trainer: Any, loader: Any) -> dict[str, torch.Tensor]:
+        """Per-class scores (``scores`` [N, classes]) and ``label`` on ``loader``: what the
+        continual evaluation ranks. The model's logits, unless the method classifies another
+        way (iCaRL: nearest mean of exemplars)."""
+        out = trainer.collect(loader, ("logits", "label"))
+        return {"scores": out["logits"], "label": out["label"]}
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:

@@ -6,6 +6,7 @@ the model's flat parameter and gradient vectors (Mammoth's ``get_params``/``get_
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -14,7 +15,22 @@ import torch.nn.functional as F
 from ...core.registries import register_algorithm
 from .base import Algorithm
 
-__all__ = ["EWCOnline"]
+__all__ = ["EWCOnline", "sgd_stability_margin"]
+
+log = logging.getLogger("modforge.continual")
+
+
+def sgd_stability_margin(optimizer: Any, stiffness: float) -> float | None:
+    """How far plain SGD is from oscillating on a quadratic penalty ``k·(θ − θ*)²`` with the
+    given stiffness ``k`` (largest ``λ·F_i``): ``lr·k / (1 + momentum)``, which must stay
+    below 1 (without momentum one step multiplies the distance to θ* by ``1 − 2·lr·k``;
+    heavy-ball momentum widens the bound by ``1 + momentum``). None for optimizers
+    that rescale their steps (Adam...), where the bound does not apply."""
+    if type(optimizer) is not torch.optim.SGD:
+        return None
+    group = optimizer.param_groups[0]
+    step = float(group["lr"]) * (1.0 - float(group.get("dampening", 0.0)))
+    return step * stiffness / (1.0 + float(group.get("momentum", 0.0)))
 
 
 def _flat_params(model: torch.nn.Module) -> torch.Tensor:
@@ -82,6 +98,14 @@ class EWCOnline(Algorithm):
         fisher = self.fisher_information(loader)
         self.fisher = fisher if self.fisher is None else self.gamma * self.fisher + fisher
         self.anchor = _flat_params(self.model).detach().clone()
+        margin = sgd_stability_margin(getattr(trainer, "optimizer", None), self.e_lambda * float(self.fisher.max()))
+        if margin is not None and margin >= 1.0:
+            log.warning(
+                "ewc_online: e_lambda %g × the largest Fisher value %.3g is too stiff for SGD at this learning "
+                "rate (lr·λ·F = %.2f ≥ 1): the penalty will make those weights oscillate and diverge. Lower "
+                "e_lambda below %.3g or the learning rate.",
+                self.e_lambda, float(self.fisher.max()), margin, self.e_lambda / margin,
+            )  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "fisher": self.fisher, "anchor": self.anchor}

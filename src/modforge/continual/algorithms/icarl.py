@@ -1,0 +1,137 @@
+"""``icarl`` — Incremental Classifier and Representation Learning (Rebuffi et al., CVPR 2017).
+
+* **Exemplars by herding**: at the end of each task the memory (``buffer_size`` in all) is
+  split evenly over the classes seen; old classes keep the first exemplars of their
+  herding order, the new classes' exemplars are chosen by herding on normalised features.
+* **Training**: sigmoid (binary cross-entropy) outputs over the classes seen; the current
+  batch is joined with a minibatch of exemplars, the new classes' targets are the one-hot
+  labels and the old classes' targets are the sigmoid outputs of the model frozen at the
+  end of the last task (distillation), as in the paper and Mammoth's implementation.
+  Mammoth adds the exemplars to the task's dataset; modforge replays a minibatch of them
+  each step (``minibatch_size``), so the exemplars weigh the same whatever the task size.
+* **Classification**: nearest mean of exemplars — a sample goes to the class whose mean
+  normalised exemplar feature (re-normalised) is closest to its own normalised feature.
+  :meth:`ICaRL.class_scores` is what the continual evaluation reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ...core.registries import register_algorithm
+from ..exemplars import ExemplarMemory
+from .base import Algorithm, Teacher, joined
+
+__all__ = ["ICaRL"]
+
+_FEATURE_BATCH = 256  # exemplars per forward pass when their features are recomputed
+
+
+@register_algorithm("icarl")
+class ICaRL(Algorithm):
+    """iCaRL.
+
+    Args:
+        model: the model (wired by the runner).
+        num_classes: number of classes (wired by the runner).
+        buffer_size: the total number of exemplars kept over all classes.
+        minibatch_size: how many exemplars are replayed per step (None: the batch size).
+        seed: seeds the draws of exemplars (wired from the config's seed).
+    """
+
+    uses_buffer = True
+    settings = ("class-il",)
+
+    def __init__(self, model: torch.nn.Module, num_classes: int | None = None, buffer_size: int = 200,
+                 minibatch_size: int | None = None, seed: int = 0):
+        super().__init__(model, num_classes)
+        if minibatch_size is not None and minibatch_size < 1:
+            raise ValueError(f"minibatch_size must be at least 1, got {minibatch_size}")
+        self.memory = ExemplarMemory(buffer_size, seed)
+        self.minibatch_size = minibatch_size
+        self.teacher = Teacher(model)
+        self.old_classes: list[int] = []
+        self.mean_classes: list[int] = []  # the classes of class_means' rows
+        self.class_means: torch.Tensor | None = None  # [classes, D], unit rows
+
+    # --------------------------------------------------------- task boundaries
+    def begin_task(self, task: int, trainer: Any = None, classes: Any = ()) -> None:
+        repeated = sorted({int(c) for c in classes} & set(self.seen_classes))
+        if repeated:
+            raise ValueError(f"icarl needs class-incremental tasks; task {task} repeats classes {repeated}")
+        super().begin_task(task, trainer, classes)
+
+    def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
+        self.teacher.freeze()
+        self.old_classes = list(self.seen_classes)
+        data = trainer.collect(loader, ("input", "features", "label"))
+        share = self.memory.per_class(len(self.seen_classes))
+        self.memory.shrink(share)
+        features = F.normalize(data["features"], dim=1)
+        for label in data["label"].unique().tolist():
+            if label not in self.memory.exemplars:
+                rows = data["label"] == label
+                self.memory.add_class(label, data["input"][rows], features[rows], share)
+        self.update_class_means(trainer)
+
+    def update_class_means(self, trainer: Any) -> None:
+        """Each class's mean normalised exemplar feature, re-normalised (the model as it is now)."""
+        exemplars = self.memory.all()
+        batches = [
+            {"input": exemplars["input"][i : i + _FEATURE_BATCH], "label": exemplars["label"][i : i + _FEATURE_BATCH]}
+            for i in range(0, len(exemplars["label"]), _FEATURE_BATCH)
+        ]  # fmt: skip
+        features = F.normalize(trainer.collect(batches, ("features",))["features"], dim=1)
+        self.mean_classes = sorted(self.memory.exemplars)
+        means = [features[exemplars["label"] == c].mean(0) for c in self.mean_classes]
+        self.class_means = F.normalize(torch.stack(means), dim=1)
+
+    # ------------------------------------------------------------------- step
+    def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
+        past = None
+        if not self.memory.is_empty:
+            drawn = self.memory.sample(self.minibatch_size or len(batch["label"]))
+            past = {k: v.to(batch["label"].device) for k, v in drawn.items()}
+        data = joined(batch, past)
+        logits = trainer.forward({"input": data["input"]})["logits"]
+        targets = F.one_hot(data["label"], logits.shape[1]).to(logits.dtype)
+        if self.teacher and self.old_classes:
+            old = torch.as_tensor(self.old_classes, device=logits.device)
+            teacher = self.teacher({"input": data["input"]})["logits"].to(logits.dtype)
+            targets[:, old] = torch.sigmoid(teacher.index_select(1, old))
+        seen = torch.as_tensor(self.seen_classes, device=logits.device)
+        return F.binary_cross_entropy_with_logits(logits.index_select(1, seen), targets.index_select(1, seen))
+
+    # ------------------------------------------------------------- evaluation
+    def class_scores(self, trainer: Any, loader: Any) -> dict[str, torch.Tensor]:
+        """Nearest mean of exemplars: ``−‖f − μ_c‖²`` on unit vectors for classes with
+        exemplars, ``−inf`` for the rest (the logits before the first task ends)."""
+        if self.class_means is None:
+            return super().class_scores(trainer, loader)
+        out = trainer.collect(loader, ("features", "logits", "label"))
+        features = F.normalize(out["features"], dim=1)
+        scores = torch.full_like(out["logits"], float("-inf"))
+        scores[:, self.mean_classes] = -torch.cdist(features, self.class_means.to(features)) ** 2
+        return {"scores": scores, "label": out["label"]}
+
+    # -------------------------------------------------------------- checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "memory": self.memory.state_dict(),
+            "teacher": self.teacher.state_dict(),
+            "old_classes": list(self.old_classes),
+            "mean_classes": list(self.mean_classes),
+            "class_means": self.class_means,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.memory.load_state_dict(state["memory"])
+        self.teacher.load_state_dict(state.get("teacher"))
+        self.old_classes = [int(c) for c in state.get("old_classes", [])]
+        self.mean_classes = [int(c) for c in state.get("mean_classes", [])]
+        self.class_means = state.get("class_means")
