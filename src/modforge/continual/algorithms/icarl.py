@@ -65,6 +65,8 @@ class ICaRL(Algorithm):
         super().begin_task(task, trainer, classes)
 
     def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
+        if trainer is None or loader is None:
+            raise ValueError("icarl.end_task needs the trainer and the task's training loader (to choose exemplars)")
         self.teacher.freeze()
         self.old_classes = list(self.seen_classes)
         data = trainer.collect(loader, ("input", "features", "label"))
