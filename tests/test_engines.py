@@ -234,8 +234,9 @@ def test_an_engine_that_cannot_use_several_devices_says_so_and_training_goes_on(
     monkeypatch.setenv("WORLD_SIZE", "2")
     model, _ = model_for("mlp")
     with caplog.at_level("WARNING", logger="modforge.train"):
-        Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), engine=torchscript)
+        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), engine=torchscript)
     assert "engine 'torchscript' cannot train across 2 processes" in caplog.text
+    assert "training with the eager engine instead" in caplog.text and type(trainer.engine).__name__ == "Eager"
 
 
 def test_a_loader_without_a_generator_keeps_its_order_under_every_engine():

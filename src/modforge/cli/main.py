@@ -106,6 +106,14 @@ def _setup_logging(debug: bool) -> None:
     logging.getLogger("py.warnings").handlers[:] = [handler]
 
 
+def _launched_processes() -> int:
+    """WORLD_SIZE as torchrun set it (1 outside torchrun)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1") or 1)
+    except ValueError:
+        return 1
+
+
 def _fail(message: str) -> None:
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
@@ -127,6 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command is None:
             parser.print_help(sys.stderr)
             return 2
+        if command != "train" and _launched_processes() > 1:
+            raise UsageError(
+                f"'modforge {command}' runs in one process; only 'modforge train' scales out over torchrun's "
+                f"{_launched_processes()} processes — run this command without torchrun"
+            )
         module = importlib.import_module(COMMANDS[command])
         try:
             return int(module.run(rest) or 0)

@@ -7,6 +7,16 @@ when the epoch's iterator is exhausted), so a Trainer run and a plain
 ``DataLoader(shuffle=True, generator=g)`` loop see the same batches. To resume at batch
 ``k`` of an epoch: restore the generator state saved at the epoch's start, ask the
 sampler to skip ``k × batch_size`` samples, and iterate.
+
+Several processes (``torch.distributed``): every process draws the *same* permutation
+(the generator is seeded alike everywhere), pads it to a multiple of the number of
+processes by repeating its head (as torch's ``DistributedSampler``), and process ``r``
+takes positions ``r, r + W, r + 2W, …`` — disjoint shards that cover the epoch. Skips
+count samples of the whole epoch, not of one shard: skipping ``k × batch × W`` and then
+sharding the rest is exactly what each process would have read next, and after a change
+of the number of processes the epoch's remaining samples are shared among the new ones
+(each read once, plus at most ``W − 1`` padding repeats). :class:`ShardedSequentialSampler` splits evaluation data the same
+way without padding, so no sample is counted twice in a metric.
 """
 
 from __future__ import annotations
@@ -19,33 +29,75 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, Sequent
 
 from .base import collate
 
-__all__ = ["LoaderSettings", "ResumableRandomSampler", "make_loader"]
+__all__ = ["LoaderSettings", "ResumableRandomSampler", "ShardedSequentialSampler", "make_loader"]
+
+
+def _check_shard(rank: int, num_replicas: int) -> None:
+    if num_replicas < 1 or not 0 <= rank < num_replicas:
+        raise ValueError(f"rank {rank} is not one of {num_replicas} processes")
 
 
 class ResumableRandomSampler(Sampler[int]):
-    """A random permutation per epoch from ``generator``; optionally skips a prefix once.
+    """A random permutation per epoch from ``generator`` (this process's shard of it);
+    optionally skips a prefix of the epoch once.
 
     Args:
         n: dataset size.
         generator: the generator that alone determines the order.
+        num_replicas: processes sharing the data (1: all of it here).
+        rank: which of them this is.
     """
 
-    def __init__(self, n: int, generator: torch.Generator):
+    def __init__(self, n: int, generator: torch.Generator, num_replicas: int = 1, rank: int = 0):
+        _check_shard(rank, num_replicas)
         self.n, self.generator = n, generator
+        self.num_replicas, self.rank = num_replicas, rank
         self._skip = 0
 
     def skip_next(self, count: int) -> None:
-        """Make the next epoch's iteration start after its first ``count`` samples."""
+        """Make the next epoch's iteration start after its first ``count`` samples (of the
+        whole epoch, over every process)."""
         self._skip = int(count)
 
+    def _padded_total(self) -> int:
+        return -(-self.n // self.num_replicas) * self.num_replicas
+
     def __len__(self) -> int:
-        return self.n
+        """The samples the next iteration yields here (the rest of the epoch after a skip)."""
+        remaining = max(0, self._padded_total() - self._skip)
+        return max(0, -(-(remaining - self.rank) // self.num_replicas))
 
     def __iter__(self) -> Iterator[int]:
         order = torch.randperm(self.n, generator=self.generator).tolist()
         skip, self._skip = self._skip, 0
-        yield from order[skip:]
+        if self.num_replicas == 1:
+            yield from order[skip:]
+        else:
+            padding = self._padded_total() - self.n
+            padded = order + (order * (1 + padding // max(1, self.n)))[:padding]
+            yield from padded[skip:][self.rank :: self.num_replicas]
         torch.randperm(self.n, generator=self.generator)  # the draw torch's RandomSampler makes here
+
+
+class ShardedSequentialSampler(Sampler[int]):
+    """Positions ``rank, rank + W, …`` of the data in order: evaluation split over ``W``
+    processes, every sample exactly once over all of them.
+
+    Args:
+        n: dataset size.
+        num_replicas: processes sharing the data.
+        rank: which of them this is.
+    """
+
+    def __init__(self, n: int, num_replicas: int = 1, rank: int = 0):
+        _check_shard(rank, num_replicas)
+        self.n, self.num_replicas, self.rank = n, num_replicas, rank
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.n, self.num_replicas))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.rank, self.n, self.num_replicas))
 
 
 @dataclasses.dataclass
@@ -71,14 +123,19 @@ def make_loader(
     *,
     train: bool,
     generator: torch.Generator | None = None,
+    num_replicas: int = 1,
+    rank: int = 0,
 ) -> DataLoader:
     """A DataLoader over ``dataset``: shuffled by a :class:`ResumableRandomSampler` for
-    training, in order for evaluation."""
+    training, in order for evaluation; with ``num_replicas > 1``, this process's shard
+    (``batch_size`` is then per process)."""
     batch_size = settings.batch_size if train else (settings.eval_batch_size or settings.batch_size)
     if train:
         if generator is None:
             raise ValueError("a training loader needs a generator (it defines the data order)")
-        sampler: Sampler[int] = ResumableRandomSampler(len(dataset), generator)
+        sampler: Sampler[int] = ResumableRandomSampler(len(dataset), generator, num_replicas, rank)
+    elif num_replicas > 1:
+        sampler = ShardedSequentialSampler(len(dataset), num_replicas, rank)
     else:
         sampler = SequentialSampler(dataset)
     batches = BatchSampler(sampler, batch_size, drop_last=settings.drop_last and train)

@@ -90,8 +90,9 @@ class Engine(abc.ABC):
             return None
         if world_size > 1:
             return (
-                f"engine '{self.name}' cannot train across {world_size} processes; each process trains on its "
-                "own device without synchronising (use eager or compile for distributed training)"
+                f"engine '{self.name}' cannot train across {world_size} processes (its modules cannot be "
+                "replicated by DistributedDataParallel); training with the eager engine instead — export to "
+                f"{self.name} afterwards with `modforge export RUN --engine {self.name}`, or train with compile"
             )
         if device_type == "cuda" and visible_devices > 1:
             return f"engine '{self.name}' cannot use several devices ({visible_devices} visible); training on one"

@@ -22,6 +22,7 @@ from ..data.loader import LoaderSettings, make_loader
 from ..engines import build_engine
 from ..model import build_model
 from ..tasks.base import Task, get_task
+from ..train import distributed
 from ..train.checkpoint import find_resumable, load_checkpoint
 from ..train.metrics import Metric
 from ..train.optim_builder import build_optimizer, build_scheduler
@@ -191,14 +192,18 @@ class Experiment:
             name=self.cfg.name,
             async_checkpoints=settings.async_checkpoints,
             engine=build_engine(settings.engine, origin_of=self.cfg.where),
+            find_unused_parameters=settings.distributed.find_unused_parameters,
             **extra,
         )
 
     def loaders(self):
+        """Train, val and test loaders; with several processes, this process's shards
+        (``data.batch_size`` is per process)."""
         generator = torch.Generator().manual_seed(self.seed)
-        train = make_loader(self.splits.train, self.loader, train=True, generator=generator)
-        val = make_loader(self.splits.val, self.loader, train=False) if self.splits.val is not None else None
-        test = make_loader(self.splits.test, self.loader, train=False) if self.splits.test is not None else None
+        shard = {"num_replicas": distributed.world_size(), "rank": distributed.rank()}
+        train = make_loader(self.splits.train, self.loader, train=True, generator=generator, **shard)
+        val = make_loader(self.splits.val, self.loader, train=False, **shard) if self.splits.val is not None else None
+        test = make_loader(self.splits.test, self.loader, train=False, **shard) if self.splits.test is not None else None
         return train, val, test
 
 
@@ -219,13 +224,18 @@ def train_run(
     if cfg.data.get("continual") is not None and splits is None:
         from .continual_run import continual_run
 
+        if distributed.is_distributed():
+            raise ConfigError("a continual run trains in one process (its methods step on several forward passes "
+                              "per batch, which DDP does not synchronise); launch it without torchrun/--nproc",
+                              path="continual", source=cfg.where("continual"))  # fmt: skip
         return continual_run(cfg, run_dir, resume=resume)
     exp = Experiment.build(cfg, splits)
     if len(exp.splits.train) == 0:
         raise ConfigError("the dataset's training split is empty: nothing to train on", path="data")
     train_loader, val_loader, test_loader = exp.loaders()
     trainer = exp.trainer(train_loader, run_dir)
-    if resume is None:
+    main = distributed.is_main_process()
+    if resume is None and main:
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
     trainer.fit(train_loader, val_loader, resume=resume)
     summary: dict[str, Any] = {
@@ -245,13 +255,20 @@ def train_run(
         summary["best"] = {"epoch": checkpoint_cb.best_epoch, exp.monitor: checkpoint_cb.best}
     if test_loader is not None:
         evaluated = "final weights"
-        if best_path.exists():
-            exp.model.load_state_dict(load_checkpoint(best_path)["model"])
+        # rank 0 reads best.pt and hands the weights to the other processes (which may not see its disk)
+        best = load_checkpoint(best_path)["model"] if main and best_path.exists() else None
+        best = distributed.broadcast_object(best, what="sharing best.pt for the test")
+        if best is not None:
+            exp.model.load_state_dict(best)
             evaluated = "checkpoints/best.pt"
-        summary.update(exp.task.test(trainer, test_loader, exp.splits.test, split="test", out_dir=run_dir, stem=""))
+        out_dir = run_dir if main else None
+        summary.update(exp.task.test(trainer, test_loader, exp.splits.test, split="test", out_dir=out_dir, stem=""))
         summary["evaluated"] = evaluated
-    write_json(run_dir / "summary.json", summary)
-    plot_curves(trainer.history, run_dir / "curves.png", title=cfg.name)
+    if distributed.is_distributed():
+        summary["processes"] = distributed.world_size()
+    if main:
+        write_json(run_dir / "summary.json", summary)
+        plot_curves(trainer.history, run_dir / "curves.png", title=cfg.name)
     return summary
 
 

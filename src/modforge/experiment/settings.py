@@ -13,6 +13,7 @@ from ..core.arguments import signature_of
 from ..core.config import Config
 from ..core.registries import CALLBACKS, DATASETS, ENGINES, METRICS, OPTIMIZERS, SCHEDULERS
 from ..data.loader import LoaderSettings
+from ..train.distributed import DistributedSettings
 
 __all__ = ["LOADER_KEYS", "TrainSettings", "validate_data_section", "validate_train_section"]
 
@@ -45,6 +46,8 @@ class TrainSettings:
         engine: how the model is executed: eager, torchscript or compile (an engine spec;
             onnx runs inference only — export to it after training).
         async_checkpoints: commit checkpoints in the background (the commit helper process); False: on the training thread.
+        distributed: multi-process settings (torchrun): ``{backend: auto|gloo|nccl, timeout: seconds,
+            find_unused_parameters: bool}``; ignored with one process.
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class TrainSettings:
         progress: Literal["auto", "always", "never"] = "auto",
         engine: Any = "eager",
         async_checkpoints: bool = True,
+        distributed: Optional[dict[str, Any]] = None,
     ):
         self.max_epochs, self.max_steps = max_epochs, max_steps
         self.optimizer = optimizer or {"type": "adamw", "args": {}}
@@ -79,6 +83,7 @@ class TrainSettings:
         self.device, self.num_threads, self.log_every = device, num_threads, log_every
         self.nan_guard, self.progress, self.engine = nan_guard, progress, engine
         self.async_checkpoints = async_checkpoints
+        self.distributed = DistributedSettings(**(distributed or {}))
 
 
 def _spec_list(value: Any) -> list[Any]:
@@ -137,6 +142,16 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
             {"type": "checkpoint", "args": values["checkpoint"]}, path="train.checkpoint", **common
         )
         values["checkpoint"] = spec["args"]
+    if values.get("distributed") is not None:
+        values["distributed"] = signature_of(DistributedSettings).validate(
+            values["distributed"], path="train.distributed", origin_of=where, plain=True
+        )
+        try:
+            DistributedSettings(**values["distributed"])
+        except ValueError as exc:
+            from ..core.errors import ConfigValueError
+
+            raise ConfigValueError(str(exc), path="train.distributed", source=where("train.distributed")) from None
     return values
 
 

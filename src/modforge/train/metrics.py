@@ -15,7 +15,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..core.errors import ModforgeError
 from ..core.registries import register_metric
+from .distributed import all_reduce_sum
 
 __all__ = ["Metric"]
 
@@ -44,6 +46,16 @@ class Metric(abc.ABC):
     def compute(self) -> Any:
         """The value over everything since :meth:`reset`."""
 
+    def sync(self, what: str = "a metric") -> None:
+        """Combine what every process accumulated (called in multi-process evaluation,
+        before :meth:`compute`), so the value is the one of all the data — sums and counts
+        are added, never averages averaged. Built-in metrics implement it; a metric of
+        your own that is used with several processes must too."""
+        raise ModforgeError(
+            f"{what} ({type(self).__name__}) cannot be combined across processes: give it a sync() method that "
+            "adds up what every process accumulated (see modforge.train.distributed.all_reduce_sum)"
+        )
+
 
 class _Counting(Metric):
     def reset(self) -> None:
@@ -52,6 +64,10 @@ class _Counting(Metric):
 
     def compute(self) -> float:
         return int(self.hits) / self.count if self.count else float("nan")
+
+    def sync(self, what: str = "a metric") -> None:
+        both = all_reduce_sum(torch.stack([torch.as_tensor(self.hits).double(), torch.tensor(float(self.count))]), what)
+        self.hits, self.count = int(both[0]), int(both[1])
 
 
 @register_metric("accuracy")
@@ -99,6 +115,10 @@ class _Confusion(Metric):
 
     def reset(self) -> None:
         self.matrix: torch.Tensor | None = None
+
+    def sync(self, what: str = "a metric") -> None:
+        mine = self.matrix if self.matrix is not None else torch.zeros(self.num_classes, self.num_classes, dtype=torch.long)
+        self.matrix = all_reduce_sum(mine.cpu(), what)
 
     def update(self, out: dict[str, Any]) -> None:
         c = self.num_classes
@@ -165,3 +185,7 @@ class MeanLoss(Metric):
 
     def compute(self) -> float:
         return float(self.total) / self.count if self.count else float("nan")
+
+    def sync(self, what: str = "a metric") -> None:
+        both = all_reduce_sum(torch.stack([torch.as_tensor(self.total).double().cpu(), torch.tensor(float(self.count))]), what)
+        self.total, self.count = float(both[0]), int(both[1])

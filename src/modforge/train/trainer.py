@@ -19,6 +19,15 @@ Engines. Forward passes go through ``self.runnable``, which the engine prepares 
 model at the start of :meth:`fit` (eager: the model itself; TorchScript, torch.compile:
 compiled modules sharing the model's parameters). Optimizer steps, gradient clipping and
 checkpoints work on the model itself.
+
+Several processes (torchrun). Inside a process group of more than one process the model
+is wrapped in ``DistributedDataParallel`` for training (gradients averaged across
+processes; an engine that cannot be replicated falls back to eager with a warning);
+evaluation runs the plain model on this process's shard and the metrics are combined
+from sums and counts (:meth:`Metric.sync`), so they equal a single process's on the same
+data. Only rank 0 writes checkpoints and runs the file-writing callbacks; a checkpoint
+holds every process's RNG state and counts its progress in samples of the whole epoch,
+so it resumes with any number of processes (exactly with the same number).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from .._version import __version__
 from ..core.errors import ModforgeError
 from ..engines import Engine
 from ..engines.eager import Eager
+from . import distributed
 from .callbacks.base import Callback
 from .checkpoint import (
     CHECKPOINT_FORMAT,
@@ -84,6 +94,7 @@ class Trainer:
         async_checkpoints: commit checkpoints in the background (the commit helper process).
         engine: how the model is executed (:mod:`modforge.engines`; default eager). The
             trainer calls only the engine's runnable, which shares the model's parameters.
+        find_unused_parameters: passed to ``DistributedDataParallel`` in a multi-process run.
     """
 
     def __init__(
@@ -109,6 +120,7 @@ class Trainer:
         name: str = "run",
         async_checkpoints: bool = True,
         engine: Engine | None = None,
+        find_unused_parameters: bool = False,
     ):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -116,17 +128,25 @@ class Trainer:
             raise ValueError(f"scheduler interval must be 'epoch' or 'step', got {scheduler_interval!r}")
         if accumulate < 1 or max_epochs < 1 or log_every < 1:
             raise ValueError("accumulate, max_epochs and log_every must be at least 1")
-        self.device = torch.device(
-            "cuda"
-            if str(device) == "auto" and torch.cuda.is_available()
-            else ("cpu" if str(device) == "auto" else device)
-        )
+        if distributed.env_world_size() > 1 and os.environ.get("MASTER_ADDR") and not distributed.is_distributed():
+            distributed.setup(device=str(device))  # launched by torchrun and nobody joined the group yet
+        self.world_size, self.rank = distributed.world_size(), distributed.rank()
+        if str(device) == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.world_size > 1 and str(device) == "cuda":
+            device = f"cuda:{distributed.local_rank()}"  # one GPU per process
+        self.device = torch.device(device)
         self.model = model.to(self.device)
+        self.find_unused_parameters = find_unused_parameters
+        self.ddp: nn.Module | None = None  # the DistributedDataParallel wrapper, built by fit()
         self.optimizer, self.scheduler = optimizer, scheduler
         self.scheduler_interval, self.scheduler_monitor = scheduler_interval, scheduler_monitor
         self.metrics = dict(metrics or {})
         self.directions = dict(directions or {})
-        self.callbacks = sorted(callbacks, key=lambda cb: cb.order)
+        every = sorted(callbacks, key=lambda cb: cb.order)
+        # a callback's checkpoint key is its place among all of them, the same on every process
+        self._callback_keys = {id(cb): f"{type(cb).__name__}.{i}" for i, cb in enumerate(every)}
+        self.callbacks = [cb for cb in every if self.rank == 0 or not getattr(cb, "rank_zero_only", False)]
         self._step_callbacks = [cb for cb in self.callbacks if cb.overrides("on_step_end")]
         self.max_epochs, self.max_steps = max_epochs, max_steps
         self.grad_clip, self.accumulate, self.precision = grad_clip, accumulate, precision
@@ -140,10 +160,12 @@ class Trainer:
         note = self.engine.single_device_note(
             self.device.type,
             torch.cuda.device_count() if self.device.type == "cuda" else 1,
-            int(os.environ.get("WORLD_SIZE", "1") or 1),
+            max(self.world_size, distributed.env_world_size()),
         )
         if note:
             log.warning(note)
+            if max(self.world_size, distributed.env_world_size()) > 1:
+                self.engine = Eager()  # replicas must stay in step: DDP over the eager model
         self.runnable: Any = self.model  # what forward passes call; fit() asks the engine for it
         self.scaler = torch.amp.GradScaler(self.device.type) if precision == "16" else None
         self._autocast_dtype = {"bf16": torch.bfloat16, "16": torch.float16}.get(precision)
@@ -152,6 +174,7 @@ class Trainer:
         self.epoch = 0
         self.batch_in_epoch = 0
         self.global_step = 0
+        self.samples_in_epoch: int | None = 0  # consumed this epoch over every process (None: from batch_in_epoch)
         self.history: list[dict[str, Any]] = []
         self.epoch_start_generator: torch.Tensor | None = None
         self._losses: list[torch.Tensor] = []  # this epoch's detached batch losses (read rarely)
@@ -166,6 +189,7 @@ class Trainer:
         self.last_loss: torch.Tensor | None = None  # the latest batch loss, detached (not synchronised)
         self.extra_results: dict[str, Any] = {}
         self._saved: list[Path] | None = None  # periodic checkpoints of this run, oldest first
+        self._saved_world = self.world_size  # the process count of the checkpoint resumed from
 
     # ------------------------------------------------------------------ steps
     def prepare_batch(self, batch: Any) -> Any:
@@ -233,6 +257,12 @@ class Trainer:
                 self._run_epoch(train_loader, val_loader, generator, sampler)
             for cb in self.callbacks:
                 cb.on_fit_end(self)
+        except RuntimeError as exc:  # DDP's own collectives (gradient averaging) fail as RuntimeError
+            failure = distributed.peer_failure(exc, f"training (epoch {self.epoch + 1}, step {self.global_step})")
+            if failure is None:
+                raise
+            hint = f" (modforge train --resume {self.run_dir})" if self.run_dir is not None else ""
+            raise distributed.PeerFailure(f"{failure}{hint}") from None
         finally:
             self.writer.wait()
         self.extra_results["train_seconds"] = time.perf_counter() - started
@@ -252,7 +282,27 @@ class Trainer:
             finally:
                 if state is not None:
                     generator.set_state(state)
-        return self.engine.prepare(self.model, example, train=True)
+        return self.engine.prepare(self._replicated(), example, train=True)
+
+    def _replicated(self) -> nn.Module:
+        """The module training runs: the model, or (several processes) its DDP wrapper."""
+        if self.world_size < 2:
+            return self.model
+        if self.ddp is None:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.ddp = DistributedDataParallel(
+                self.model,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=self.find_unused_parameters,
+            )
+        return self.ddp
+
+    def _evaluation_runnable(self) -> Any:
+        """What evaluation calls: the runnable, or with several processes the plain model
+        (each process evaluates its own shard; DDP's forward would expect every process to
+        run the same number of batches)."""
+        return self.model if self.ddp is not None else self.runnable
 
     def train_mode(self, training: bool) -> None:
         """Train or eval mode for the model and, when it is a separate module, the runnable."""
@@ -268,11 +318,16 @@ class Trainer:
             if generator is not None:
                 self.epoch_start_generator = generator.get_state()
             self._losses, self._sizes = [], []
+            self.samples_in_epoch = 0
         else:  # resuming inside an epoch: same order, consumed batches skipped unread
             if generator is not None and self.epoch_start_generator is not None:
                 generator.set_state(self.epoch_start_generator)
+            batch_size = self._global_batch_size(loader)
+            if self.samples_in_epoch is None:  # a checkpoint that counted batches only
+                self.samples_in_epoch = self.batch_in_epoch * (batch_size // self.world_size) * self._saved_world
             if sampler is not None and hasattr(sampler, "skip_next"):
-                sampler.skip_next(self.batch_in_epoch * loader.batch_sampler.batch_size)
+                sampler.skip_next(self.samples_in_epoch)
+            self.batch_in_epoch = -(-self.samples_in_epoch // batch_size)  # in this run's batches
         self.epoch_finished = False
         set_epoch = getattr(getattr(loader, "dataset", None), "set_epoch", None)
         if callable(set_epoch):  # datasets with per-epoch randomness (audio crops, augmentation)
@@ -289,30 +344,41 @@ class Trainer:
         self.history.append(row)
         self.epoch += 1
         self.batch_in_epoch = 0
+        self.samples_in_epoch = 0
         if generator is not None:
             self.epoch_start_generator = generator.get_state()
         self._losses, self._sizes = [], []
         for cb in self.callbacks:
             cb.on_epoch_end(self, row)
 
+    def _global_batch_size(self, loader: Any) -> int:
+        """Samples one step of every process consumes (the loader's batch size × processes)."""
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        return int(getattr(batch_sampler, "batch_size", None) or 1) * self.world_size
+
     def _train_batches(self, loader) -> None:
         micro = 0
         accumulate = self.accumulate
-        remaining = self.steps_per_epoch - self.batch_in_epoch
+        remaining = len(loader) if hasattr(loader, "__len__") else self.steps_per_epoch - self.batch_in_epoch
         autocast = self._autocast_dtype is not None
+        batch_size = self._global_batch_size(loader)
         for batch in loader:
             batch = self.prepare_batch(batch)
-            if autocast:
-                with self._autocast():
+            # with several processes, gradients are averaged only on the micro-batch that steps
+            syncing = self.ddp is None or (micro + 1) % accumulate == 0 or micro + 1 >= remaining
+            with self.ddp.no_sync() if not syncing else contextlib.nullcontext():
+                if autocast:
+                    with self._autocast():
+                        loss = self.training_step(batch)
+                else:  # no context manager per step when there is nothing to cast
                     loss = self.training_step(batch)
-            else:  # no context manager per step when there is nothing to cast
-                loss = self.training_step(batch)
-            self.backward(loss)
+                self.backward(loss)
             self.last_loss = loss.detach()
             self._losses.append(self.last_loss)
             self._sizes.append(len(batch["label"]) if isinstance(batch, dict) and "label" in batch else 1)
             micro += 1
             self.batch_in_epoch += 1
+            self.samples_in_epoch = (self.samples_in_epoch or 0) + batch_size
             if micro % accumulate and micro < remaining:
                 continue
             self.optimizer_step()
@@ -334,9 +400,18 @@ class Trainer:
         losses = torch.stack(self._losses).float()
         return (losses * torch.tensor(self._sizes, dtype=losses.dtype, device=losses.device)).sum()
 
+    def _reduced_loss(self) -> tuple[torch.Tensor, int]:
+        """The epoch's loss sum and sample count so far, over every process."""
+        total, count = self._loss_total(), sum(self._sizes)
+        if self.world_size < 2:
+            return total, count
+        both = torch.stack([total.float().to(self.device), torch.tensor(float(count), device=self.device)])
+        both = distributed.all_reduce_sum(both, "the training loss")
+        return both[0], int(both[1])
+
     def _mean_loss(self) -> float:
-        count = sum(self._sizes)
-        return float(self._loss_total()) / count if count else float("nan")
+        total, count = self._reduced_loss()
+        return float(total) / count if count else float("nan")
 
     def _step_scheduler_epoch(self, row: dict[str, Any]) -> None:
         if self.scheduler is None or self.scheduler_interval != "epoch":
@@ -356,14 +431,18 @@ class Trainer:
         self.train_mode(False)
         for metric in self.metrics.values():
             metric.reset()
+        runnable = self._evaluation_runnable()
         try:
             for batch in loader:
                 with self._autocast():
-                    out = self.runnable(self.prepare_batch(batch))
+                    out = runnable(self.prepare_batch(batch))
                 for metric in self.metrics.values():
                     metric.update(out)
         finally:
             self.train_mode(was_training)
+        if _is_sharded(loader):
+            for name, metric in self.metrics.items():
+                metric.sync(f"metric '{name}'")
         row = {}
         for name, metric in self.metrics.items():
             value = metric.compute()
@@ -385,10 +464,11 @@ class Trainer:
         was_training = self.model.training
         self.train_mode(False)
         outputs: dict[str, list[torch.Tensor]] = {key: [] for key in keys}
+        runnable = self._evaluation_runnable()
         try:
             for batch in loader:
                 with self._autocast():
-                    out = self.runnable(self.prepare_batch(batch))
+                    out = runnable(self.prepare_batch(batch))
                 for key in keys:
                     if key not in out:
                         raise ModforgeError(f"the model's output has no '{key}' (it has: {', '.join(map(str, out))})")
@@ -396,7 +476,11 @@ class Trainer:
                     outputs[key].append(value.float().cpu() if value.is_floating_point() else value.cpu())
         finally:
             self.train_mode(was_training)
-        return {key: torch.cat(values) if values else torch.empty(0) for key, values in outputs.items()}
+        collected = {key: torch.cat(values) if values else torch.empty(0) for key, values in outputs.items()}
+        if _is_sharded(loader):  # every process's shard, back in the data's order
+            shards = distributed.all_gather_objects(collected, "collecting model outputs")
+            collected = {key: _interleave([shard[key] for shard in shards]) for key in keys}
+        return collected
 
     # -------------------------------------------------------------- controls
     def request_stop(self, reason: str) -> None:
@@ -417,8 +501,10 @@ class Trainer:
         return "max" if higher else "min"
 
     def check_finite(self) -> None:
-        """Raise :class:`NonFiniteLossError` if a NaN/Inf entered this epoch's loss sum."""
-        if self._losses and not bool(torch.isfinite(self._loss_total())):
+        """Raise :class:`NonFiniteLossError` if a NaN/Inf entered this epoch's loss sum (of
+        any process: every process decides alike)."""
+        total, count = self._reduced_loss()
+        if count and not bool(torch.isfinite(total)):
             self.writer.wait()  # checkpoints already queued are good ones: let them land first
             last = list_checkpoints(self.run_dir / "checkpoints") if self.run_dir else []
             kept = f"; the last good checkpoint is {last[0]}" if last else ""
@@ -429,7 +515,15 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
     def checkpoint_payload(self) -> dict[str, Any]:
-        """Everything needed to continue exactly from here."""
+        """Everything needed to continue exactly from here. With several processes every
+        process must call it (it gathers their RNG states and loss sums)."""
+        losses = torch.stack(self._losses) if self._losses else torch.zeros(0)
+        sizes, rng_per_rank = list(self._sizes), None
+        if self.world_size > 1:  # the epoch's loss so far as one pseudo-batch; every process's RNG
+            total, count = self._reduced_loss()
+            losses = (total / count).reshape(1).cpu() if count else torch.zeros(0)
+            sizes = [count] if count else []
+            rng_per_rank = distributed.all_gather_objects(capture_rng(), "saving a checkpoint")
         return {
             "format": CHECKPOINT_FORMAT,
             "versions": {"modforge": __version__, "torch": str(torch.__version__)},
@@ -439,25 +533,32 @@ class Trainer:
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
+            "samples_in_epoch": self.samples_in_epoch,
+            "world_size": self.world_size,
             "global_step": self.global_step,
             "loader_generator": self.epoch_start_generator,
-            "rng": capture_rng(),
-            "epoch_losses": torch.stack(self._losses) if self._losses else torch.zeros(0),
-            "epoch_sizes": list(self._sizes),
+            "rng": capture_rng() if rng_per_rank is None else rng_per_rank[0],
+            "rng_per_rank": rng_per_rank,
+            "epoch_losses": losses,
+            "epoch_sizes": sizes,
             "history": [dict(row) for row in self.history],
-            "callbacks": {f"{type(cb).__name__}.{i}": cb.state_dict() for i, cb in enumerate(self.callbacks)},
+            "callbacks": {self._callback_key(cb): cb.state_dict() for cb in self.callbacks},
             "config": self.config,
             "name": self.name,
         }
 
     def save_checkpoint(self, *, keep_last: int = 3, best: bool = False) -> Path | None:
-        """Serialize the state now, write it in the background; re-point ``last.pt`` (and ``best.pt``)."""
+        """Serialize the state now, write it in the background; re-point ``last.pt`` (and
+        ``best.pt``). With several processes every process calls it; rank 0 writes."""
         if self.run_dir is None:
             return None
         if self.guard_nonfinite:
             self.check_finite()
         directory = self.run_dir / "checkpoints"
         path = directory / f"epoch{self.epoch:04d}-step{self.global_step:07d}.pt"
+        payload = self.checkpoint_payload()
+        if self.rank != 0:
+            return path
         links = [directory / "last.pt"] + ([directory / "best.pt"] if best else [])
         if self._saved is None:  # first save in this process: pick up what earlier runs left
             directory.mkdir(parents=True, exist_ok=True)
@@ -465,7 +566,7 @@ class Trainer:
             self._saved = list(reversed(list_checkpoints(directory)))
         self._saved = [p for p in self._saved if p != path] + [path]
         prune, self._saved = self._saved[:-keep_last], self._saved[-keep_last:]
-        self.writer.submit(serialize(self.checkpoint_payload()), path, links, prune)
+        self.writer.submit(serialize(payload), path, links, prune)
         return path
 
     def load_state(self, payload: dict[str, Any], generator: torch.Generator | None = None) -> None:
@@ -477,16 +578,49 @@ class Trainer:
         if self.scaler is not None and payload.get("scaler") is not None:
             self.scaler.load_state_dict(payload["scaler"])
         self.epoch, self.batch_in_epoch = payload["epoch"], payload["batch_in_epoch"]
+        self.samples_in_epoch = payload.get("samples_in_epoch")
         self.global_step = payload["global_step"]
         self.history = [dict(row) for row in payload["history"]]
-        self._losses = list(payload["epoch_losses"].to(self.device).unbind(0))
-        self._sizes = list(payload["epoch_sizes"])
+        own_losses = self.rank == 0  # the epoch's losses so far count once, on rank 0
+        self._losses = list(payload["epoch_losses"].to(self.device).unbind(0)) if own_losses else []
+        self._sizes = list(payload["epoch_sizes"]) if own_losses else []
         self.epoch_start_generator = payload.get("loader_generator")
         if generator is not None and self.epoch_start_generator is not None:
             generator.set_state(self.epoch_start_generator)
-        restore_rng(payload["rng"])
+        saved_world = self._saved_world = int(payload.get("world_size") or 1)
+        per_rank = payload.get("rng_per_rank")
+        restore_rng(per_rank[self.rank] if per_rank and len(per_rank) == self.world_size else payload["rng"])
+        if saved_world != self.world_size and self.rank == 0:
+            log.warning(
+                "resuming a %d-process checkpoint with %d process%s: the model, optimizer and progress carry over; "
+                "the rest of epoch %d is shared anew among the processes (each remaining sample read once), so the "
+                "data order — and the result — differ from an uninterrupted run",
+                saved_world, self.world_size, "" if self.world_size == 1 else "es", self.epoch + 1,
+            )  # fmt: skip
         states = payload.get("callbacks", {})
-        for i, cb in enumerate(self.callbacks):
-            key = f"{type(cb).__name__}.{i}"
+        for cb in self.callbacks:
+            key = self._callback_key(cb)
             if key in states:
                 cb.load_state_dict(states[key])
+
+    def _callback_key(self, cb: Callback) -> str:
+        return self._callback_keys.get(id(cb)) or f"{type(cb).__name__}.{self.callbacks.index(cb)}"
+
+
+def _is_sharded(loader: Any) -> bool:
+    """True when ``loader`` reads one process's shard of its data (so results are combined)."""
+    sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
+    return distributed.is_distributed() and getattr(sampler, "num_replicas", 1) > 1
+
+
+def _interleave(shards: list[torch.Tensor]) -> torch.Tensor:
+    """Rows of shards taken ``rank::W`` put back in order: row i of the data is row
+    ``i // W`` of shard ``i % W``."""
+    shards = [s.cpu() for s in shards]
+    total = sum(len(s) for s in shards)
+    if total == 0:
+        return shards[0]
+    out = torch.empty((total, *shards[0].shape[1:]), dtype=shards[0].dtype)
+    for r, shard in enumerate(shards):
+        out[r :: len(shards)] = shard
+    return out

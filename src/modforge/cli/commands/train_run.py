@@ -1,10 +1,17 @@
 """``modforge train CONFIG [key=value ...] [--backbone NAME --<arg> V ...] [--run-dir DIR]
-[--resume RUN_DIR|CHECKPOINT]`` — train, test the best checkpoint, write the run folder."""
+[--resume RUN_DIR|CHECKPOINT] [--nproc N]`` — train, test the best checkpoint, write the run folder.
+
+Under ``torchrun`` (or with ``--nproc N``, which starts torchrun on this machine) every
+process runs this command; they join one process group, rank 0 picks the run folder and
+tells the others, and only rank 0 prints and writes."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,6 +36,40 @@ def _own_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, metavar="N", help="sets train.max_epochs")
     parser.add_argument("--lr", type=float, metavar="LR", help="sets train.optimizer.args.lr")
     parser.add_argument("--batch-size", type=int, metavar="N", help="sets data.batch_size")
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="train in N processes on this machine (starts torchrun; data.batch_size is per process)",
+    )
+
+
+def _nproc(argv: list[str]) -> tuple[list[str], int | None]:
+    """``--nproc N`` taken out of the command line (the processes torchrun starts must not see it)."""
+    for i, token in enumerate(argv):
+        if token == "--nproc" or token.startswith("--nproc="):
+            value = token.split("=", 1)[1] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
+            rest = argv[:i] + argv[i + (1 if "=" in token else 2) :]
+            try:
+                count = int(value)
+            except ValueError:
+                raise UsageError(f"--nproc needs a number of processes, got {value!r}") from None
+            if count < 1:
+                raise UsageError(f"--nproc must be at least 1, got {count}")
+            return rest, count
+    return argv, None
+
+
+def _launch(argv: list[str], nproc: int) -> int:
+    """Run this command in ``nproc`` processes under torchrun (standalone: one machine)."""
+    from ...train.distributed import env_world_size
+
+    if env_world_size() > 1:
+        raise UsageError("--nproc starts torchrun itself; this process already runs under torchrun")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               "-m", "modforge", "train", *argv]  # fmt: skip
+    log.info("starting %d processes: torchrun --standalone --nproc-per-node=%d -m modforge train ...", nproc, nproc)
+    return subprocess.call(command, env=os.environ.copy())
 
 
 def _resume_argv(argv: list[str]) -> tuple[list[str], Path | None, dict | None, Path | None]:
@@ -58,8 +99,37 @@ def _resume_argv(argv: list[str]) -> tuple[list[str], Path | None, dict | None, 
 
 
 def run(argv: list[str]) -> int:
+    argv, nproc = _nproc(list(argv))
+    if nproc is not None and nproc > 1:
+        return _launch(argv, nproc)
+    from ...train import distributed
+
+    finished = False
+    try:
+        code = _train(argv)
+        finished = True
+        return code
+    finally:
+        distributed.shutdown(finished)
+
+
+def _join_processes(cfg) -> bool:
+    """Join torchrun's process group (when launched by it); True on rank 0 (or alone)."""
+    from ...train import distributed
+
+    train = cfg.data.get("train") or {}
+    settings = distributed.DistributedSettings(**(train.get("distributed") or {}))
+    if distributed.setup(settings, device=str(train.get("device", "auto"))):
+        distributed.stop_on_sigterm()
+        if not distributed.is_main_process():
+            logging.getLogger("modforge").setLevel(logging.ERROR)  # rank 0 speaks for the run
+    return distributed.is_main_process()
+
+
+def _train(argv: list[str]) -> int:
     from ...experiment.runner import train_run
     from ...experiment.runs import new_run_dir
+    from ...train import distributed
 
     argv, resume_dir, payload, resume_path = _resume_argv(list(argv))
     resolved = resolve_config_from_cli("train", argv, description=HELP, add_arguments=_own_options)
@@ -83,6 +153,7 @@ def run(argv: list[str]) -> int:
     if ns.print_config:
         print(cfg.to_yaml(), end="")
         return 0
+    main = _join_processes(cfg)
     if payload is not None:
         run_dir = Path(ns.run_dir) if ns.run_dir else resume_dir
         if run_dir is None:
@@ -99,10 +170,12 @@ def run(argv: list[str]) -> int:
             payload["global_step"],
         )
     else:
-        run_dir = new_run_dir(cfg, ns.run_dir)
+        run_dir = new_run_dir(cfg, ns.run_dir) if main else None
+        run_dir = Path(distributed.broadcast_object(str(run_dir) if main else None, what="choosing the run folder"))
         log.info("run folder: %s", display_path(run_dir))
     summary = train_run(cfg, run_dir, resume=payload)
-    _print_summary(summary, run_dir)
+    if main:
+        _print_summary(summary, run_dir)
     return 0
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ...core.registries import register_metric
+from ...train.distributed import all_gather_objects
 from ...train.metrics import Metric
 from .detection import (
     ASV_CLASSES,
@@ -94,6 +95,12 @@ class ScoreMetric(Metric):
             )
         self.scores.append(score.detach().reshape(-1))
         self.labels.append(label.detach().reshape(-1))
+
+    def sync(self, what: str = "a metric") -> None:
+        """Every process's scores and labels (the metric is then computed on all of them)."""
+        mine = (torch.cat(self.scores).cpu(), torch.cat(self.labels).cpu()) if self.scores else None
+        gathered = [part for part in all_gather_objects(mine, what) if part is not None]
+        self.scores, self.labels = [s for s, _ in gathered], [label for _, label in gathered]
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Everything since :meth:`reset`: ``(scores float64, labels int64)`` on the host."""

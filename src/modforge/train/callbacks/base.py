@@ -17,9 +17,14 @@ Mode = Literal["min", "max", "auto"]
 
 class Callback:
     """Override the hooks you need; ``order`` sets who runs first at each hook (lower
-    first). ``state_dict``/``load_state_dict`` carry state across a resume."""
+    first). ``state_dict``/``load_state_dict`` carry state across a resume.
+
+    In a multi-process run every process runs the callbacks (so decisions such as early
+    stopping are taken alike everywhere, on metrics that are the same everywhere), except
+    those with ``rank_zero_only = True`` — the ones that only write files or the terminal."""
 
     order: ClassVar[int] = 50
+    rank_zero_only: ClassVar[bool] = False
 
     def on_fit_start(self, trainer: Trainer) -> None:
         """Training starts (or resumes)."""

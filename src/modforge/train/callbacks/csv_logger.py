@@ -21,6 +21,7 @@ class CSVLogger(Callback):
     """
 
     order = 30
+    rank_zero_only = True  # writes files / the terminal
 
     def __init__(self, filename: str = "metrics.csv"):
         self.filename = filename

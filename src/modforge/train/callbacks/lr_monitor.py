@@ -15,6 +15,7 @@ class LRMonitor(Callback):
     epoch resumed half-way logs the rates it started with, not those of the resume point."""
 
     order = 10
+    rank_zero_only = True  # writes files / the terminal
 
     def __init__(self):
         self._rates: list[float] = []

@@ -32,6 +32,7 @@ class Progress(Callback):
     """
 
     order = 60
+    rank_zero_only = True  # writes files / the terminal
 
     def __init__(self, bar: str = "auto"):
         if bar not in ("auto", "always", "never"):

@@ -21,6 +21,7 @@ class TensorBoard(Callback):
     """
 
     order = 35
+    rank_zero_only = True  # writes files / the terminal
 
     def __init__(self, subdir: str = ""):
         try:

@@ -1,0 +1,221 @@
+"""Multi-process training on ``torch.distributed`` — the process group, who this process
+is, and the few collectives the trainer needs.
+
+modforge has no launcher of its own: ``torchrun`` (or ``modforge train --nproc N``, which
+starts torchrun) sets ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK`` and the rendezvous address
+in every process's environment; :func:`setup` reads them and joins the group (``gloo`` on
+the CPU, ``nccl`` on CUDA, or the configured backend). With one process nothing here does
+any work, so single-process code paths stay exactly as they are.
+
+Collectives carry a timeout (``train.distributed.timeout``): when one process dies, the
+others fail in their next collective — at once when the dead peer's sockets close, at the
+latest after the timeout — and the run ends with :class:`PeerFailure`'s message; the
+last complete checkpoint is where ``--resume`` continues.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..core.errors import ModforgeError
+
+__all__ = [
+    "DistributedSettings",
+    "PeerFailure",
+    "all_gather_objects",
+    "all_reduce_sum",
+    "barrier",
+    "broadcast_object",
+    "env_world_size",
+    "is_distributed",
+    "is_main_process",
+    "local_rank",
+    "peer_failure",
+    "rank",
+    "setup",
+    "shutdown",
+    "stop_on_sigterm",
+    "world_size",
+]
+
+log = logging.getLogger("modforge.train")
+
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+class PeerFailure(ModforgeError):
+    """Another process of a distributed run failed (or stopped answering)."""
+
+
+@dataclasses.dataclass
+class DistributedSettings:
+    """The ``train.distributed:`` section (used only when several processes run).
+
+    Args:
+        backend: 'auto' (nccl when training on CUDA, else gloo), 'gloo' or 'nccl'.
+        timeout: seconds a collective waits for the other processes before the run fails.
+        find_unused_parameters: let DDP handle parameters that get no gradient in a step
+            (slower; needed only by models that skip parts of themselves).
+    """
+
+    backend: str = "auto"
+    timeout: float = 300.0
+    find_unused_parameters: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.timeout <= 0:
+            raise ValueError(f"timeout must be positive (seconds), got {self.timeout}")
+
+
+def env_world_size() -> int:
+    """``WORLD_SIZE`` from the environment (1 when not launched by torchrun)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    except ValueError:
+        return 1
+
+
+def is_distributed() -> bool:
+    """True inside an initialised process group of more than one process."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0") or 0) if is_distributed() else 0
+
+
+def is_main_process() -> bool:
+    """Rank 0 (or the only process): the one that writes files and logs."""
+    return rank() == 0
+
+
+def setup(settings: DistributedSettings | None = None, device: str = "auto") -> bool:
+    """Join the process group torchrun described in the environment; True when this is a
+    multi-process run. With CUDA, each process takes the GPU ``LOCAL_RANK``."""
+    settings = settings or DistributedSettings()
+    if env_world_size() < 2 or is_distributed():
+        return is_distributed()
+    if not dist.is_available():
+        raise ModforgeError("WORLD_SIZE > 1 but this PyTorch build has no torch.distributed")
+    cuda = torch.cuda.is_available() and not str(device).startswith("cpu")
+    backend = settings.backend if settings.backend != "auto" else ("nccl" if cuda else "gloo")
+    if backend == "nccl":
+        if not cuda:
+            raise ModforgeError("train.distributed.backend 'nccl' needs CUDA devices; use 'gloo' on the CPU")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0") or 0))
+    try:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=settings.timeout))
+    except (RuntimeError, ValueError) as exc:
+        raise ModforgeError(
+            f"could not join the process group ({backend}): {exc}. Launch with torchrun "
+            "(or `modforge train ... --nproc N`), which sets MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE"
+        ) from None
+    log.debug("process %d of %d joined the %s group", dist.get_rank(), dist.get_world_size(), backend)
+    return True
+
+
+def stop_on_sigterm() -> None:
+    """Turn the launcher's SIGTERM (torchrun stops the other processes when one fails) into
+    a :class:`PeerFailure` with a clear message instead of a silent death."""
+    import signal
+
+    def _stop(signum: int, frame: Any) -> None:
+        raise PeerFailure(
+            f"process {rank()} of {world_size()} was stopped by the launcher (SIGTERM), most likely because "
+            "another process of this run failed; the last complete checkpoint is where --resume continues"
+        )
+
+    signal.signal(signal.SIGTERM, _stop)
+
+
+def shutdown(finished: bool = True) -> None:
+    """Leave the process group (a no-op outside one). ``finished``: this process ended its
+    work normally, so it first waits for the others (a process that leaves while a peer
+    still talks to it makes the peer abort); after an error it leaves at once."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if finished and is_distributed():
+        try:
+            barrier("finishing")
+        except PeerFailure:
+            pass  # the others are gone already: nothing to wait for
+    dist.destroy_process_group()
+
+
+_PEER_SIGNS = ("connection closed by peer", "connection reset", "broken pipe", "timed out", "timeout", "nccl",
+               "gloo", "socket")
+
+
+def peer_failure(exc: BaseException, what: str) -> PeerFailure | None:
+    """The :class:`PeerFailure` a collective's error means (a dead or silent peer), or None
+    for any other error."""
+    if not isinstance(exc, RuntimeError) or world_size() < 2:
+        return None
+    text = str(exc)
+    if not (isinstance(exc, dist.DistBackendError) or any(sign in text.lower() for sign in _PEER_SIGNS)):
+        return None
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return PeerFailure(
+        f"process {rank()} of {world_size()}: another process of this run stopped answering during {what} "
+        f"({first[:200]}). The run is ending; the last complete checkpoint is where --resume continues"
+    )
+
+
+def _guarded(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return call(*args, **kwargs)
+    except RuntimeError as exc:
+        failure = peer_failure(exc, what)
+        if failure is None:
+            raise
+        raise failure from None
+
+
+def all_reduce_sum(tensor: torch.Tensor, what: str = "a reduction") -> torch.Tensor:
+    """The element-wise sum of ``tensor`` over every process (the tensor itself with one)."""
+    if not is_distributed():
+        return tensor
+    tensor = tensor.clone()
+    _guarded(what, dist.all_reduce, tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def all_gather_objects(obj: Any, what: str = "a gather") -> list[Any]:
+    """Every process's ``obj``, in rank order (``[obj]`` with one process)."""
+    if not is_distributed():
+        return [obj]
+    gathered: list[Any] = [None] * world_size()
+    _guarded(what, dist.all_gather_object, gathered, obj)
+    return gathered
+
+
+def broadcast_object(obj: Any, src: int = 0, what: str = "a broadcast") -> Any:
+    """Rank ``src``'s ``obj`` on every process."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    _guarded(what, dist.broadcast_object_list, box, src=src)
+    return box[0]
+
+
+def barrier(what: str = "a barrier") -> None:
+    """Wait until every process gets here."""
+    if is_distributed():
+        _guarded(what, dist.barrier)

@@ -1,0 +1,81 @@
+"""Run by ``torchrun`` from tests/test_distributed.py: one process of a multi-process check.
+
+    torchrun --nproc-per-node 2 tests/distributed_worker.py step OUT.pt
+    torchrun --nproc-per-node 2 tests/distributed_worker.py metrics OUT.pt
+
+``step``: one training step of the Trainer (which wraps the model in DDP) on this rank's
+half of a fixed batch of 32; rank 0 saves the weights after the step.
+``metrics``: every built-in metric updated with this rank's half of fixed outputs, then
+synchronised; rank 0 saves the values.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import modforge as mf
+from modforge.train import distributed
+from modforge.train.trainer import Trainer
+
+
+def fixed_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return mf.build_model(
+        {"backbone": {"type": "mlp", "args": {"hidden_dims": [16]}}, "head": "linear", "losses": ["cross_entropy"]},
+        in_dim=8,
+        num_classes=4,
+    )
+
+
+def fixed_batch(n: int = 32) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return {"input": torch.randn(n, 8, generator=g), "label": torch.randint(0, 4, (n,), generator=g)}
+
+
+def fixed_outputs(n: int = 40) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(2)
+    label = torch.randint(0, 2, (n,), generator=g)
+    return {"logits": torch.randn(n, 2, generator=g), "label": label, "loss": torch.rand((), generator=g),
+            "score": torch.randn(n, generator=g) + label}
+
+
+def half(batch: dict[str, torch.Tensor], rank: int, world: int) -> dict[str, torch.Tensor]:
+    n = next(iter(batch.values())).shape[0]
+    size = n // world
+    return {k: (v[rank * size : (rank + 1) * size] if v.dim() else v) for k, v in batch.items()}
+
+
+def one_step() -> dict[str, torch.Tensor]:
+    model = fixed_model()
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), max_epochs=1,
+                      async_checkpoints=False)
+    trainer.fit([half(fixed_batch(), distributed.rank(), distributed.world_size())])
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def synced_metrics() -> dict[str, float]:
+    names = ["accuracy", "loss", "macro_f1", "confusion_matrix", "eer", "min_dcf"]
+    metrics = {name: mf.METRICS.build({"type": name, "args": {}}, path=name, num_classes=2) for name in names}
+    out = half(fixed_outputs(), distributed.rank(), distributed.world_size())
+    out["loss"] = fixed_outputs()["loss"] + distributed.rank()  # each process's own batch loss
+    for name, metric in metrics.items():
+        metric.update(out)
+        if distributed.is_distributed():
+            metric.sync(name)
+    return {name: metric.compute() for name, metric in metrics.items()}
+
+
+def main() -> int:
+    mode, out = sys.argv[1], sys.argv[2]
+    distributed.setup()
+    result = one_step() if mode == "step" else synced_metrics()
+    if distributed.is_main_process():
+        torch.save(result, out)
+    distributed.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
