@@ -54,6 +54,18 @@ def update_readme(section: str, body: str) -> None:
     README.write_text(text)
 
 
+def paired_run_arguments(doc: str, runs_help: str):
+    """The command line of a paired-run benchmark: ``--runs N``, ``--write`` and the hidden
+    ``--child`` that marks one of its measuring processes."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5, help=runs_help)
+    parser.add_argument("--write", action="store_true", help="record the figures in benchmarks/README.md")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
 def publish(section: str, table: str, write: bool) -> int:
     """Print a benchmark's table and, with ``write``, record it in README.md; exit status 0."""
     print(table)

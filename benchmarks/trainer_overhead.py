@@ -19,7 +19,6 @@ data construction are excluded from the timings.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -180,11 +179,9 @@ def _measure(contender: str) -> dict[str, list[float]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5, help="processes per contender")
-    parser.add_argument("--write", action="store_true", help="record the figures in benchmarks/README.md")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    ns = parser.parse_args()
+    from _report import paired_run_arguments
+
+    ns = paired_run_arguments(__doc__, "processes per contender")
     if ns.child:
         _child(ns.child)
         return 0

@@ -1,12 +1,15 @@
 """Run by ``torchrun`` from tests/test_distributed.py: one process of a multi-process check.
 
-    torchrun --nproc-per-node 2 tests/distributed_worker.py step OUT.pt
-    torchrun --nproc-per-node 2 tests/distributed_worker.py metrics OUT.pt
+    torchrun --nproc-per-node 2 tests/distributed_worker.py MODE OUT.pt
 
 ``step``: one training step of the Trainer (which wraps the model in DDP) on this rank's
 half of a fixed batch of 32; rank 0 saves the weights after the step.
+``accumulate``: the same step as two accumulated micro-batches per process.
 ``metrics``: every built-in metric updated with this rank's half of fixed outputs, then
 synchronised; rank 0 saves the values.
+``evaluate``: a BatchNorm model trained one step on each rank's own data (so the running
+statistics differ per process), then evaluated and collected on sharded loaders; rank 0
+saves the metrics, the collected outputs and its weights.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from modforge.train import distributed
 from modforge.train.trainer import Trainer
 
 
-def fixed_model() -> torch.nn.Module:
+def fixed_model(norm: str = "none") -> torch.nn.Module:
     torch.manual_seed(0)
     return mf.build_model(
-        {"backbone": {"type": "mlp", "args": {"hidden_dims": [16]}}, "head": "linear", "losses": ["cross_entropy"]},
+        {"backbone": {"type": "mlp", "args": {"hidden_dims": [16], "norm": norm}}, "head": "linear",
+         "losses": ["cross_entropy"]},
         in_dim=8,
         num_classes=4,
     )
@@ -47,12 +51,38 @@ def half(batch: dict[str, torch.Tensor], rank: int, world: int) -> dict[str, tor
     return {k: (v[rank * size : (rank + 1) * size] if v.dim() else v) for k, v in batch.items()}
 
 
-def one_step() -> dict[str, torch.Tensor]:
+def one_step(accumulate: int = 1) -> dict[str, torch.Tensor]:
     model = fixed_model()
     trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), max_epochs=1,
-                      async_checkpoints=False)
-    trainer.fit([half(fixed_batch(), distributed.rank(), distributed.world_size())])
+                      async_checkpoints=False, accumulate=accumulate)
+    mine = half(fixed_batch(), distributed.rank(), distributed.world_size())
+    trainer.fit([half(mine, i, accumulate) for i in range(accumulate)])
+    assert trainer.global_step == 1
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def evaluation_data(n: int = 30):
+    from modforge.data import ArrayDataset
+
+    g = torch.Generator().manual_seed(5)
+    return ArrayDataset(torch.randn(n, 8, generator=g), torch.randint(0, 4, (n,), generator=g))
+
+
+def evaluate_sharded() -> dict:
+    from modforge.data import LoaderSettings, make_loader
+
+    model = fixed_model(norm="batch")
+    metrics = {name: mf.METRICS.build(name, path=name, num_classes=4) for name in ("accuracy", "loss", "macro_f1")}
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.5), metrics=metrics, max_epochs=1,
+                      async_checkpoints=False)
+    g = torch.Generator().manual_seed(10 + distributed.rank())  # each process its own data: its own BN statistics
+    trainer.fit([{"input": torch.randn(16, 8, generator=g) * (1 + distributed.rank()),
+                  "label": torch.randint(0, 4, (16,), generator=g)}])
+    loader = make_loader(evaluation_data(), LoaderSettings(batch_size=4), train=False,
+                         num_replicas=distributed.world_size(), rank=distributed.rank())
+    row = trainer.evaluate(loader, "val")
+    collected = trainer.collect(loader, ("logits", "label"))
+    return {"row": row, "collected": collected, "state": {k: v.clone() for k, v in model.state_dict().items()}}
 
 
 def synced_metrics() -> dict[str, float]:
@@ -70,7 +100,9 @@ def synced_metrics() -> dict[str, float]:
 def main() -> int:
     mode, out = sys.argv[1], sys.argv[2]
     distributed.setup()
-    result = one_step() if mode == "step" else synced_metrics()
+    modes = {"step": one_step, "accumulate": lambda: one_step(2), "metrics": synced_metrics,
+             "evaluate": evaluate_sharded}
+    result = modes[mode]()
     if distributed.is_main_process():
         torch.save(result, out)
     distributed.shutdown()

@@ -1,53 +1,18 @@
-"""Multi-process training on torch.distributed (gloo on the CPU, launched by torchrun):
-sharded resumable sampling, DDP gradient equivalence, metrics combined from sums and
-counts, rank-0-only files, one rank killed and the run resumed, 2 ↔ 1 process resumes."""
+"""Multi-process training on torch.distributed (gloo on the CPU, launched by torchrun): the
+sharded resumable sampler, DDP gradient equivalence (with and without accumulation),
+metrics combined from sums and counts, sharded evaluation with BatchNorm. The command-line
+runs are in test_distributed_runs.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
 
+from distributed_helpers import ENV, WORKER, torchrun
 from modforge.data.loader import ResumableRandomSampler, ShardedSequentialSampler
-
-WORKER = Path(__file__).with_name("distributed_worker.py")
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-
-DIGITS = """
-seed: 0
-data: {type: digits, args: {as_image: false}, batch_size: 16}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [32], dropout: 0.1}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 3
-  optimizer: {type: sgd, args: {lr: 0.1, momentum: 0.9}}
-  metrics: [accuracy, loss, macro_f1]
-  checkpoint: {every_n_steps: 10, keep_last: 50}
-  num_threads: 1
-  progress: never
-  distributed: {timeout: 60}
-"""
-
-
-def _torchrun(nproc: int, *args: str, cwd: Path, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
-    if wait:
-        return subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
-    return subprocess.Popen(command, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
-def _modforge(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "modforge", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=300)
 
 
 # ------------------------------------------------------------------ samplers
@@ -75,11 +40,22 @@ def test_skipping_whole_epoch_samples_continues_each_shard_exactly():
     for rank, (whole, rest) in enumerate(zip(_shards(29, world), _shards(29, world, skip=done * batch * world),
                                              strict=True)):
         assert rest == whole[done * batch :], rank
-    # the same checkpoint resumed by three processes: every remaining sample of the epoch, plus the
-    # padding to a multiple of 3 (the permutation's head, as torch's DistributedSampler pads)
+    # the same checkpoint resumed by three or four processes: every remaining sample of the epoch,
+    # plus padding to a multiple of the new count (the permutation's head, as DistributedSampler
+    # pads), in shards of one length — DDP needs every process to take the same number of steps
     full = _shards(29, 1)[0]
-    rest = sum(_shards(29, 3, skip=12), [])
-    assert sorted(rest) == sorted(full[12:] + full[:1])
+    for world, padding in ((3, 1), (4, 3)):
+        shards = _shards(29, world, skip=12)
+        assert len({len(s) for s in shards}) == 1, [len(s) for s in shards]
+        assert sorted(sum(shards, [])) == sorted(full[12:] + full[:padding])
+
+
+def test_shards_stay_equal_for_any_size_skip_and_process_count():
+    for n in (1, 2, 7, 30, 31):
+        for world in (1, 2, 3, 4):
+            for skip in range(0, n + 2):
+                lengths = [len(s) for s in _shards(n, world, skip=skip)]
+                assert len(set(lengths)) == 1 and lengths[0] == -(-max(0, n - skip) // world), (n, world, skip)
 
 
 def test_evaluation_shards_read_every_sample_once():
@@ -98,10 +74,11 @@ def test_collected_shards_are_put_back_in_data_order():
 
 # --------------------------------------------------------------- processes
 @pytest.mark.slow
-def test_one_ddp_step_of_two_processes_equals_one_step_on_the_whole_batch(tmp_path):
-    res = _torchrun(2, str(WORKER), "step", str(tmp_path / "two.pt"), cwd=tmp_path)
+@pytest.mark.parametrize("mode", ["step", "accumulate"])  # accumulate: 2 micro-batches, DDP syncs only the last
+def test_one_ddp_step_of_two_processes_equals_one_step_on_the_whole_batch(tmp_path, mode):
+    res = torchrun(2, str(WORKER), mode, str(tmp_path / "two.pt"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    single = subprocess.run([sys.executable, str(WORKER), "step", str(tmp_path / "one.pt")], env=ENV,
+    single = subprocess.run([sys.executable, str(WORKER), mode, str(tmp_path / "one.pt")], env=ENV,
                             capture_output=True, text=True, timeout=120)
     assert single.returncode == 0, single.stderr
     two, one = torch.load(tmp_path / "two.pt"), torch.load(tmp_path / "one.pt")
@@ -122,7 +99,7 @@ def _worker():
 
 @pytest.mark.slow
 def test_metrics_of_two_processes_equal_one_process_on_all_the_data(tmp_path):
-    res = _torchrun(2, str(WORKER), "metrics", str(tmp_path / "two.pt"), cwd=tmp_path)
+    res = torchrun(2, str(WORKER), "metrics", str(tmp_path / "two.pt"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     single = subprocess.run([sys.executable, str(WORKER), "metrics", str(tmp_path / "one.pt")], env=ENV,
                             capture_output=True, text=True, timeout=120)
@@ -135,135 +112,21 @@ def test_metrics_of_two_processes_equal_one_process_on_all_the_data(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_two_process_run_writes_once_and_tests_like_one_process(tmp_path):
-    (tmp_path / "digits.yaml").write_text(DIGITS)
-    res = _modforge("train", "digits.yaml", "--run-dir", "run", "--nproc", "2", cwd=tmp_path)
+def test_sharded_evaluation_with_batch_norm_equals_one_process_on_rank_0s_model(tmp_path):
+    res = torchrun(2, str(WORKER), "evaluate", str(tmp_path / "two.pt"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    run = tmp_path / "run"
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["processes"] == 2 and summary["epochs"] == 3
-    assert summary["steps"] == 3 * 40  # 1,257 training samples / (16 × 2) per step
-    assert res.stderr.count("run folder:") == 1 and res.stderr.count("epoch 3/3") == 1  # rank 0 speaks
-    lines = (run / "metrics.csv").read_text().splitlines()
-    assert len(lines) == 4  # a header and three epochs, written once
-    # the test split evaluated in two shards, combined: what one process computes on all of it
-    single = _modforge("test", "run", cwd=tmp_path)
-    assert single.returncode == 0, single.stderr
-    record = json.loads((run / "evaluations" / "best-test.json").read_text())
-    for metric in ("accuracy", "loss", "macro_f1"):
-        assert summary["test"][metric] == pytest.approx(record[metric], abs=1e-6), metric
-    assert summary["test"]["accuracy"] > 0.8
+    two = torch.load(tmp_path / "two.pt")
+    worker = _worker()
+    model = worker.fixed_model(norm="batch")
+    model.load_state_dict(two["state"])  # rank 0's weights and BatchNorm statistics
+    import modforge as mf
+    from modforge.data import LoaderSettings, make_loader
+    from modforge.train.trainer import Trainer
 
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found += [int(entry.name), *_children(int(entry.name))]
-    return found
-
-
-def _rank_pid(launcher: int, rank: int) -> int | None:
-    for pid in _children(launcher):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"RANK={rank}".encode() in environ and b"LOCAL_RANK=" + str(rank).encode() in environ:
-            return pid
-    return None
-
-
-@pytest.mark.slow
-def test_killing_one_process_ends_the_run_and_resume_continues_exactly(tmp_path):
-    (tmp_path / "digits.yaml").write_text(DIGITS)
-    train = ["-m", "modforge", "train", "digits.yaml"]
-    reference = _torchrun(2, *train, "--run-dir", "reference", cwd=tmp_path)
-    assert reference.returncode == 0, reference.stderr
-    launcher = _torchrun(2, *train, "--run-dir", "killed", cwd=tmp_path, wait=False)
-    checkpoints = tmp_path / "killed" / "checkpoints"
-    deadline = time.monotonic() + 120
-    while not any(checkpoints.glob("epoch*-step0000030.pt")) and launcher.poll() is None:
-        assert time.monotonic() < deadline, "no checkpoint appeared"
-        time.sleep(0.01)
-    victim = _rank_pid(launcher.pid, 1)
-    assert victim is not None and launcher.poll() is None
-    os.kill(victim, signal.SIGKILL)
-    killed_at = time.monotonic()
-    code = launcher.wait(timeout=120)
-    stderr = launcher.stderr.read()
-    assert code != 0 and time.monotonic() - killed_at < 60  # the survivor does not wait forever
-    assert "another process of this run" in stderr or "Signal 9 (SIGKILL) received by PID" in stderr
-    assert not (tmp_path / "killed" / "summary.json").exists()
-    resumed = _modforge("train", "--resume", "killed", "--nproc", "2", cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr
-    ours = torch.load(tmp_path / "killed" / "checkpoints" / "last.pt", weights_only=True)
-    theirs = torch.load(tmp_path / "reference" / "checkpoints" / "last.pt", weights_only=True)
-    assert all(torch.equal(ours["model"][k], theirs["model"][k]) for k in theirs["model"])
-    assert [r["train_loss"] for r in ours["history"]] == pytest.approx([r["train_loss"] for r in theirs["history"]])
-
-
-@pytest.mark.slow
-def test_a_two_process_checkpoint_resumes_in_one_process_and_back(tmp_path):
-    (tmp_path / "digits.yaml").write_text(DIGITS)
-    res = _modforge("train", "digits.yaml", "--run-dir", "run", "--epochs", "1", "--nproc", "2", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    middle = tmp_path / "run" / "checkpoints" / "epoch0000-step0000030.pt"  # 30 of the first epoch's 40 steps
-    assert middle.exists()
-    one = _modforge("train", "--resume", str(middle), "--run-dir", "one", "--epochs", "2", cwd=tmp_path)
-    assert one.returncode == 0, one.stderr
-    assert "resuming a 2-process checkpoint with 1 process" in one.stderr
-    steps = json.loads((tmp_path / "one" / "summary.json").read_text())["steps"]
-    assert steps == 30 + 19 + 79  # the epoch's other 1,257 − 30 × 32 = 297 samples in steps of 16, then a whole epoch
-    back = _modforge("train", "--resume", "one", "--epochs", "3", "--nproc", "2", cwd=tmp_path)
-    assert back.returncode == 0, back.stderr
-    assert "resuming a 1-process checkpoint with 2 processes" in back.stderr
-    summary = json.loads((tmp_path / "one" / "summary.json").read_text())
-    assert summary["processes"] == 2 and summary["epochs"] == 3 and summary["test"]["accuracy"] > 0.8
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-@pytest.mark.slow
-def test_a_silent_process_ends_the_run_after_the_configured_timeout(tmp_path):
-    (tmp_path / "digits.yaml").write_text(DIGITS.replace("distributed: {timeout: 60}", "distributed: {timeout: 4}"))
-    launcher = _torchrun(2, "-m", "modforge", "train", "digits.yaml", "--run-dir", "run", cwd=tmp_path, wait=False)
-    deadline = time.monotonic() + 120
-    while not any((tmp_path / "run" / "checkpoints").glob("epoch*-step0000030.pt")):
-        assert time.monotonic() < deadline and launcher.poll() is None, "no checkpoint appeared"
-        time.sleep(0.01)
-    first, silent = _rank_pid(launcher.pid, 0), _rank_pid(launcher.pid, 1)
-    os.kill(silent, signal.SIGSTOP)  # alive but answering nothing
-    stopped = time.monotonic()
-    while _alive(first) and time.monotonic() - stopped < 60:
-        time.sleep(0.05)
-    waited = time.monotonic() - stopped
-    os.kill(silent, signal.SIGKILL)
-    launcher.wait(timeout=120)
-    stderr = launcher.stderr.read()
-    assert 3.5 < waited < 30, waited  # the configured 4 s, not forever
-    assert "another process of this run stopped answering" in stderr and "Timed out" in stderr
-    assert "modforge train --resume run" in stderr
-
-
-def test_only_train_runs_under_torchrun_and_nproc_is_checked(cli, monkeypatch, write):
-    config = write("digits.yaml", DIGITS)
-    res = cli("train", str(config), "--nproc", "zero")
-    assert res.code == 2 and "--nproc needs a number of processes, got 'zero'" in res.err
-    res = cli("train", str(config), "--nproc=0")
-    assert res.code == 2 and "--nproc must be at least 1, got 0" in res.err
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    res = cli("train", str(config), "--nproc", "2")
-    assert res.code == 2 and "this process already runs under torchrun" in res.err
-    res = cli("kfold", str(config))
-    assert res.code == 2 and "'modforge kfold' runs in one process" in res.err
+    metrics = {name: mf.METRICS.build(name, path=name, num_classes=4) for name in ("accuracy", "loss", "macro_f1")}
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.0), metrics=metrics, async_checkpoints=False)
+    loader = make_loader(worker.evaluation_data(), LoaderSettings(batch_size=4), train=False)
+    assert two["row"] == pytest.approx(trainer.evaluate(loader, "val"))
+    one = trainer.collect(loader, ("logits", "label"))
+    assert torch.equal(two["collected"]["label"], one["label"])  # all 30 rows, back in order
+    torch.testing.assert_close(two["collected"]["logits"], one["logits"])

@@ -11,11 +11,13 @@ sampler to skip ``k × batch_size`` samples, and iterate.
 Several processes (``torch.distributed``): every process draws the *same* permutation
 (the generator is seeded alike everywhere), pads it to a multiple of the number of
 processes by repeating its head (as torch's ``DistributedSampler``), and process ``r``
-takes positions ``r, r + W, r + 2W, …`` — disjoint shards that cover the epoch. Skips
-count samples of the whole epoch, not of one shard: skipping ``k × batch × W`` and then
-sharding the rest is exactly what each process would have read next, and after a change
-of the number of processes the epoch's remaining samples are shared among the new ones
-(each read once, plus at most ``W − 1`` padding repeats). :class:`ShardedSequentialSampler` splits evaluation data the same
+takes positions ``r, r + W, r + 2W, …`` — disjoint shards of equal length that cover the
+epoch. Skips count samples of the whole epoch, not of one shard, and the padding is
+added after the skip: skipping ``k × batch × W`` and sharding the rest is exactly what
+each process would have read next, and after a change of the number of processes the
+epoch's remaining samples are shared among the new ones in shards of equal length (each
+read once, plus at most ``W − 1`` padding repeats) — so every process runs the same
+number of steps, as DDP requires. :class:`ShardedSequentialSampler` splits evaluation data the same
 way without padding, so no sample is counted twice in a metric.
 """
 
@@ -59,23 +61,21 @@ class ResumableRandomSampler(Sampler[int]):
         whole epoch, over every process)."""
         self._skip = int(count)
 
-    def _padded_total(self) -> int:
-        return -(-self.n // self.num_replicas) * self.num_replicas
-
     def __len__(self) -> int:
-        """The samples the next iteration yields here (the rest of the epoch after a skip)."""
-        remaining = max(0, self._padded_total() - self._skip)
-        return max(0, -(-(remaining - self.rank) // self.num_replicas))
+        """The samples the next iteration yields here (the rest of the epoch after a skip;
+        the same on every process)."""
+        return -(-max(0, self.n - self._skip) // self.num_replicas)
 
     def __iter__(self) -> Iterator[int]:
         order = torch.randperm(self.n, generator=self.generator).tolist()
         skip, self._skip = self._skip, 0
+        rest = order[skip:]
         if self.num_replicas == 1:
-            yield from order[skip:]
+            yield from rest
         else:
-            padding = self._padded_total() - self.n
-            padded = order + (order * (1 + padding // max(1, self.n)))[:padding]
-            yield from padded[skip:][self.rank :: self.num_replicas]
+            padding = -len(rest) % self.num_replicas
+            rest += (order * (1 + padding // max(1, self.n)))[:padding]  # the permutation's head again
+            yield from rest[self.rank :: self.num_replicas]
         torch.randperm(self.n, generator=self.generator)  # the draw torch's RandomSampler makes here
 
 

@@ -96,6 +96,8 @@ class Experiment:
             sample_rate=splits.sample_rate,
             **task.model_options,
         )
+        if distributed.rank() > 0:  # same weights everywhere (DDP starts from rank 0's), own randomness
+            seed_everything(seed + distributed.rank())  # dropout masks, augmentation drawn from torch's RNG
         metric_specs = settings.metrics
         if metric_specs is None:
             metric_specs = [{"type": name, "args": {}} for name in task.default_metrics]
@@ -221,6 +223,11 @@ def train_run(
     """Train, test the best checkpoint, write ``summary.json`` and ``curves.png``; return the summary.
     A config with a ``continual:`` section trains its task sequence instead
     (:func:`~modforge.experiment.continual_run.continual_run`)."""
+    train_settings = cfg.data.get("train") or {}
+    distributed.join_if_launched(
+        distributed.DistributedSettings(**(train_settings.get("distributed") or {})),
+        device=str(train_settings.get("device", "auto")),
+    )  # under torchrun from Python: join before the data is sharded
     if cfg.data.get("continual") is not None and splits is None:
         from .continual_run import continual_run
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -128,8 +127,7 @@ class Trainer:
             raise ValueError(f"scheduler interval must be 'epoch' or 'step', got {scheduler_interval!r}")
         if accumulate < 1 or max_epochs < 1 or log_every < 1:
             raise ValueError("accumulate, max_epochs and log_every must be at least 1")
-        if distributed.env_world_size() > 1 and os.environ.get("MASTER_ADDR") and not distributed.is_distributed():
-            distributed.setup(device=str(device))  # launched by torchrun and nobody joined the group yet
+        distributed.join_if_launched(device=str(device))  # launched by torchrun and nobody joined yet
         self.world_size, self.rank = distributed.world_size(), distributed.rank()
         if str(device) == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -190,6 +188,7 @@ class Trainer:
         self.extra_results: dict[str, Any] = {}
         self._saved: list[Path] | None = None  # periodic checkpoints of this run, oldest first
         self._saved_world = self.world_size  # the process count of the checkpoint resumed from
+        self._reduced: tuple[Any, torch.Tensor, int] | None = None  # the last loss reduction (several processes)
 
     # ------------------------------------------------------------------ steps
     def prepare_batch(self, batch: Any) -> Any:
@@ -257,12 +256,14 @@ class Trainer:
                 self._run_epoch(train_loader, val_loader, generator, sampler)
             for cb in self.callbacks:
                 cb.on_fit_end(self)
-        except RuntimeError as exc:  # DDP's own collectives (gradient averaging) fail as RuntimeError
-            failure = distributed.peer_failure(exc, f"training (epoch {self.epoch + 1}, step {self.global_step})")
+        except (RuntimeError, distributed.PeerFailure) as exc:  # DDP's gradient averaging fails as RuntimeError
+            failure = exc if isinstance(exc, distributed.PeerFailure) else distributed.peer_failure(
+                exc, f"training (epoch {self.epoch + 1}, step {self.global_step})"
+            )
             if failure is None:
                 raise
             hint = f" (modforge train --resume {self.run_dir})" if self.run_dir is not None else ""
-            raise distributed.PeerFailure(f"{failure}{hint}") from None
+            raise distributed.PeerFailure(f"{failure}{hint}") from exc
         finally:
             self.writer.wait()
         self.extra_results["train_seconds"] = time.perf_counter() - started
@@ -323,8 +324,8 @@ class Trainer:
             if generator is not None and self.epoch_start_generator is not None:
                 generator.set_state(self.epoch_start_generator)
             batch_size = self._global_batch_size(loader)
-            if self.samples_in_epoch is None:  # a checkpoint that counted batches only
-                self.samples_in_epoch = self.batch_in_epoch * (batch_size // self.world_size) * self._saved_world
+            if self.samples_in_epoch is None:  # a checkpoint of a single process that counted batches only
+                self.samples_in_epoch = self.batch_in_epoch * getattr(loader.batch_sampler, "batch_size", 1)
             if sampler is not None and hasattr(sampler, "skip_next"):
                 sampler.skip_next(self.samples_in_epoch)
             self.batch_in_epoch = -(-self.samples_in_epoch // batch_size)  # in this run's batches
@@ -352,9 +353,11 @@ class Trainer:
             cb.on_epoch_end(self, row)
 
     def _global_batch_size(self, loader: Any) -> int:
-        """Samples one step of every process consumes (the loader's batch size × processes)."""
+        """Samples of the epoch one step consumes: the loader's batch size × the processes
+        its sampler shares the data with."""
         batch_sampler = getattr(loader, "batch_sampler", None)
-        return int(getattr(batch_sampler, "batch_size", None) or 1) * self.world_size
+        replicas = getattr(getattr(batch_sampler, "sampler", None), "num_replicas", 1)
+        return int(getattr(batch_sampler, "batch_size", None) or 1) * int(replicas)
 
     def _train_batches(self, loader) -> None:
         micro = 0
@@ -401,13 +404,17 @@ class Trainer:
         return (losses * torch.tensor(self._sizes, dtype=losses.dtype, device=losses.device)).sum()
 
     def _reduced_loss(self) -> tuple[torch.Tensor, int]:
-        """The epoch's loss sum and sample count so far, over every process."""
+        """The epoch's loss sum and sample count so far, over every process (reduced once
+        per batch count: the epoch-end row, the NaN check and the checkpoint share it)."""
         total, count = self._loss_total(), sum(self._sizes)
         if self.world_size < 2:
             return total, count
-        both = torch.stack([total.float().to(self.device), torch.tensor(float(count), device=self.device)])
-        both = distributed.all_reduce_sum(both, "the training loss")
-        return both[0], int(both[1])
+        key = (self.epoch, self.global_step, len(self._losses))
+        if self._reduced is None or self._reduced[0] != key:
+            both = torch.stack([total.double().to(self.device), torch.tensor(float(count), device=self.device).double()])
+            both = distributed.all_reduce_sum(both, "the training loss")
+            self._reduced = (key, both[0], int(both[1]))
+        return self._reduced[1], self._reduced[2]
 
     def _mean_loss(self) -> float:
         total, count = self._reduced_loss()
@@ -432,6 +439,8 @@ class Trainer:
         for metric in self.metrics.values():
             metric.reset()
         runnable = self._evaluation_runnable()
+        if self.ddp is not None:
+            distributed.broadcast_buffers(self.model, what="sharing buffers for evaluation")
         try:
             for batch in loader:
                 with self._autocast():
@@ -465,6 +474,8 @@ class Trainer:
         self.train_mode(False)
         outputs: dict[str, list[torch.Tensor]] = {key: [] for key in keys}
         runnable = self._evaluation_runnable()
+        if self.ddp is not None:
+            distributed.broadcast_buffers(self.model, what="sharing buffers for evaluation")
         try:
             for batch in loader:
                 with self._autocast():
@@ -517,13 +528,10 @@ class Trainer:
     def checkpoint_payload(self) -> dict[str, Any]:
         """Everything needed to continue exactly from here. With several processes every
         process must call it (it gathers their RNG states and loss sums)."""
-        losses = torch.stack(self._losses) if self._losses else torch.zeros(0)
-        sizes, rng_per_rank = list(self._sizes), None
-        if self.world_size > 1:  # the epoch's loss so far as one pseudo-batch; every process's RNG
-            total, count = self._reduced_loss()
-            losses = (total / count).reshape(1).cpu() if count else torch.zeros(0)
-            sizes = [count] if count else []
-            rng_per_rank = distributed.all_gather_objects(capture_rng(), "saving a checkpoint")
+        losses = torch.stack(self._losses).cpu() if self._losses else torch.zeros(0)
+        sizes, per_rank = list(self._sizes), None
+        if self.world_size > 1:  # every process's RNG state and epoch losses so far
+            per_rank = distributed.all_gather_objects((capture_rng(), losses, sizes), "saving a checkpoint")
         return {
             "format": CHECKPOINT_FORMAT,
             "versions": {"modforge": __version__, "torch": str(torch.__version__)},
@@ -537,10 +545,12 @@ class Trainer:
             "world_size": self.world_size,
             "global_step": self.global_step,
             "loader_generator": self.epoch_start_generator,
-            "rng": capture_rng() if rng_per_rank is None else rng_per_rank[0],
-            "rng_per_rank": rng_per_rank,
+            "rng": capture_rng() if per_rank is None else per_rank[0][0],
+            "rng_per_rank": None if per_rank is None else [rng for rng, _, _ in per_rank],
             "epoch_losses": losses,
             "epoch_sizes": sizes,
+            "epoch_losses_per_rank": None if per_rank is None else [lo for _, lo, _ in per_rank],
+            "epoch_sizes_per_rank": None if per_rank is None else [si for _, _, si in per_rank],
             "history": [dict(row) for row in self.history],
             "callbacks": {self._callback_key(cb): cb.state_dict() for cb in self.callbacks},
             "config": self.config,
@@ -581,13 +591,18 @@ class Trainer:
         self.samples_in_epoch = payload.get("samples_in_epoch")
         self.global_step = payload["global_step"]
         self.history = [dict(row) for row in payload["history"]]
-        own_losses = self.rank == 0  # the epoch's losses so far count once, on rank 0
-        self._losses = list(payload["epoch_losses"].to(self.device).unbind(0)) if own_losses else []
-        self._sizes = list(payload["epoch_sizes"]) if own_losses else []
+        saved_world = self._saved_world = int(payload.get("world_size") or 1)
+        if saved_world != self.world_size and self.scheduler is not None and self.scheduler_interval == "step":
+            raise ModforgeError(
+                f"this checkpoint was trained by {saved_world} process(es) with a learning-rate schedule that counts "
+                f"optimizer steps (interval: step); with {self.world_size} the remaining epochs would take a different "
+                f"number of steps than the schedule planned. Resume with {saved_world} process(es), or use a "
+                "schedule with interval: epoch"
+            )
+        self._losses, self._sizes = self._restored_losses(payload, saved_world)
         self.epoch_start_generator = payload.get("loader_generator")
         if generator is not None and self.epoch_start_generator is not None:
             generator.set_state(self.epoch_start_generator)
-        saved_world = self._saved_world = int(payload.get("world_size") or 1)
         per_rank = payload.get("rng_per_rank")
         restore_rng(per_rank[self.rank] if per_rank and len(per_rank) == self.world_size else payload["rng"])
         if saved_world != self.world_size and self.rank == 0:
@@ -602,6 +617,19 @@ class Trainer:
             key = self._callback_key(cb)
             if key in states:
                 cb.load_state_dict(states[key])
+
+    def _restored_losses(self, payload: dict[str, Any], saved_world: int) -> tuple[list[torch.Tensor], list[int]]:
+        """This process's share of the epoch's losses so far: its own with as many processes
+        as saved; otherwise all of them on rank 0 (each loss counted once) and none elsewhere."""
+        losses, sizes = payload.get("epoch_losses_per_rank"), payload.get("epoch_sizes_per_rank")
+        if losses is None:
+            losses, sizes = [payload["epoch_losses"]], [payload["epoch_sizes"]]
+        if len(losses) == self.world_size and saved_world == self.world_size:
+            mine, my_sizes = [losses[self.rank]], [sizes[self.rank]]
+        else:
+            mine, my_sizes = (losses, sizes) if self.rank == 0 else ([], [])
+        restored = [t for part in mine for t in part.to(self.device).unbind(0)]
+        return restored, [int(n) for part in my_sizes for n in part]
 
     def _callback_key(self, cb: Callback) -> str:
         return self._callback_keys.get(id(cb)) or f"{type(cb).__name__}.{self.callbacks.index(cb)}"

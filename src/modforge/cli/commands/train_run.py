@@ -119,7 +119,7 @@ def _join_processes(cfg) -> bool:
 
     train = cfg.data.get("train") or {}
     settings = distributed.DistributedSettings(**(train.get("distributed") or {}))
-    if distributed.setup(settings, device=str(train.get("device", "auto"))):
+    if distributed.join_if_launched(settings, device=str(train.get("device", "auto"))):
         distributed.stop_on_sigterm()
         if not distributed.is_main_process():
             logging.getLogger("modforge").setLevel(logging.ERROR)  # rank 0 speaks for the run
