@@ -130,3 +130,18 @@ def test_sharded_evaluation_with_batch_norm_equals_one_process_on_rank_0s_model(
     one = trainer.collect(loader, ("logits", "label"))
     assert torch.equal(two["collected"]["label"], one["label"])  # all 30 rows, back in order
     torch.testing.assert_close(two["collected"]["logits"], one["logits"])
+
+
+def test_a_step_schedule_refuses_another_number_of_processes():
+    import modforge as mf
+    from modforge.train.trainer import Trainer
+
+    model = _worker().fixed_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=100)
+    trainer = Trainer(model, opt, scheduler=schedule, scheduler_interval="step", async_checkpoints=False)
+    payload = {**trainer.checkpoint_payload(), "world_size": 2}
+    with pytest.raises(mf.ModforgeError, match="trained by 2 process.*interval: step.*Resume with 2 process"):
+        trainer.load_state(payload)
+    epochly = Trainer(model, opt, scheduler=torch.optim.lr_scheduler.StepLR(opt, 1), async_checkpoints=False)
+    epochly.load_state({**epochly.checkpoint_payload(), "world_size": 2})  # epoch schedules carry over
