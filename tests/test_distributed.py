@@ -5,6 +5,7 @@ runs are in test_distributed_runs.py."""
 
 from __future__ import annotations
 
+import collections
 import subprocess
 import sys
 
@@ -145,3 +146,67 @@ def test_a_step_schedule_refuses_another_number_of_processes():
         trainer.load_state(payload)
     epochly = Trainer(model, opt, scheduler=torch.optim.lr_scheduler.StepLR(opt, 1), async_checkpoints=False)
     epochly.load_state({**epochly.checkpoint_payload(), "world_size": 2})  # epoch schedules carry over
+
+
+def test_outputs_with_several_rows_per_sample_are_joined_in_rank_order():
+    from modforge.train.trainer import _merge_shards
+
+    one_row_each = [torch.tensor([0, 2, 4]), torch.tensor([1, 3])]
+    assert _merge_shards(one_row_each, [3, 2]).tolist() == [0, 1, 2, 3, 4]  # back in data order
+    windows = [torch.tensor([0, 0, 2, 2, 2]), torch.tensor([1])]  # audio windows: rows carry their file's index
+    assert _merge_shards(windows, [2, 1]).tolist() == [0, 0, 2, 2, 2, 1]
+
+
+Pair = collections.namedtuple("Pair", "a b")  # module level: what all_gather_object pickles must be importable
+
+
+def test_gathered_objects_travel_as_arrays_and_come_back_as_tensors():
+    import pickle
+
+    from modforge.train.distributed import _as_arrays, _as_tensors
+
+    sent = {"x": torch.arange(6).reshape(2, 3).t(), "flags": torch.tensor([True, False]), "zero": torch.tensor(3.5),
+            "grad": torch.ones(2, requires_grad=True), "half": torch.ones(2, dtype=torch.bfloat16),
+            "pair": Pair(1, torch.ones(1)), "list": [torch.zeros(1, dtype=torch.uint8), "text", None]}
+    back = _as_tensors(pickle.loads(pickle.dumps(_as_arrays(sent))))
+    for key in ("x", "flags", "zero", "half"):
+        assert torch.equal(back[key], sent[key]) and back[key].dtype == sent[key].dtype, key
+    assert back["grad"].requires_grad and isinstance(back["pair"], Pair) and back["list"][1:] == ["text", None]
+    assert torch.equal(back["list"][0], sent["list"][0])
+
+
+def _pretend_rank(trainer, rank: int, world: int) -> None:
+    """Make a single-process trainer take the multi-process code paths (collectives are no-ops
+    outside a process group)."""
+    trainer.rank, trainer.world_size = rank, world
+
+
+def test_resuming_with_another_process_count_gives_each_process_its_own_randomness():
+    from modforge.train.trainer import Trainer
+
+    model = _worker().fixed_model()
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), async_checkpoints=False)
+    payload = trainer.checkpoint_payload()  # one process
+    _pretend_rank(trainer, 0, 2)
+    trainer.load_state(payload)
+    first = torch.rand(3)
+    _pretend_rank(trainer, 1, 2)
+    trainer.load_state(payload)
+    second = torch.rand(3)
+    trainer.load_state(payload)
+    assert not torch.equal(first, second)  # rank 1 does not repeat rank 0's draws
+    trainer.load_state(payload)
+    assert torch.equal(torch.rand(3), second)  # and its stream is a function of the checkpoint
+
+
+def test_a_new_checkpoint_never_reuses_the_last_loss_reduction():
+    from modforge.train.trainer import Trainer
+
+    model = _worker().fixed_model()
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), async_checkpoints=False)
+    payload = trainer.checkpoint_payload()
+    _pretend_rank(trainer, 0, 2)
+    trainer.load_state({**payload, "epoch_losses": torch.tensor([1.0]), "epoch_sizes": [4]})
+    assert trainer._mean_loss() == 1.0
+    trainer.load_state({**payload, "epoch_losses": torch.tensor([5.0]), "epoch_sizes": [4]})
+    assert trainer._mean_loss() == 5.0  # the same (epoch, step, batches) key, other losses

@@ -144,6 +144,23 @@ def test_nan_guard_stops_keeps_the_last_good_checkpoint_and_never_marks_nan_best
     assert not (tmp_path / "checkpoints" / "best.pt").exists()
 
 
+def test_a_nan_in_an_epochs_last_step_is_caught_before_the_epochs_checkpoint(digits, tmp_path):
+    mf.register_loss("nan_after")(NaNAfter)
+    torch.manual_seed(0)
+    loader = make_loader(digits.train, LoaderSettings(batch_size=64), train=True, generator=torch.Generator().manual_seed(0))
+    steps = len(loader)
+    cfg = {**MLP, "losses": [{"type": "nan_after", "args": {"after": 2 * steps - 1}}]}  # the last step of epoch 2
+    model = mf.build_model(cfg, in_dim=64, num_classes=10)
+    callbacks = [mf.CALLBACKS.build({"type": "nan_guard", "args": {"check_every": 1000}}),
+                 mf.CALLBACKS.build({"type": "checkpoint", "args": {"every_n_epochs": 1}})]
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), callbacks=callbacks, max_epochs=3,
+                      run_dir=tmp_path)
+    with pytest.raises(NonFiniteLossError, match="non-finite in epoch 2"):
+        trainer.fit(loader)
+    last = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert last["global_step"] == steps and all(torch.isfinite(t).all() for t in last["model"].values())
+
+
 def test_max_steps_and_step_scheduler(digits):
     torch.manual_seed(0)
     model = mf.build_model(MLP, in_dim=64, num_classes=10)

@@ -191,8 +191,9 @@ def peer_failure(exc: BaseException, what: str, *, in_collective: bool = False) 
     text = str(exc)
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     return PeerFailure(
-        f"process {rank()} of {world_size()}: another process of this run stopped answering during {what} "
-        f"({first[:200]}). The run is ending; the last complete checkpoint is where --resume continues"
+        f"process {rank()} of {world_size()}: a collective failed during {what} — another process of this run "
+        f"stopped answering or failed ({first[:200]}). The run is ending; the last complete checkpoint is where "
+        "--resume continues"
     )
 
 
@@ -225,23 +226,40 @@ def all_reduce_sum(tensor: torch.Tensor, what: str = "a reduction") -> torch.Ten
 
 def broadcast_buffers(module: torch.nn.Module, src: int = 0, what: str = "sharing buffers") -> None:
     """Give every process rank ``src``'s buffers of ``module`` (BatchNorm running
-    statistics drift apart when each process normalises its own batches)."""
+    statistics drift apart when each process normalises its own batches) — one broadcast
+    per dtype, the buffers flattened into it."""
     if not is_distributed():
         return
     device = _communication_device()
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for buffer in module.buffers():
-        moved = buffer.detach().to(device, copy=True)
-        _guarded(what, dist.broadcast, moved, src=src)
-        buffer.data.copy_(moved.to(buffer.device))
+        by_dtype.setdefault(buffer.dtype, []).append(buffer)
+    for buffers in by_dtype.values():
+        flat = torch.cat([b.detach().reshape(-1).to(device) for b in buffers])
+        _guarded(what, dist.broadcast, flat, src=src)
+        for buffer, part in zip(buffers, flat.split([b.numel() for b in buffers]), strict=True):
+            buffer.data.copy_(part.view_as(buffer).to(buffer.device))
+
+
+_NUMPY_DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                 torch.float32, torch.float64, torch.complex64, torch.complex128}
+
+
+def _plain(tensor: torch.Tensor) -> bool:
+    """A tensor numpy can share as-is: dense, on the CPU, no autograd, no lazy conj/neg bit."""
+    return (tensor.device.type == "cpu" and tensor.layout == torch.strided and not tensor.requires_grad
+            and tensor.dtype in _NUMPY_DTYPES and not tensor.is_conj() and not tensor.is_neg()
+            and type(tensor) is torch.Tensor)  # fmt: skip
 
 
 def _as_arrays(obj: Any) -> Any:
-    """``obj`` with its CPU tensors as numpy arrays (pickled ~3× faster than tensors)."""
-    if isinstance(obj, torch.Tensor) and obj.device.type == "cpu" and obj.dtype != torch.bfloat16:
-        return _Array(obj.numpy())
-    if isinstance(obj, dict):
+    """``obj`` with its plain CPU tensors as numpy arrays (pickled ~3× faster than
+    tensors); containers of the built-in kinds are walked, anything else travels as it is."""
+    if isinstance(obj, torch.Tensor):
+        return _Array(obj.numpy()) if _plain(obj) else obj
+    if type(obj) is dict:
         return {k: _as_arrays(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
+    if type(obj) in (list, tuple):
         return type(obj)(_as_arrays(v) for v in obj)
     return obj
 
@@ -249,9 +267,9 @@ def _as_arrays(obj: Any) -> Any:
 def _as_tensors(obj: Any) -> Any:
     if isinstance(obj, _Array):
         return torch.from_numpy(obj.array)
-    if isinstance(obj, dict):
+    if type(obj) is dict:
         return {k: _as_tensors(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
+    if type(obj) in (list, tuple):
         return type(obj)(_as_tensors(v) for v in obj)
     return obj
 

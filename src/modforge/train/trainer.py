@@ -56,7 +56,7 @@ from .checkpoint import (
     serialize,
 )
 from .metrics import Metric
-from .rng import capture_rng, restore_rng
+from .rng import capture_rng, restore_rng, seed_everything
 
 __all__ = ["NonFiniteLossError", "Trainer"]
 
@@ -325,7 +325,8 @@ class Trainer:
                 generator.set_state(self.epoch_start_generator)
             batch_size = self._global_batch_size(loader)
             if self.samples_in_epoch is None:  # a checkpoint of a single process that counted batches only
-                self.samples_in_epoch = self.batch_in_epoch * getattr(loader.batch_sampler, "batch_size", 1)
+                per_batch = getattr(getattr(loader, "batch_sampler", None), "batch_size", None) or 1
+                self.samples_in_epoch = self.batch_in_epoch * per_batch
             if sampler is not None and hasattr(sampler, "skip_next"):
                 sampler.skip_next(self.samples_in_epoch)
             self.batch_in_epoch = -(-self.samples_in_epoch // batch_size)  # in this run's batches
@@ -338,7 +339,11 @@ class Trainer:
         self.train_mode(True)
         self._train_batches(loader)
         self.epoch_finished = True
+        if self.ddp is not None:  # BatchNorm statistics drift apart per process: evaluate with rank 0's
+            distributed.broadcast_buffers(self.model, what="sharing buffers after the epoch")
         row: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.global_step, "train_loss": self._mean_loss()}
+        if self.guard_nonfinite:
+            self.check_finite()  # before the epoch's losses are cleared (the epoch-end checkpoint follows)
         if val_loader is not None:
             row.update(self.evaluate(val_loader, "val"))
         self._step_scheduler_epoch(row)
@@ -406,11 +411,11 @@ class Trainer:
     def _reduced_loss(self) -> tuple[torch.Tensor, int]:
         """The epoch's loss sum and sample count so far, over every process (reduced once
         per batch count: the epoch-end row, the NaN check and the checkpoint share it)."""
-        total, count = self._loss_total(), sum(self._sizes)
         if self.world_size < 2:
-            return total, count
+            return self._loss_total(), sum(self._sizes)
         key = (self.epoch, self.global_step, len(self._losses))
         if self._reduced is None or self._reduced[0] != key:
+            total, count = self._loss_total(), sum(self._sizes)
             both = torch.stack([total.double().to(self.device), torch.tensor(float(count), device=self.device).double()])
             both = distributed.all_reduce_sum(both, "the training loss")
             self._reduced = (key, both[0], int(both[1]))
@@ -439,8 +444,6 @@ class Trainer:
         for metric in self.metrics.values():
             metric.reset()
         runnable = self._evaluation_runnable()
-        if self.ddp is not None:
-            distributed.broadcast_buffers(self.model, what="sharing buffers for evaluation")
         try:
             for batch in loader:
                 with self._autocast():
@@ -474,8 +477,6 @@ class Trainer:
         self.train_mode(False)
         outputs: dict[str, list[torch.Tensor]] = {key: [] for key in keys}
         runnable = self._evaluation_runnable()
-        if self.ddp is not None:
-            distributed.broadcast_buffers(self.model, what="sharing buffers for evaluation")
         try:
             for batch in loader:
                 with self._autocast():
@@ -488,9 +489,11 @@ class Trainer:
         finally:
             self.train_mode(was_training)
         collected = {key: torch.cat(values) if values else torch.empty(0) for key, values in outputs.items()}
-        if _is_sharded(loader):  # every process's shard, back in the data's order
+        if _is_sharded(loader):  # every process's shard, back in the data's order where rows are samples
             shards = distributed.all_gather_objects(collected, "collecting model outputs")
-            collected = {key: _interleave([shard[key] for shard in shards]) for key in keys}
+            sampler = loader.batch_sampler.sampler
+            counts = [len(range(r, sampler.n, sampler.num_replicas)) for r in range(sampler.num_replicas)]
+            collected = {key: _merge_shards([shard[key] for shard in shards], counts) for key in keys}
         return collected
 
     # -------------------------------------------------------------- controls
@@ -581,6 +584,15 @@ class Trainer:
 
     def load_state(self, payload: dict[str, Any], generator: torch.Generator | None = None) -> None:
         """Restore a :meth:`checkpoint_payload` (the model's weights included)."""
+        saved_world = int(payload.get("world_size") or 1)
+        if saved_world != self.world_size and self.scheduler is not None and self.scheduler_interval == "step":
+            raise ModforgeError(
+                f"this checkpoint was trained by {saved_world} process(es) with a learning-rate schedule that counts "
+                f"optimizer steps (interval: step); with {self.world_size} the remaining epochs would take a different "
+                f"number of steps than the schedule planned. Resume with {saved_world} process(es), or use a "
+                "schedule with interval: epoch"
+            )
+        self._saved_world, self._reduced = saved_world, None
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         if self.scheduler is not None and payload.get("scheduler") is not None:
@@ -591,20 +603,17 @@ class Trainer:
         self.samples_in_epoch = payload.get("samples_in_epoch")
         self.global_step = payload["global_step"]
         self.history = [dict(row) for row in payload["history"]]
-        saved_world = self._saved_world = int(payload.get("world_size") or 1)
-        if saved_world != self.world_size and self.scheduler is not None and self.scheduler_interval == "step":
-            raise ModforgeError(
-                f"this checkpoint was trained by {saved_world} process(es) with a learning-rate schedule that counts "
-                f"optimizer steps (interval: step); with {self.world_size} the remaining epochs would take a different "
-                f"number of steps than the schedule planned. Resume with {saved_world} process(es), or use a "
-                "schedule with interval: epoch"
-            )
         self._losses, self._sizes = self._restored_losses(payload, saved_world)
         self.epoch_start_generator = payload.get("loader_generator")
         if generator is not None and self.epoch_start_generator is not None:
             generator.set_state(self.epoch_start_generator)
         per_rank = payload.get("rng_per_rank")
-        restore_rng(per_rank[self.rank] if per_rank and len(per_rank) == self.world_size else payload["rng"])
+        if per_rank and len(per_rank) == self.world_size and saved_world == self.world_size:
+            restore_rng(per_rank[self.rank])
+        else:  # another process count: rank 0's state, and for the others a stream of their own drawn from it
+            restore_rng(payload["rng"])
+            if self.rank > 0:
+                seed_everything(int(torch.randint(0, 2**62, (1,))) + self.rank)
         if saved_world != self.world_size and self.rank == 0:
             log.warning(
                 "resuming a %d-process checkpoint with %d process%s: the model, optimizer and progress carry over; "
@@ -639,6 +648,16 @@ def _is_sharded(loader: Any) -> bool:
     """True when ``loader`` reads one process's shard of its data (so results are combined)."""
     sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
     return distributed.is_distributed() and getattr(sampler, "num_replicas", 1) > 1
+
+
+def _merge_shards(shards: list[torch.Tensor], samples: list[int]) -> torch.Tensor:
+    """One tensor from every process's rows. When each shard has one row per sample it
+    read (``samples``), the rows go back in data order (:func:`_interleave`); when samples
+    give several rows (audio windows), the shards are joined in rank order — rows then carry
+    their sample's ``index``, which is what such outputs are grouped by."""
+    if [len(s) for s in shards] == samples:
+        return _interleave(shards)
+    return torch.cat([s.cpu() for s in shards])
 
 
 def _interleave(shards: list[torch.Tensor]) -> torch.Tensor:

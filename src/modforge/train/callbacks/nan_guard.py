@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from ...core.registries import register_callback
 from .base import Callback
@@ -10,10 +10,11 @@ from .base import Callback
 
 @register_callback("nan_guard")
 class NaNGuard(Callback):
-    """Checks the running training loss every ``check_every`` steps, at every epoch end and
-    before every checkpoint; a NaN/Inf stops training with a clear message. The check reads
-    the epoch's on-device loss sum (a NaN anywhere makes it NaN), so it adds no per-step
-    synchronisation; the last good checkpoint is kept untouched.
+    """Checks the running training loss every ``check_every`` steps, at every epoch end (the
+    trainer does that one, before it clears the epoch's losses and before the epoch's
+    checkpoint) and before every checkpoint; a NaN/Inf stops training with a clear message.
+    The check reads the epoch's on-device loss sum (a NaN anywhere makes it NaN), so it adds
+    no per-step synchronisation; the last good checkpoint is kept untouched.
 
     Args:
         check_every: steps between checks (None: the trainer's ``log_every``).
@@ -33,5 +34,3 @@ class NaNGuard(Callback):
         if self.check_every and trainer.global_step % self.check_every == 0:
             trainer.check_finite()
 
-    def on_epoch_end(self, trainer, row: dict[str, Any]) -> None:
-        trainer.check_finite()
