@@ -53,6 +53,8 @@ def test_a_continual_run_fills_both_accuracy_matrices(cli, config, tmp_path):
     checkpoint = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert checkpoint["continual"]["tasks_done"] == 5 and len(checkpoint["algorithm"]["buffer"]["data"]["input"]) == 100
     assert not (run / "checkpoints" / "best.pt").exists()  # no epoch of a sequence is "best"
+    res = cli("export", "run", "--engine", "torchscript")  # DER++ classifies by its logits: exportable
+    assert res.code == 0, res.err
 
 
 def test_modforge_test_re_evaluates_every_task_with_the_algorithms_classifier(cli, config, tmp_path):
@@ -66,6 +68,9 @@ def test_modforge_test_re_evaluates_every_task_with_the_algorithms_classifier(cl
     assert record["class_il_accuracy"] == pytest.approx(summary["class_il"]["average_accuracy"])
     assert record["task_il_accuracy"] == pytest.approx(summary["task_il"]["average_accuracy"])
     assert [record[f"class_il_task{i}"] for i in range(1, 6)] == pytest.approx(summary["class_il"]["matrix"][-1])
+    res = cli("export", "run", "--engine", "torchscript")  # an artifact would classify by the logits instead
+    assert res.code == 2 and "does not classify by the model's logits" in res.err
+    assert not (tmp_path / "run" / "exports").exists()
 
 
 def test_algorithm_and_its_hyper_parameters_as_flags(cli, config):

@@ -42,6 +42,7 @@ def export_run(target: Path, engine_spec: Any, out: Path | None = None, *, which
     """
     engine = build_engine(engine_spec, path="--engine")
     exp, checkpoint = load_trained(Path(target), which)
+    _refuse_other_classifiers(exp)
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
     path = Path(out) if out is not None else run_dir / "exports" / f"{checkpoint.stem}-{engine.name}{engine.suffix}"
     if engine.suffix and path.suffix != engine.suffix:
@@ -84,3 +85,24 @@ def export_run(target: Path, engine_spec: Any, out: Path | None = None, *, which
             f"{scale:.3g}, shapes {list(got.shape)} vs {list(reference.shape)}); nothing was written"
         )
     return ExportResult(written, checkpoint, engine.name, diff, scale, metadata)
+
+
+def _refuse_other_classifiers(exp: Any) -> None:
+    """An artifact reproduces the model's logits; a continual method that classifies another
+    way (iCaRL: nearest mean of exemplars) would be exported as a different, worse classifier."""
+    continual = exp.cfg.data.get("continual")
+    if not continual:
+        return
+    from ..continual.algorithms.base import Algorithm
+    from ..core.registries import ALGORITHMS
+
+    spec = continual.get("algorithm") or "sgd"
+    name = spec if isinstance(spec, str) else spec.get("type", "sgd")
+    algorithm = ALGORITHMS.get(str(name))
+    if getattr(algorithm, "class_scores", Algorithm.class_scores) is not Algorithm.class_scores:
+        raise UsageError(
+            f"this continual run's method '{name}' does not classify by the model's logits (it uses its own "
+            "scores, e.g. the nearest mean of exemplars), and an artifact holds only the model: its predictions "
+            "would differ from the run's. Evaluate the run with `modforge test RUN` instead"
+        )
+

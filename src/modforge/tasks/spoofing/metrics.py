@@ -58,7 +58,8 @@ class ScoreMetric(Metric):
     """Base of the detection metrics: collects ``score`` and ``label`` per batch on their
     device; ``compute`` concatenates them once and calls :meth:`value` on float64 numpy
     arrays. A pass without both bona fide and spoof trials gives NaN (no error rate is
-    defined).
+    defined). Rows that carry the same ``index`` are one file cut into windows: their
+    scores are averaged into the file's score first, so a trial is a file — as in the test.
 
     Args:
         num_classes: the data's number of classes (wired by the builder); must be 2
@@ -79,6 +80,7 @@ class ScoreMetric(Metric):
     def reset(self) -> None:
         self.scores: list[torch.Tensor] = []
         self.labels: list[torch.Tensor] = []
+        self.indices: list[torch.Tensor] | None = []  # None once a batch came without 'index'
 
     def update(self, out: dict[str, Any]) -> None:
         if "score" not in out or "label" not in out:
@@ -95,12 +97,20 @@ class ScoreMetric(Metric):
             )
         self.scores.append(score.detach().reshape(-1))
         self.labels.append(label.detach().reshape(-1))
+        index = out.get("index")
+        if self.indices is not None and isinstance(index, torch.Tensor) and index.numel() == label.numel():
+            self.indices.append(index.detach().reshape(-1))
+        else:
+            self.indices = None
 
     def sync(self, what: str = "a metric") -> None:
         """Every process's scores and labels (the metric is then computed on all of them)."""
-        mine = (torch.cat(self.scores).cpu(), torch.cat(self.labels).cpu()) if self.scores else None
+        indices = torch.cat(self.indices).cpu() if self.indices else None
+        mine = (torch.cat(self.scores).cpu(), torch.cat(self.labels).cpu(), indices) if self.scores else None
         gathered = [part for part in all_gather_objects(mine, what) if part is not None]
-        self.scores, self.labels = [s for s, _ in gathered], [label for _, label in gathered]
+        self.scores, self.labels = [s for s, _, _ in gathered], [label for _, label, _ in gathered]
+        every = [i for _, _, i in gathered]
+        self.indices = every if all(i is not None for i in every) else None
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Everything since :meth:`reset`: ``(scores float64, labels int64)`` on the host."""
@@ -108,6 +118,13 @@ class ScoreMetric(Metric):
             return np.zeros(0), np.zeros(0, dtype=np.int64)
         scores = torch.cat(self.scores).to(torch.float64).cpu().numpy()
         labels = torch.cat(self.labels).to(torch.int64).cpu().numpy()
+        if self.indices:
+            files, rows = np.unique(torch.cat(self.indices).cpu().numpy(), return_inverse=True)
+            if len(files) < len(scores):  # windows: one mean score per file
+                counts = np.bincount(rows)
+                file_labels = np.zeros(len(files), dtype=np.int64)
+                file_labels[rows] = labels
+                return np.bincount(rows, weights=scores) / counts, file_labels
         return scores, labels
 
     def compute(self) -> float:
