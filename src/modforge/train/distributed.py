@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import gc
 import logging
 import os
 from typing import Any
@@ -168,6 +169,10 @@ def shutdown(finished: bool = True) -> None:
             barrier("finishing")
         except PeerFailure:
             pass  # the others are gone already: nothing to wait for
+    # DDP wrappers left in reference cycles keep the group (and gloo's pending work) alive past
+    # destroy_process_group; freed during interpreter shutdown they abort the process (SIGABRT,
+    # "terminate called without an active exception"). Free them while Python is whole.
+    gc.collect()
     dist.destroy_process_group()
 
 
