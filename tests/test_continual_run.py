@@ -36,6 +36,7 @@ def config(write):
     return write("seq.yaml", CONTINUAL)
 
 
+@pytest.mark.filterwarnings("ignore:torchscript. stage 'backbone':UserWarning")  # the MLP is traced: expected
 def test_a_continual_run_fills_both_accuracy_matrices(cli, config, tmp_path):
     res = cli("train", str(config), "--run-dir", "run")
     assert res.code == 0, res.err
