@@ -185,6 +185,13 @@ def test_audio_dataset_evaluation_modes(tmp_path):
     full = AudioDataset(utts, AudioSettings(eval_mode="full"), train=False).__getitems__([0, 3])
     assert full["input"].shape == (2, 19200) and full["length"].tolist() == [4800, 19200]
     assert full["mask"].sum(dim=1).tolist() == [4800, 19200]
+    from modforge.data.loader import LoaderSettings, make_loader
+
+    whole = AudioDataset(utts, AudioSettings(eval_mode="full"), train=False)
+    assert whole.pads_batches and not AudioDataset(utts, AudioSettings(), train=False).pads_batches
+    assert make_loader(whole, LoaderSettings(batch_size=8), train=False).batch_sampler.batch_size == 1  # unpadded
+    chosen = make_loader(whole, LoaderSettings(batch_size=8, eval_batch_size=4), train=False)
+    assert chosen.batch_sampler.batch_size == 4  # the user's choice stands
     win = AudioDataset(utts, AudioSettings(seconds=0.5, eval_mode="windows"), train=False).__getitems__([1, 3])
     assert win["input"].shape == (4, 8000)  # 0.5 s → 1 window; 1.2 s → 3 windows (the last ends at the end)
     assert win["index"].tolist() == [1, 3, 3, 3] and win["label"].tolist() == [1, 1, 1, 1]

@@ -128,8 +128,12 @@ def make_loader(
 ) -> DataLoader:
     """A DataLoader over ``dataset``: shuffled by a :class:`ResumableRandomSampler` for
     training, in order for evaluation; with ``num_replicas > 1``, this process's shard
-    (``batch_size`` is then per process)."""
+    (``batch_size`` is then per process). An evaluation split whose batches would be padded
+    (``dataset.pads_batches``: whole audio files) is read one sample at a time unless
+    ``eval_batch_size`` is given."""
     batch_size = settings.batch_size if train else (settings.eval_batch_size or settings.batch_size)
+    if not train and settings.eval_batch_size is None and getattr(dataset, "pads_batches", False):
+        batch_size = 1  # whole files padded together would be scored with each other's padding
     if train:
         if generator is None:
             raise ValueError("a training loader needs a generator (it defines the data order)")

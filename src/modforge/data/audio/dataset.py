@@ -144,6 +144,13 @@ class AudioDataset(Dataset):
     def __len__(self) -> int:
         return len(self.utterances)
 
+    @property
+    def pads_batches(self) -> bool:
+        """True when batches of this split are zero-padded to their longest file ('full'
+        evaluation): a file's score would then depend on what it is batched with, so
+        evaluation loaders read one file at a time unless ``data.eval_batch_size`` is set."""
+        return not self.train and self.settings.eval_mode == "full"
+
     def subset(self, positions: Sequence[int], *, train: bool | None = None) -> AudioDataset:
         """The files at ``positions``, as a training split (crops, augmentation) or an
         evaluation split (``train``; None: as this one)."""
