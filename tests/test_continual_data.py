@@ -178,3 +178,21 @@ def test_accuracy_matrix_summaries_by_hand():
         single.add_row([0.1, 0.2, 0.3])
     with pytest.raises(ValueError, match="row 1 .* needs 2 values"):
         AccuracyMatrix([[0.1], [0.2]])
+
+
+def test_a_class_that_was_ever_largest_keeps_a_uniform_sample_of_its_stream():
+    """CBRS's 'full' classes stay full: class 0 (largest at first, then shrunk by classes 1
+    and 2) must keep a uniform sample of its own stream, not favour its latest samples."""
+    recent_share = []
+    for seed in range(40):
+        buffer = Buffer(20, policy="class_balanced", seed=seed)
+        order = torch.cat([torch.zeros(100), torch.ones(30)])
+        stream = torch.stack([torch.zeros(50), torch.full((50,), 2.0)], dim=1).reshape(-1)  # 0, 2, 0, 2...
+        labels = torch.cat([order, stream]).long()
+        ids = torch.arange(len(labels))
+        for start in range(0, len(labels), 10):
+            buffer.add(labels[start : start + 10], input=ids[start : start + 10].unsqueeze(1))
+        kept = buffer.all()
+        zeros = kept["input"].squeeze(1)[kept["label"] == 0]
+        recent_share.append(float((zeros >= 130).float().mean()))  # class 0's last 50 of its 150 samples
+    assert abs(sum(recent_share) / len(recent_share) - 1 / 3) < 0.08, sum(recent_share) / len(recent_share)

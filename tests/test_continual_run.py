@@ -167,3 +167,37 @@ def test_lwf_and_ewc_keep_their_state_across_a_resume(cli, config, tmp_path):
         state = torch.load(tmp_path / algorithm / "checkpoints" / "last.pt", weights_only=True)["algorithm"]
         assert state["task"] == 4 and state["seen_classes"] == list(range(10))
         assert (state["teacher"] if algorithm == "lwf" else state["fisher"]) is not None
+
+
+@pytest.mark.parametrize("algorithm", ["derpp", "icarl", "lwf"])
+def test_resuming_from_a_task_boundary_checkpoint_is_exact(cli, config, tmp_path, algorithm):
+    """The checkpoint written at a task boundary resumes into the next task already begun: its
+    classes seen, its loader's order from the start — the same run as one never stopped."""
+    chosen = [f"continual.algorithm={{type: {algorithm}, args: {{}}}}", "train.checkpoint.keep_last=50"]
+    res = cli("train", str(config), *chosen, "--run-dir", "reference")
+    assert res.code == 0, res.err
+    boundary = tmp_path / "reference" / "checkpoints" / "epoch0004-step0000032.pt"  # after task 2 of 5
+    state = torch.load(boundary, weights_only=True)
+    assert state["continual"]["tasks_done"] == 2 and state["algorithm"]["task"] == 2  # task 3 has begun
+    res = cli("train", "--resume", str(boundary), "--run-dir", "resumed")
+    assert res.code == 0, res.err
+    ours, theirs = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("resumed", "reference"))
+    assert ours["class_il"]["matrix"] == theirs["class_il"]["matrix"]
+    a, b = (torch.load(tmp_path / d / "checkpoints" / "last.pt", weights_only=True) for d in ("resumed", "reference"))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in b["model"])
+    assert a["algorithm"]["seen_classes"] == list(range(10))
+
+
+def test_schedules_restart_every_task_and_whole_run_stopping_is_refused(cli, config, tmp_path):
+    res = cli("train", str(config), "train.scheduler={type: step_lr, args: {step_size: 1, gamma: 0.5}}",
+              "train.checkpoint.keep_last=50", "--run-dir", "run")
+    assert res.code == 0, res.err
+    checkpoints = tmp_path / "run" / "checkpoints"
+    mid = torch.load(checkpoints / "epoch0003-step0000024.pt", weights_only=True)  # task 2, its first epoch done
+    boundary = torch.load(checkpoints / "epoch0004-step0000032.pt", weights_only=True)  # task 3 begun
+    assert mid["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.025)  # 0.05 halved once within task 2
+    assert boundary["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.05)  # a fresh schedule for task 3
+    res = cli("train", str(config), "train.callbacks=[early_stopping]", "--run-dir", "stopping")
+    assert res.code == 2 and "early stopping would end the whole task sequence" in res.err
+    res = cli("train", str(config), "train.max_steps=10", "--run-dir", "steps")
+    assert res.code == 2 and "train.max_steps counts over the whole task sequence" in res.err

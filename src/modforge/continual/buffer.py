@@ -7,10 +7,11 @@ Two ways to decide what stays:
   (1-based) is kept with probability ``capacity / i``, replacing a uniformly chosen slot,
   so at any time every sample seen so far is in the buffer with the same probability;
 * ``class_balanced`` (class-balancing reservoir sampling, Chrysakis & Moens, ICML 2020): a
-  sample of a class holding fewer slots than the largest class replaces a random sample of a
-  largest class; a sample of a largest class replaces a random sample of its own class with
-  probability (its class's slots / samples of its class seen), so the classes stay balanced
-  and, within a class, every sample seen has the same chance to be held.
+  class is *full* once it is, or has ever been, a largest class in the full buffer; a sample
+  of a class that is not full replaces a random sample of a largest class; a sample of a full
+  class replaces a random sample of its own class with probability (its class's slots /
+  samples of its class seen), so the classes stay balanced and, within a full class, every
+  sample seen has the same chance to be held.
 
 All randomness comes from the buffer's own ``torch.Generator`` (seeded), and the buffer's
 contents, counters and generator state are its ``state_dict`` — part of a checkpoint, so a
@@ -48,6 +49,7 @@ class Buffer:
         self.seen = 0  # samples offered so far
         self.size = 0  # samples held
         self.class_seen: dict[int, int] = {}  # samples offered per class (class_balanced)
+        self.full: set[int] = set()  # classes that are or were a largest class (class_balanced)
         self.data: dict[str, torch.Tensor] = {}
 
     def __len__(self) -> int:
@@ -68,6 +70,8 @@ class Buffer:
                 raise ValueError(f"buffer.add: '{key}' has {value.shape[0]} rows for {labels.shape[0]} labels")
         if self.data and set(batch) != set(self.data):
             raise ValueError(f"buffer.add: keys {sorted(batch)} differ from the stored {sorted(self.data)}")
+        if self.data and self.data["label"].device != labels.device:  # restored from a (CPU) checkpoint
+            self.data = {k: v.to(batch[k].device) for k, v in self.data.items()}
         if not self.data:
             self.data = {
                 k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device) for k, v in batch.items()
@@ -109,7 +113,8 @@ class Buffer:
             classes, counts = stored.unique(return_counts=True)
             own = int(counts[classes == label].sum())
             largest = classes[counts == counts.max()]
-            if own < int(counts.max()):  # not a largest class: take a slot from one of them
+            self.full.update(int(c) for c in largest)
+            if label not in self.full:  # take a slot from one of the largest classes
                 pick = largest[torch.randint(0, len(largest), (1,), generator=self.generator)]
                 victims = (stored == pick).nonzero().reshape(-1)
             else:  # a largest class: reservoir sampling within the class
@@ -152,6 +157,7 @@ class Buffer:
             "seen": self.seen,
             "size": self.size,
             "class_seen": dict(self.class_seen),
+            "full": sorted(self.full),
             "generator": self.generator.get_state(),
             "data": {k: v.clone() for k, v in self.data.items()},
         }
@@ -164,5 +170,6 @@ class Buffer:
             )
         self.seen, self.size = int(state["seen"]), int(state["size"])
         self.class_seen = {int(k): int(v) for k, v in state.get("class_seen", {}).items()}
+        self.full = {int(c) for c in state.get("full", [])}
         self.generator.set_state(state["generator"])
         self.data = {k: v.clone() for k, v in state["data"].items()}

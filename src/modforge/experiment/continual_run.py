@@ -84,20 +84,31 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
         raise ConfigError(f"algorithm '{name}' works on {' or '.join(algorithm.settings)} sequences; "
                           f"data.type '{cfg.data['data']['type']}' is {exp.splits.setting}",
                           path="continual.algorithm", source=cfg.where("continual.algorithm"))
+    _refuse_whole_run_stopping(cfg, exp)
     loaders = [_train_loader(exp, tasks, i, cumulative=algorithm.cumulative) for i in range(len(tasks))]
     trainer = exp.trainer(loaders[0], run_dir, trainer_class=ContinualTrainer, algorithm=algorithm)
     if resume is None:
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
     epochs = settings.epochs_per_task
+    keep_last = next((cb.keep_last for cb in trainer.callbacks if hasattr(cb, "keep_last")), 3)
     started = time.perf_counter()
     first = 0
     if resume is not None:  # the task the checkpoint is in (or the one whose evaluation is missing)
         first = min(len(tasks) - 1, int(resume.get("continual", {}).get("tasks_done", 0)))
+    entered = None  # the task whose schedule, order and beginning are in place
     for t in range(first, len(tasks)):
-        algorithm.begin_task(t, trainer, tasks[t].classes)
-        trainer.max_epochs = (t + 1) * epochs
+        resuming = resume is not None and t == first
+        if entered != t:
+            begin = not resuming  # a resumed task has begun: the checkpoint holds that state
+            if resuming and resume.get("algorithm") is not None and int(resume["algorithm"]["task"]) < t:
+                algorithm.load_state_dict(resume["algorithm"])  # a boundary checkpoint of an older modforge,
+                begin = True  # saved before the next task began: begin it on top of the saved state
+            _enter_task(t, trainer, exp, tasks, loaders, epochs, begin=begin)
+            if resuming and begin:  # what fit() restores must include that beginning
+                resume = {**resume, "algorithm": algorithm.state_dict(),
+                          "loader_generator": trainer.epoch_start_generator}  # fmt: skip
         val = make_loader(tasks[t].val, exp.loader, train=False) if tasks[t].val is not None else None
-        trainer.fit(loaders[t], val, resume=resume if t == first else None)
+        trainer.fit(loaders[t], val, resume=resume if resuming else None)
         if trainer.continual["tasks_done"] > t:
             continue  # resumed after this task's evaluation: nothing left to do for it
         algorithm.end_task(t, trainer, make_loader(loaders[t].dataset, exp.loader, train=False))
@@ -105,11 +116,49 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
         trainer.continual["class_il"].append(class_row)
         trainer.continual["task_il"].append(task_row)
         trainer.continual["tasks_done"] = t + 1
-        trainer.save_checkpoint()  # the boundary is part of the run's state
+        if t + 1 < len(tasks):  # the boundary checkpoint resumes into the next task, already begun
+            _enter_task(t + 1, trainer, exp, tasks, loaders, epochs, begin=True)
+            entered = t + 1
+        trainer.save_checkpoint(keep_last=keep_last)  # the boundary is part of the run's state
         log.info("task %d/%d: class-IL %s", t + 1, len(tasks), " ".join(f"{a:.3f}" for a in class_row))
     trainer.writer.wait()
     trainer.extra_results["train_seconds"] = time.perf_counter() - started  # this process's share
     return _summary(cfg, run_dir, exp, settings, trainer)
+
+
+def _enter_task(t: int, trainer: ContinualTrainer, exp: Any, tasks: list, loaders: list, epochs: int, *,
+                begin: bool) -> None:
+    """Make task ``t`` the current one: its epoch budget, a learning-rate schedule of its own
+    (``train.scheduler`` restarts every task, planned for ``epochs_per_task``, as Mammoth does),
+    its loader's order from the start; with ``begin``, the algorithm's ``begin_task``. A
+    resumed task has begun already (the checkpoint holds that state); the schedule object is
+    rebuilt anyway and the checkpoint's state is loaded into it."""
+    from ..train.optim_builder import build_scheduler
+
+    trainer.max_epochs = (t + 1) * epochs
+    spec = exp.settings.scheduler
+    if spec:
+        for group in trainer.optimizer.param_groups:  # from the configured rate (chainable schedules start from lr)
+            group["lr"] = group.get("initial_lr", group["lr"])
+        steps = max(1, -(-len(loaders[t]) // exp.settings.accumulate))
+        total = epochs if spec.get("interval", "epoch") == "epoch" else epochs * steps
+        trainer.scheduler = build_scheduler(spec, trainer.optimizer, total_steps=total, origin_of=exp.cfg.where)
+    if begin:
+        trainer.algorithm.begin_task(t, trainer, tasks[t].classes)
+        trainer.epoch_start_generator = loaders[t].generator.get_state()
+
+
+def _refuse_whole_run_stopping(cfg: Config, exp: Any) -> None:
+    """Early stopping and ``max_steps`` count over the whole run: in a task sequence they would
+    silently leave later tasks untrained."""
+    for i, spec in enumerate(exp.settings.callbacks):
+        if spec.get("type") == "early_stopping":
+            raise ConfigError("early stopping would end the whole task sequence, leaving later tasks untrained; "
+                              "a continual run trains every task for continual.epochs_per_task",
+                              path=f"train.callbacks.{i}", source=cfg.where(f"train.callbacks.{i}"))
+    if exp.settings.max_steps is not None:
+        raise ConfigError("train.max_steps counts over the whole task sequence; a continual run trains every task "
+                          "for continual.epochs_per_task", path="train.max_steps", source=cfg.where("train.max_steps"))
 
 
 def evaluate_continual(exp: Any, payload: dict[str, Any], split: str = "test") -> dict[str, float]:
@@ -124,7 +173,12 @@ def evaluate_continual(exp: Any, payload: dict[str, Any], split: str = "test") -
     trainer = ContinualTrainer(exp.model, torch.optim.SGD(exp.model.parameters(), lr=0.0), algorithm=algorithm,
                                device=exp.settings.device)
     tasks = exp.splits.tasks
-    trained = max(0, min(len(tasks) - 1, algorithm.task))  # the task the checkpoint was in
+    # tasks with any training: all those finished, and the current one once an epoch of it has begun
+    begun = int(payload["epoch"]) + (1 if payload.get("batch_in_epoch") else 0)
+    done = int((payload.get("continual") or {}).get("tasks_done", 0))
+    trained = max(0, min(len(tasks), max(done, -(-begun // settings.epochs_per_task))) - 1)
+    if trained >= done and hasattr(algorithm, "update_class_means") and not algorithm.memory.is_empty:
+        algorithm.update_class_means(trainer)  # mid-task: the exemplar means of the weights as they are now
     class_row, task_row = _evaluate_seen(trainer, exp, tasks, trained, split)
     results = {"tasks": trained + 1, "class_il_accuracy": sum(class_row) / len(class_row),
                "task_il_accuracy": sum(task_row) / len(task_row)}

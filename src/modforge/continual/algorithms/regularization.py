@@ -70,16 +70,18 @@ class EWCOnline(Algorithm):
         loss = trainer.forward(batch)["loss"]
         return loss if self.fisher is None else loss + self.e_lambda * self.penalty()
 
-    def fisher_information(self, loader: Any) -> torch.Tensor:
+    def fisher_information(self, loader: Any, prepare: Any = None) -> torch.Tensor:
         """The diagonal empirical Fisher on ``loader``'s samples, one at a time (eval mode):
         the mean of ``p(y|x) · (∇ log p(y|x))²`` — each squared gradient weighted by the
-        probability of the true label, as in Mammoth's implementation."""
+        probability of the true label, as in Mammoth's implementation. ``prepare`` moves a
+        batch to the model's device (the trainer's ``prepare_batch``)."""
         model = self.model
         was_training = model.training
         model.eval()
         total, count = torch.zeros_like(_flat_params(model).detach()), 0
         try:
             for batch in loader:
+                batch = prepare(batch) if prepare is not None else batch
                 for x, y in zip(batch["input"], batch["label"], strict=True):
                     model.zero_grad(set_to_none=True)
                     log_p = F.log_softmax(model({"input": x.unsqueeze(0)})["logits"], dim=1)[0, y]
@@ -95,7 +97,7 @@ class EWCOnline(Algorithm):
         return total / max(count, 1)
 
     def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
-        fisher = self.fisher_information(loader)
+        fisher = self.fisher_information(loader, getattr(trainer, "prepare_batch", None))
         self.fisher = fisher if self.fisher is None else self.gamma * self.fisher + fisher
         self.anchor = _flat_params(self.model).detach().clone()
         margin = sgd_stability_margin(getattr(trainer, "optimizer", None), self.e_lambda * float(self.fisher.max()))
@@ -112,4 +114,5 @@ class EWCOnline(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.fisher, self.anchor = state.get("fisher"), state.get("anchor")
+        device = next(self.model.parameters()).device  # checkpoints load onto the CPU
+        self.fisher, self.anchor = (None if state.get(k) is None else state[k].to(device) for k in ("fisher", "anchor"))
