@@ -195,6 +195,7 @@ def test_audio_dataset_evaluation_modes(tmp_path):
     win = AudioDataset(utts, AudioSettings(seconds=0.5, eval_mode="windows"), train=False).__getitems__([1, 3])
     assert win["input"].shape == (4, 8000)  # 0.5 s → 1 window; 1.2 s → 3 windows (the last ends at the end)
     assert win["index"].tolist() == [1, 3, 3, 3] and win["label"].tolist() == [1, 1, 1, 1]
+    assert win["file_windows"].tolist() == [1, 3, 3, 3]  # marks the rows as windows of their file
 
 
 def test_audio_dataset_augments_training_files_only(tmp_path):

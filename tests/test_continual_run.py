@@ -197,6 +197,11 @@ def test_schedules_restart_every_task_and_whole_run_stopping_is_refused(cli, con
     boundary = torch.load(checkpoints / "epoch0004-step0000032.pt", weights_only=True)  # task 3 begun
     assert mid["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.025)  # 0.05 halved once within task 2
     assert boundary["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.05)  # a fresh schedule for task 3
+    res = cli("train", str(config), "train.scheduler={type: reduce_lr_on_plateau, args: {patience: 0, factor: 0.5, "
+              "threshold: 10}}", "train.checkpoint.keep_last=50", "--run-dir", "plateau")
+    assert res.code == 0, res.err
+    boundary = torch.load(tmp_path / "plateau" / "checkpoints" / "epoch0004-step0000032.pt", weights_only=True)
+    assert boundary["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.05)  # plateau schedules restart too
     res = cli("train", str(config), "train.callbacks=[early_stopping]", "--run-dir", "stopping")
     assert res.code == 2 and "early stopping would end the whole task sequence" in res.err
     res = cli("train", str(config), "train.max_steps=10", "--run-dir", "steps")

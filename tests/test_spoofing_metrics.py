@@ -334,12 +334,12 @@ def test_windows_of_one_file_are_one_trial():
     metric = mf.METRICS.build("eer", path="eer", num_classes=2)
     # file 0 (bona fide) windows 3, -2 → 0.5; file 1 (spoof) → 1.0; file 2 (bona fide) → 2.0; file 3 (spoof) → −1
     rows = {"score": torch.tensor([3.0, -2.0, 1.0, 2.0, 2.0, -1.0]), "label": torch.tensor([1, 1, 0, 1, 1, 0]),
-            "index": torch.tensor([0, 0, 1, 2, 2, 3])}
+            "index": torch.tensor([0, 0, 1, 2, 2, 3]), "file_windows": torch.tensor([2, 2, 1, 2, 2, 1])}
     metric.update({k: v[:3] for k, v in rows.items()})  # a file's windows may span batches
     metric.update({k: v[3:] for k, v in rows.items()})
     files = (np.array([0.5, 1.0, 2.0, -1.0]), np.array([1, 0, 1, 0]))
     assert metric.compute() == pytest.approx(eer_of(*files)[0])
     assert metric.compute() != pytest.approx(eer_of(rows["score"].numpy(), rows["label"].numpy())[0])
-    plain = mf.METRICS.build("eer", path="eer", num_classes=2)
-    plain.update({"score": rows["score"], "label": rows["label"]})  # no index: every row is a trial
+    plain = mf.METRICS.build("eer", path="eer", num_classes=2)  # not windows (ids may repeat after a concat):
+    plain.update({"score": rows["score"], "label": rows["label"], "index": rows["index"]})  # every row is a trial
     assert plain.compute() == pytest.approx(eer_of(rows["score"].numpy().astype(float), rows["label"].numpy())[0])

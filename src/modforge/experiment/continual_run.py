@@ -33,7 +33,7 @@ from ..continual.evaluation import (
 from ..continual.trainer import ContinualTrainer
 from ..core.arguments import signature_of
 from ..core.config import Config
-from ..core.errors import ConfigError, UsageError
+from ..core.errors import ConfigError, ModforgeError, UsageError
 from ..core.registries import ALGORITHMS
 from ..data.loader import make_loader
 from .runs import write_json
@@ -104,11 +104,16 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
                 algorithm.load_state_dict(resume["algorithm"])  # a boundary checkpoint of an older modforge,
                 begin = True  # saved before the next task began: begin it on top of the saved state
             _enter_task(t, trainer, exp, tasks, loaders, epochs, begin=begin)
-            if resuming and begin:  # what fit() restores must include that beginning
-                resume = {**resume, "algorithm": algorithm.state_dict(),
-                          "loader_generator": trainer.epoch_start_generator}  # fmt: skip
+            if resuming and begin:  # what fit() restores must include that beginning (and its fresh schedule)
+                resume = _with_task_begun(resume, trainer)
         val = make_loader(tasks[t].val, exp.loader, train=False) if tasks[t].val is not None else None
         trainer.fit(loaders[t], val, resume=resume if resuming else None)
+        if trainer.should_stop:  # a callback asked to stop: later tasks would be evaluated untrained
+            raise ModforgeError(
+                f"training was stopped during task {t + 1} ({trainer.stop_reason or 'a callback asked'}); a continual "
+                f"run trains every task for continual.epochs_per_task — remove the stopping callback and resume with "
+                f"modforge train --resume {run_dir}"
+            )
         if trainer.continual["tasks_done"] > t:
             continue  # resumed after this task's evaluation: nothing left to do for it
         algorithm.end_task(t, trainer, make_loader(loaders[t].dataset, exp.loader, train=False))
@@ -138,14 +143,28 @@ def _enter_task(t: int, trainer: ContinualTrainer, exp: Any, tasks: list, loader
     trainer.max_epochs = (t + 1) * epochs
     spec = exp.settings.scheduler
     if spec:
-        for group in trainer.optimizer.param_groups:  # from the configured rate (chainable schedules start from lr)
-            group["lr"] = group.get("initial_lr", group["lr"])
+        for group in trainer.optimizer.param_groups:  # from the configured rate (chainable schedules start from lr;
+            group.setdefault("initial_lr", group["lr"])  # ReduceLROnPlateau records none: the first task does)
+            group["lr"] = group["initial_lr"]
         steps = max(1, -(-len(loaders[t]) // exp.settings.accumulate))
         total = epochs if spec.get("interval", "epoch") == "epoch" else epochs * steps
         trainer.scheduler = build_scheduler(spec, trainer.optimizer, total_steps=total, origin_of=exp.cfg.where)
     if begin:
         trainer.algorithm.begin_task(t, trainer, tasks[t].classes)
         trainer.epoch_start_generator = loaders[t].generator.get_state()
+
+
+def _with_task_begun(resume: dict[str, Any], trainer: ContinualTrainer) -> dict[str, Any]:
+    """An older boundary checkpoint (saved before the next task began) with that task begun
+    on top: the algorithm's state, the loader's order and a fresh schedule at the configured rate."""
+    import copy
+
+    optimizer = copy.deepcopy(resume["optimizer"])
+    for saved, group in zip(optimizer["param_groups"], trainer.optimizer.param_groups, strict=True):
+        saved["lr"] = group["lr"]
+    scheduler = trainer.scheduler.state_dict() if trainer.scheduler is not None else resume.get("scheduler")
+    return {**resume, "algorithm": trainer.algorithm.state_dict(), "loader_generator": trainer.epoch_start_generator,
+            "optimizer": optimizer, "scheduler": scheduler}
 
 
 def _refuse_whole_run_stopping(cfg: Config, exp: Any) -> None:

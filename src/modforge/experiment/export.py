@@ -98,7 +98,9 @@ def _refuse_other_classifiers(exp: Any) -> None:
 
     spec = continual.get("algorithm") or "sgd"
     name = spec if isinstance(spec, str) else spec.get("type", "sgd")
-    algorithm = ALGORITHMS.get(str(name))
+    cfg = exp.cfg
+    algorithm, _ = ALGORITHMS.resolve(str(name), allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir),
+                                      path="continual.algorithm", source=cfg.where("continual.algorithm"))
     if getattr(algorithm, "class_scores", Algorithm.class_scores) is not Algorithm.class_scores:
         raise UsageError(
             f"this continual run's method '{name}' does not classify by the model's logits (it uses its own "

@@ -28,8 +28,8 @@ def sgd_stability_margin(optimizer: Any, stiffness: float) -> float | None:
     that rescale their steps (Adam...), where the bound does not apply."""
     if type(optimizer) is not torch.optim.SGD:
         return None
-    group = optimizer.param_groups[0]
-    step = float(group["lr"]) * (1.0 - float(group.get("dampening", 0.0)))
+    group = optimizer.param_groups[0]  # the configured rate: a schedule that decayed it restarts at the next task
+    step = float(group.get("initial_lr", group["lr"])) * (1.0 - float(group.get("dampening", 0.0)))
     return step * stiffness / (1.0 + float(group.get("momentum", 0.0)))
 
 

@@ -226,6 +226,7 @@ class AudioDataset(Dataset):
                 "input": torch.from_numpy(np.concatenate(waves)),
                 "label": label.repeat_interleave(counts),
                 "index": index.repeat_interleave(counts),
+                "file_windows": counts.repeat_interleave(counts),  # rows of one file: scores averaged per file
             }
         padded, length, mask = pad_batch(waves)
         return {"input": padded, "label": label, "index": index, "length": length, "mask": mask}

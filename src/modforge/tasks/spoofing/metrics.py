@@ -58,8 +58,8 @@ class ScoreMetric(Metric):
     """Base of the detection metrics: collects ``score`` and ``label`` per batch on their
     device; ``compute`` concatenates them once and calls :meth:`value` on float64 numpy
     arrays. A pass without both bona fide and spoof trials gives NaN (no error rate is
-    defined). Rows that carry the same ``index`` are one file cut into windows: their
-    scores are averaged into the file's score first, so a trial is a file — as in the test.
+    defined). Rows of a file cut into windows (batches with ``file_windows``, rows sharing an
+    ``index``) are averaged into the file's score first, so a trial is a file — as in the test.
 
     Args:
         num_classes: the data's number of classes (wired by the builder); must be 2
@@ -97,11 +97,11 @@ class ScoreMetric(Metric):
             )
         self.scores.append(score.detach().reshape(-1))
         self.labels.append(label.detach().reshape(-1))
-        index = out.get("index")
+        index = out.get("index") if "file_windows" in out else None
         if self.indices is not None and isinstance(index, torch.Tensor) and index.numel() == label.numel():
             self.indices.append(index.detach().reshape(-1))
         else:
-            self.indices = None
+            self.indices = None  # not windows: every row is a trial
 
     def sync(self, what: str = "a metric") -> None:
         """Every process's scores and labels (the metric is then computed on all of them)."""
