@@ -4,16 +4,13 @@ Mammoth-style flags for the algorithm, and exact resume across task boundaries."
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+
+from train_processes import kill_and_resume, start_training
 
 CONTINUAL = """
 seed: 0
@@ -97,32 +94,14 @@ def test_sgd_forgets_and_replay_remembers(cli, config, tmp_path):
     assert averages["sgd"]["forgetting"] > averages["derpp"]["forgetting"]
 
 
-def _train(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "modforge", "train", *args], cwd=cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["derpp", "icarl"])  # a reservoir buffer; herding exemplars and a teacher
 def test_killed_during_the_sequence_and_resumed_gives_the_same_matrices(config, tmp_path, algorithm):
     chosen = f"continual.algorithm={{type: {algorithm}, args: {{buffer_size: 100}}}}"
-    reference = _train([str(config), chosen, "--run-dir", "reference"], tmp_path)
+    reference = start_training([str(config), chosen, "--run-dir", "reference"], tmp_path)
     assert reference.wait(timeout=300) == 0, reference.stderr.read()
     run = tmp_path / "killed"
-    proc = _train([str(config), chosen, "--run-dir", str(run)], tmp_path)
-    kills = 0
-    for delay in (0.4, 0.9, 0.3, 1.2):
-        while not (run / "checkpoints" / "last.pt").exists() and proc.poll() is None:
-            time.sleep(0.01)
-        time.sleep(delay)
-        if proc.poll() is not None:
-            break
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        kills += 1
-        proc = _train(["--resume", str(run)], tmp_path)
-    assert proc.wait(timeout=300) == 0, proc.stderr.read()
-    assert kills >= 2
+    assert kill_and_resume([str(config), chosen], run, (0.4, 0.9, 0.3, 1.2), tmp_path) >= 2
     ours = json.loads((run / "summary.json").read_text())
     theirs = json.loads((tmp_path / "reference" / "summary.json").read_text())
     assert ours["class_il"]["matrix"] == theirs["class_il"]["matrix"]

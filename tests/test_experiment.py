@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
+from train_processes import kill_and_resume, start_training
 
 TINY = """
 seed: 1
@@ -130,11 +130,6 @@ train:
 """
 
 
-def _train(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "modforge", "train", *args], cwd=cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-
-
 def _final(run: Path) -> tuple[dict, str]:
     state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     return state["model"], (run / "metrics.csv").read_text()
@@ -145,23 +140,11 @@ def test_sigkill_at_random_moments_then_resume_is_bitwise_identical(write, tmp_p
     """Kill training (mid-epoch, mid-save: wherever it is) several times; resuming must end
     exactly where an uninterrupted run ends: same weights, same metrics.csv."""
     cfg = write("resumable.yaml", RESUMABLE)
-    reference = _train([str(cfg), "--run-dir", "reference"], tmp_path)
+    reference = start_training([str(cfg), "--run-dir", "reference"], tmp_path)
     assert reference.wait(timeout=300) == 0, reference.stderr.read()
     ref_model, ref_metrics = _final(tmp_path / "reference")
     run = tmp_path / "killed"
-    proc = _train([str(cfg), "--run-dir", str(run)], tmp_path)
-    kills = 0
-    for delay in (0.05, 0.37, 0.11, 0.23, 0.6):
-        while not (run / "checkpoints" / "last.pt").exists() and proc.poll() is None:
-            time.sleep(0.01)
-        time.sleep(delay)
-        if proc.poll() is not None:
-            break
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        kills += 1
-        proc = _train(["--resume", str(run)], tmp_path)
-    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    kills = kill_and_resume([str(cfg)], run, (0.05, 0.37, 0.11, 0.23, 0.6), tmp_path)
     assert kills >= 2  # the run really was interrupted (and resumed) more than once
     assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # killed saves cleaned up
     model, metrics = _final(run)
@@ -174,7 +157,7 @@ def test_sigkill_at_random_moments_then_resume_is_bitwise_identical(write, tmp_p
 @pytest.mark.slow
 def test_resume_falls_back_when_last_is_corrupt(write, tmp_path):
     cfg = write("resumable.yaml", RESUMABLE.replace("max_epochs: 6", "max_epochs: 2"))
-    proc = _train([str(cfg), "--run-dir", "run"], tmp_path)
+    proc = start_training([str(cfg), "--run-dir", "run"], tmp_path)
     assert proc.wait(timeout=300) == 0
     last = tmp_path / "run" / "checkpoints" / "last.pt"
     data = last.read_bytes()

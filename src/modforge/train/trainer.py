@@ -373,14 +373,11 @@ class Trainer:
         for batch in loader:
             batch = self.prepare_batch(batch)
             # with several processes, gradients are averaged only on the micro-batch that steps
-            syncing = self.ddp is None or (micro + 1) % accumulate == 0 or micro + 1 >= remaining
-            with self.ddp.no_sync() if not syncing else contextlib.nullcontext():
-                if autocast:
-                    with self._autocast():
-                        loss = self.training_step(batch)
-                else:  # no context manager per step when there is nothing to cast
-                    loss = self.training_step(batch)
-                self.backward(loss)
+            if self.ddp is not None and (micro + 1) % accumulate and micro + 1 < remaining:
+                with self.ddp.no_sync():
+                    loss = self._step_and_backward(batch, autocast)
+            else:  # no context manager per step when there is nothing to suspend
+                loss = self._step_and_backward(batch, autocast)
             self.last_loss = loss.detach()
             self._losses.append(self.last_loss)
             self._sizes.append(len(batch["label"]) if isinstance(batch, dict) and "label" in batch else 1)
@@ -400,6 +397,16 @@ class Trainer:
             if self.should_stop or self._steps_done():
                 self.should_stop = True
                 break
+
+    def _step_and_backward(self, batch: Any, autocast: bool) -> torch.Tensor:
+        """One micro-batch: the training step (under autocast when casting) and its backward."""
+        if autocast:
+            with self._autocast():
+                loss = self.training_step(batch)
+        else:  # no context manager per step when there is nothing to cast
+            loss = self.training_step(batch)
+        self.backward(loss)
+        return loss
 
     def _loss_total(self) -> torch.Tensor:
         """The epoch's sample-weighted loss sum so far (a few tensor ops, on the device)."""
