@@ -4,22 +4,40 @@ audio) only — no torch."""
 
 from __future__ import annotations
 
+import math
+import os
+import struct
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
+from ..core.errors import _one_line
 from .base import EngineError
 
-__all__ = ["IMAGE_SUFFIXES", "InputError", "read_input"]
+__all__ = ["IMAGE_SUFFIXES", "MAX_NPY_HEADER", "MAX_PICTURE_PIXELS", "InputError", "read_input"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff")
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".aiff", ".aif", ".au")
 TIME_AXIS = {"waveform": 0, "channels": 1, "sequence": 0}  # in one sample's shape
 
+# What Pillow may decode from a picture file: the formats the suffixes above name (JPEG
+# includes camera MPO files) — never EPS (Ghostscript) or Pillow's other plug-ins.
+PICTURE_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "TIFF")
+# Pictures larger than this are refused before any pixel is decoded (Pillow's own default
+# limit; Pillow also warns above its ``Image.MAX_IMAGE_PIXELS``, which is refused too).
+MAX_PICTURE_PIXELS = 89_478_485
+# numpy's own limit on the text header of a .npy file (``np.load``'s ``max_header_size``).
+MAX_NPY_HEADER = 10_000
+NPY_MAGIC = b"\x93NUMPY"
+
 
 class InputError(EngineError):
     """An input file that the model cannot take (wrong kind, shape or content)."""
+
+    def __init__(self, message: str):
+        super().__init__(_one_line(message))
 
 
 def read_input(path: str | Path, metadata: dict[str, Any]) -> tuple[np.ndarray, list[str]]:
@@ -58,24 +76,97 @@ def _fits(sample_shape: tuple[int, ...], shape: tuple[int, ...], layout: str | N
 
 
 def _array(path: Path, shape: tuple[int, ...], layout: str | None) -> np.ndarray:
+    """A ``.npy`` file's array as a float32 batch. Its header is read and checked (kind of
+    values, shape, size against the file's length) before any data is: a hostile or
+    damaged file is refused without allocating what its header claims."""
     try:
-        array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise InputError(f"{path}: not a readable .npy array ({exc})") from None
-    if not np.issubdtype(array.dtype, np.number):
-        raise InputError(f"{path}: holds {array.dtype} values, expected numbers")
-    if _fits(array.shape, shape, layout):
-        array = array[None]
-    elif not _fits(array.shape[1:], shape, layout):
-        raise InputError(
-            f"{path}: array of shape {list(array.shape)}; this model takes one sample of shape {list(shape)} "
-            f"or a stack N × {list(shape)}"
-        )
-    if len(array) == 0:
-        raise InputError(f"{path}: holds no samples (shape {list(array.shape)})")
-    if not np.isfinite(array).all():
-        raise InputError(f"{path}: contains NaN or infinite values")
-    return np.ascontiguousarray(array, dtype=np.float32)
+        with open(path, "rb") as fp:
+            dims, fortran, dtype = _npy_header(path, fp)
+            _check_dtype(path, dtype)
+            count, available = math.prod(dims), os.fstat(fp.fileno()).st_size - fp.tell()
+            needed = count * dtype.itemsize
+            if needed > available:
+                raise InputError(
+                    f"{path}: truncated or damaged .npy array: its header promises {dtype} values of shape "
+                    f"{list(dims)} ({needed} bytes) but the file holds {max(available, 0)} bytes of data"
+                )
+            if _fits(dims, shape, layout):
+                dims = (1, *dims)
+            elif not _fits(dims[1:], shape, layout):
+                raise InputError(
+                    f"{path}: array of shape {list(dims)}; this model takes one sample of shape {list(shape)} "
+                    f"or a stack N × {list(shape)}"
+                )
+            if dims[0] == 0:
+                raise InputError(f"{path}: holds no samples (shape {list(dims)})")
+            data = fp.read(needed)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+    if len(data) != needed:  # the file shrank while it was read
+        raise InputError(f"{path}: truncated .npy array ({len(data)} of {needed} bytes of data)")
+    array = np.frombuffer(data, dtype=dtype, count=count).reshape(dims, order="F" if fortran else "C")
+    if dtype.kind == "f" and not np.isfinite(array).all():
+        raise InputError(f"{path}: contains NaN or infinite values; the model takes finite numbers")
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is refused just below
+        batch = np.ascontiguousarray(array, dtype=np.float32)
+    if not np.isfinite(batch).all():
+        raise InputError(f"{path}: holds values beyond float32's range (±3.4e38); the model takes float32 inputs")
+    return batch
+
+
+def _npy_header(path: Path, fp: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` from a ``.npy`` header, the file positioned at its data."""
+    from numpy.lib import format as npy
+
+    expected = "expected a .npy array written by numpy.save"
+    start = fp.read(len(NPY_MAGIC) + 2)
+    if not start:
+        raise InputError(f"{path}: empty file (0 bytes); {expected}")
+    if start.startswith(b"PK\x03\x04"):
+        raise InputError(f"{path}: a .npz archive (a zip of arrays), not a .npy array; save one array per file "
+                         "with numpy.save")
+    if not start.startswith(NPY_MAGIC):
+        what = "a pickle, which is never loaded" if start[:1] == b"\x80" else "not a .npy array"
+        raise InputError(f"{path}: {what}; {expected}")
+    if len(start) < len(NPY_MAGIC) + 2:
+        raise InputError(f"{path}: truncated .npy header; {expected}")
+    version = (start[-2], start[-1])
+    if version not in ((1, 0), (2, 0), (3, 0)):
+        raise InputError(f"{path}: unknown .npy format version {version[0]}.{version[1]}; {expected}")
+    length_format = "<H" if version == (1, 0) else "<I"
+    raw = fp.read(struct.calcsize(length_format))
+    if len(raw) < struct.calcsize(length_format):
+        raise InputError(f"{path}: truncated .npy header; {expected}")
+    length = struct.unpack(length_format, raw)[0]
+    if length > MAX_NPY_HEADER:  # checked before numpy reads (and allocates) it
+        raise InputError(f"{path}: .npy header of {length} bytes, more than the {MAX_NPY_HEADER} numpy allows; "
+                         f"{expected}")
+    fp.seek(len(NPY_MAGIC) + 2)
+    # Versions 2.0 and 3.0 differ only in the header's encoding (latin-1 / UTF-8), which for
+    # a plain dtype is ASCII either way; UTF-8 names only appear in structured dtypes, refused.
+    reader = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "created on Python 2": harmless here
+            dims, fortran, dtype = reader(fp, max_header_size=MAX_NPY_HEADER)
+    except Exception as exc:  # noqa: BLE001 - numpy parsing a hostile (but short) header fails in many ways
+        reason = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{path}: damaged .npy header ({reason[:200]}); {expected}") from None
+    if any(d < 0 for d in dims):
+        raise InputError(f"{path}: damaged .npy header (negative dimension in shape {list(dims)}); {expected}")
+    return tuple(int(d) for d in dims), bool(fortran), dtype
+
+
+def _check_dtype(path: Path, dtype: np.dtype) -> None:
+    """Integers and real floats pass; everything else is named and refused."""
+    if dtype.kind in "iuf" and dtype.names is None and dtype.subdtype is None:
+        return
+    if dtype.kind == "c":
+        raise InputError(f"{path}: holds complex values ({dtype}); the model takes real numbers — save the part "
+                         "you mean (array.real, array.imag or abs(array)) as integers or floats")
+    what = {"b": "booleans", "O": "Python objects", "U": "text", "S": "bytes", "M": "dates", "m": "time spans",
+            "V": "records (a structured or void dtype)"}.get(dtype.kind, "non-numeric values")
+    raise InputError(f"{path}: holds {what} ({dtype}); the model takes integers or floats")
 
 
 def _audio(path: Path, layout: str | None, shape: tuple[int, ...], normalisation: dict[str, Any]) -> np.ndarray:
@@ -108,13 +199,29 @@ def _picture(path: Path, image: dict[str, Any] | None, shape: tuple[int, ...]) -
         raise InputError(f"{path}: a picture, but this model was not trained on pictures (it takes {list(shape)})")
     from PIL import Image, UnidentifiedImageError
 
+    size = f"{int(image['width'])}×{int(image['height'])}"
     try:
-        with Image.open(path) as picture:
-            grey = picture.convert("L" if image.get("channels", 1) == 1 else "RGB")
-            grey = grey.resize((int(image["width"]), int(image["height"])), Image.Resampling.LANCZOS)
-            values = np.asarray(grey, dtype=np.float32) / 255.0
-    except (UnidentifiedImageError, OSError) as exc:
-        raise InputError(f"{path}: not a readable picture ({exc})") from None
+        with warnings.catch_warnings():
+            # Pillow only warns between its limit and twice it (and raises above); both refuse here.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path, formats=PICTURE_FORMATS) as picture:
+                width, height = picture.size  # from the header: nothing is decoded yet
+                if width * height > MAX_PICTURE_PIXELS:
+                    raise _too_large(path, f"{width}×{height} = {width * height} pixels", size)
+                if width * height == 0:
+                    raise InputError(f"{path}: a picture of {width}×{height} pixels has no pixels")
+                grey = picture.convert("L" if image.get("channels", 1) == 1 else "RGB")
+                grey = grey.resize((int(image["width"]), int(image["height"])), Image.Resampling.LANCZOS)
+                values = np.asarray(grey, dtype=np.float32) / 255.0
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        pixels = next((w for w in str(exc).replace("(", " ").split() if w.isdigit()), None)
+        raise _too_large(path, f"{pixels} pixels" if pixels else str(exc), size) from None
+    except UnidentifiedImageError:
+        raise InputError(f"{path}: not a picture this command reads; expected a PNG, JPEG, BMP, GIF or TIFF "
+                         "picture") from None
+    except (OSError, ValueError, EOFError, SyntaxError, struct.error) as exc:  # Pillow's ways of failing
+        reason = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{path}: damaged or truncated picture ({reason[:200]})") from None
     if image.get("ink", "light") == "dark":  # dark strokes on a light ground: strokes become high values
         values = 1.0 - values
     values = values * float(image.get("scale", 1.0))
@@ -123,3 +230,11 @@ def _picture(path: Path, image: dict[str, Any] | None, shape: tuple[int, ...]) -
     if values.size != int(np.prod(shape)):
         raise InputError(f"{path}: the picture gives {values.size} values, the model takes {list(shape)}")
     return values.reshape(1, *shape)
+
+
+def _too_large(path: Path, what: str, size: str) -> InputError:
+    from PIL import Image
+
+    limit = min(MAX_PICTURE_PIXELS, Image.MAX_IMAGE_PIXELS or MAX_PICTURE_PIXELS)
+    return InputError(f"{path}: picture of {what} refused as a possible decompression bomb (the limit is {limit} "
+                      f"pixels); expected an ordinary picture — this model takes {size} pixels")
