@@ -46,8 +46,10 @@ def parse_scalar(text: str) -> Any:
     ``name=[unclosed`` sets the string ``'[unclosed'``; quote a value to force a
     string (``name="123"``).
     """
+    from .yaml_guard import load_value
+
     try:
-        return yaml.safe_load(text)
+        return load_value(text, "a command-line value")  # bounded like a config file: no alias bombs
     except yaml.YAMLError:
         return text
 
