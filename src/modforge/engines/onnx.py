@@ -4,7 +4,9 @@ The model is exported as input tensor → logits with a dynamic batch axis (and 
 time axis when the first stage takes a waveform, channels-over-time or sequence input).
 The runnable and the artifact are run by :class:`~.onnx_runtime.OnnxRunner`, which needs
 numpy and onnxruntime but not torch — ``modforge predict model.onnx`` never imports it.
-The metadata lives in the ONNX model's ``metadata_props`` under ``modforge``.
+The metadata lives in the ONNX model's ``metadata_props`` under ``modforge``; the last
+entry, ``modforge.sha256``, is the SHA-256 of every byte of the file before it, checked
+when the file is loaded (:mod:`modforge.core.integrity`).
 
 Exporter: 'auto' uses PyTorch's TorchScript-based exporter while the installed PyTorch
 has it (fast, no extra dependency; its deprecation notice is silenced because we chose
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from ..core.integrity import checksum_trailer
 from ..core.registries import register_engine
 from .artifact import write_atomically
 from .base import Capabilities, Engine, EngineError
@@ -72,7 +75,8 @@ class Onnx(Engine):
         del proto.metadata_props[:]
         entry = proto.metadata_props.add()
         entry.key, entry.value = METADATA_KEY, json.dumps(metadata)
-        return write_atomically(path, lambda tmp: onnx.save(proto, tmp))
+        body = proto.SerializeToString()
+        return write_atomically(path, lambda tmp: Path(tmp).write_bytes(body + checksum_trailer(body)))
 
     def load(self, path: str | os.PathLike) -> tuple[Callable, dict[str, Any]]:
         runner = OnnxRunner.from_file(path, threads=self.threads, optimization=self.optimization)

@@ -2,6 +2,8 @@
 
 This module must not import torch (directly or through modforge's other modules):
 ``modforge predict model.onnx`` uses it on machines that only have onnxruntime.
+A file's ``modforge.sha256`` checksum (see :mod:`modforge.core.integrity`) is verified
+before ONNX Runtime reads it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..core.integrity import IntegrityError, verify_trailer
 
 __all__ = ["METADATA_KEY", "OnnxRunner"]
 
@@ -47,11 +51,24 @@ class OnnxRunner:
         if not path.is_file():
             raise _error(f"artifact not found: {path}")
         try:
-            return cls(path.read_bytes(), **options)
+            data = path.read_bytes()
+        except OSError as exc:
+            raise _error(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
+        try:
+            verified = verify_trailer(data)
+        except IntegrityError as exc:
+            raise _error(f"{path} is {exc}") from None
+        try:
+            runner = cls(data, **options)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
             if type(exc).__name__ == "EngineError":
                 raise
             raise _error(f"{path} is not a loadable ONNX model ({' '.join(str(exc).split())[:200]})") from None
+        if not verified and runner.metadata:  # a modforge artifact exported before checksums
+            from .artifact import warn_unverified
+
+            warn_unverified(path)
+        return runner
 
     def __call__(self, batch: Any) -> dict[str, Any]:
         x = batch["input"] if isinstance(batch, dict) else batch

@@ -7,7 +7,7 @@ freezes mode-dependent behaviour such as dropout and batch-norm statistics. The 
 share the model's parameters, so the trainer, the optimizer and checkpoints work as in
 eager mode; the dict flow and the losses stay in Python. The saved artifact is one
 ``torch.jit.save`` file (input tensor → logits) with the metadata inside, loadable without
-modforge's code.
+modforge's code; its zip records' CRC-32 are verified before it is loaded.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
+from ..core.integrity import torch_zip_checksums
 from ..core.registries import register_engine
-from .artifact import ARTIFACT_FORMAT, write_atomically
+from .artifact import ARTIFACT_FORMAT, check_zip_artifact, warn_unverified, write_atomically
 from .base import Capabilities, Engine, EngineError
 from .common import LogitsOnly, example_from_metadata, example_input, isolated, stage_inputs, training_mode
 
@@ -98,7 +99,7 @@ class TorchScript(Engine):
             module = torch.jit.trace(wrapper, example, check_trace=False)
         files = {METADATA_FILE: json.dumps(metadata)}
         def write(tmp: str) -> None:
-            with _quiet():
+            with _quiet(), torch_zip_checksums():
                 torch.jit.save(module, tmp, _extra_files=files)
 
         return write_atomically(path, write)
@@ -107,6 +108,7 @@ class TorchScript(Engine):
         path = Path(path)
         if not path.is_file():
             raise EngineError(f"artifact not found: {path}")
+        verified = check_zip_artifact(path)  # torch.jit.load never checks the records' CRC-32
         files = {METADATA_FILE: ""}
         try:
             with _quiet():
@@ -119,6 +121,8 @@ class TorchScript(Engine):
             metadata = {}
         if metadata.get("format") != ARTIFACT_FORMAT:
             raise EngineError(f"{path} is TorchScript but not a modforge artifact (no {METADATA_FILE} inside)")
+        if not verified:
+            warn_unverified(path)
         return _LogitsRunnable(module.eval()), metadata
 
     # ----------------------------------------------------------------- internals

@@ -14,6 +14,11 @@ Reading: ``torch.load(weights_only=True)`` only: a file that would need to run c
 unpickle is refused with :class:`UnsafeCheckpointError` and the code never runs. A
 truncated or damaged file is a :class:`CorruptCheckpointError`; :func:`find_resumable`
 then falls back to the newest older checkpoint that loads, with a warning.
+
+Integrity: the file is a zip archive holding a CRC-32 of every record (the pickle and each
+tensor's bytes), written by ``torch.save`` as it serializes (forced on while modforge
+saves) and checked against the bytes before ``torch.load`` reads them — which PyTorch
+itself never does (see :mod:`modforge.core.integrity`).
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ import logging
 import os
 import pickle
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..core.errors import UsageError
+from ..core.integrity import IntegrityError, torch_zip_checksums, verify_zip
 from .checkpoint_commit import commit
 from .commit_helper import HELPER, CommitJob
 
@@ -70,10 +76,11 @@ class UnsafeCheckpointError(CheckpointError):
 
 
 def serialize(payload: Any) -> memoryview:
-    """The bytes ``torch.save`` would write, capturing the state at this moment (a view
-    of the buffer, not a copy of it)."""
+    """The bytes ``torch.save`` would write, every record's CRC-32 included, capturing the
+    state at this moment (a view of the buffer, not a copy of it)."""
     buffer = io.BytesIO()
-    torch.save(payload, buffer)
+    with torch_zip_checksums():
+        torch.save(payload, buffer)
     return buffer.getbuffer()
 
 
@@ -182,11 +189,18 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     Raises:
         CheckpointError: missing, or not a modforge checkpoint.
         UnsafeCheckpointError: it would need to execute code to load; nothing was run.
-        CorruptCheckpointError: truncated or damaged.
+        CorruptCheckpointError: truncated or damaged (a record's bytes do not match the
+            checksum written with them, or the file cannot be parsed).
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        verified = verify_zip(path)
+    except IntegrityError as exc:
+        raise CorruptCheckpointError(f"{path} is {exc}") from None
+    except OSError as exc:
+        raise CorruptCheckpointError(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -204,6 +218,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CorruptCheckpointError(f"{path} is truncated or damaged ({text[:200]})") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a modforge checkpoint (expected format {CHECKPOINT_FORMAT!r})")
+    if not verified:
+        log.warning("%s carries no checksums (written with PyTorch's CRC-32 off, or in its legacy format); "
+                    "its content was not verified", path)
     return payload
 
 
@@ -245,12 +262,20 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def find_resumable(target: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
+def find_resumable(
+    target: str | os.PathLike, first: Sequence[str] = ("last.pt",), using: str = "resuming from"
+) -> tuple[Path, dict[str, Any]]:
     """The checkpoint to resume from: a file as given, or a run folder's ``last.pt`` —
     falling back, with a warning, to the newest older checkpoint that loads.
 
+    Args:
+        first: the names tried, in order, before the periodic checkpoints (``modforge test``
+            tries ``best.pt``, then ``last.pt``); a missing one is skipped silently.
+        using: what the fallback warning says is done with the file chosen instead.
+
     Raises:
         CheckpointError: nothing loadable was found (each file's problem is listed).
+        UnsafeCheckpointError: a file would run code when loaded (never skipped silently).
     """
     target = Path(target)
     if target.is_file():
@@ -258,7 +283,7 @@ def find_resumable(target: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
     directory = target / "checkpoints" if (target / "checkpoints").is_dir() else target
     if not directory.is_dir():
         raise CheckpointError(f"nothing to resume at {target}: not a checkpoint file or a run folder")
-    candidates = [directory / "last.pt", *list_checkpoints(directory)]
+    candidates = list(dict.fromkeys([*(directory / name for name in first), *list_checkpoints(directory)]))
     problems = []
     for candidate in candidates:
         if not candidate.exists():
@@ -271,7 +296,7 @@ def find_resumable(target: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
             problems.append(str(exc))
             continue
         if problems:
-            log.warning("%s; resuming from %s instead", "; ".join(problems), candidate)
+            log.warning("%s; %s %s instead", "; ".join(problems), using, candidate)
         return candidate, payload
     detail = "; ".join(problems) if problems else "no checkpoint files"
     raise CheckpointError(f"no usable checkpoint in {directory} ({detail})")
