@@ -10,6 +10,7 @@ import pytest
 
 import modforge as mf
 from modforge.cli.main import main
+from modforge.core import plugins as plugin_state
 from modforge.core.plugins import PLUGIN_MODULE_PREFIX
 
 
@@ -20,7 +21,11 @@ def restore_registries():
         registry._ensure_loaded()
     saved = {kind: dict(r._entries) for kind, r in mf.REGISTRIES.items()}
     modules = set(sys.modules)
+    vouched, folders = dict(plugin_state._LOADED), list(plugin_state._TRUSTED_FOLDERS)
     yield
+    plugin_state._LOADED.clear()
+    plugin_state._LOADED.update(vouched)
+    plugin_state._TRUSTED_FOLDERS[:] = folders
     for kind, registry in mf.REGISTRIES.items():
         registry._entries.clear()
         registry._entries.update(saved[kind])

@@ -50,7 +50,7 @@ def cli_head(in_dim: int, num_classes: int, dropout: float = 0.1):
 
 @pytest.fixture
 def project(write):
-    write("parts.py", PARTS)
+    write("configs/parts.py", PARTS)
     write(
         "configs/base.yaml",
         """
@@ -60,7 +60,7 @@ def project(write):
           head: cli_head
     """,
     )
-    return write("configs/exp.yaml", "_base_: base.yaml\nplugins: [../parts.py]\n")
+    return write("configs/exp.yaml", "_base_: base.yaml\nplugins: [parts.py]\n")
 
 
 def resolved(result) -> dict:

@@ -232,3 +232,18 @@ def test_a_damaged_onnx_checksum_entry_is_refused():
         damaged[position] ^= 0x01
         with pytest.raises(IntegrityError, match="damaged"):
             verify_trailer(bytes(damaged))
+
+
+def test_the_end_of_training_test_uses_the_final_weights_when_best_is_damaged(tmp_path, caplog):
+    from modforge.experiment.runner import _best_weights
+    from modforge.train.checkpoint import atomic_save
+
+    path = tmp_path / "best.pt"
+    state = {"format": "modforge.checkpoint/1", "model": {"w": torch.arange(1000.0)}}
+    atomic_save(state, path)
+    assert torch.equal(_best_weights(path)["w"], state["model"]["w"])
+    flip_bit_in(path, torch.arange(1000.0).numpy().tobytes(), separate=True)
+    with caplog.at_level("WARNING"):
+        assert _best_weights(path) is None
+    assert "testing the final weights instead" in caplog.text and "best.pt" in caplog.text
+    assert _best_weights(tmp_path / "missing.pt") is None

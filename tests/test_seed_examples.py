@@ -16,18 +16,27 @@ SEEDS = Path(__file__).parent / "seed_parts"
 DEEPFENSE, MAMMOTH, UP = (str(SEEDS / f) for f in ("deepfense_backbones.py", "mammoth_backbones.py", "up_parts.py"))
 
 
+@pytest.fixture(autouse=True)
+def parts_beside_configs(tmp_path, monkeypatch):
+    """The seed parts sit beside the test's configs, as a user's own parts sit beside theirs
+    (a config may only import plug-ins beside it); configs name them by file name."""
+    for source in (DEEPFENSE, MAMMOTH, UP):
+        (tmp_path / Path(source).name).write_text(Path(source).read_text())
+    monkeypatch.chdir(tmp_path)
+
+
 def test_deepfense_backends_register_list_and_run(write):
-    mf.load_plugins([DEEPFENSE])
+    mf.load_plugins(["deepfense_backbones.py"])  # the user's own call, from Python
     assert "MyBackend" in mf.BACKBONES and "AttentionBackend" in mf.BACKBONES
     assert {"AttentionBackend", "MyBackend"} <= set(mf.BACKBONES.list())
     cfg = write(
         "deepfense.yaml",
-        f"""
-        plugins: [{DEEPFENSE}]
+        """
+        plugins: [deepfense_backbones.py]
         model:
           backbone:
             type: MyBackend
-            args: {{output_dim: 128, hidden_dim: 256}}
+            args: {output_dim: 128, hidden_dim: 256}
     """,
     )
     spec = validate_config(mf.load_config(cfg)).data["model"]["backbone"]
@@ -39,10 +48,10 @@ def test_deepfense_backends_register_list_and_run(write):
 def test_deepfense_attention_backend_in_a_model_with_dims_wired(write):
     cfg = write(
         "attn.yaml",
-        f"""
-        plugins: [{DEEPFENSE}]
+        """
+        plugins: [deepfense_backbones.py]
         model:
-          backbone: {{type: AttentionBackend, args: {{output_dim: 64}}}}
+          backbone: {type: AttentionBackend, args: {output_dim: 64}}
           head: linear
           losses: [cross_entropy]
     """,
@@ -66,9 +75,9 @@ def test_deepfense_parts_pass_modforge_check(cli, target, extra):
 def test_deepfense_habit_of_hand_writing_input_dim_is_caught(write):
     cfg = write(
         "deepfense_old.yaml",
-        f"""
-        plugins: [{DEEPFENSE}]
-        model: {{backbone: {{type: MyBackend, args: {{input_dim: 768, output_dim: 128}}}}}}
+        """
+        plugins: [deepfense_backbones.py]
+        model: {backbone: {type: MyBackend, args: {input_dim: 768, output_dim: 128}}}
     """,
     )
     with pytest.raises(
@@ -79,7 +88,7 @@ def test_deepfense_habit_of_hand_writing_input_dim_is_caught(write):
 
 
 def test_mammoth_function_backbone_flags_returnt_and_no_head(cli, write):
-    write("base.yaml", f"plugins: [{MAMMOTH}]\nmodel: {{backbone: {{type: resnet, args: {{depth: 2}}}}}}\n")
+    write("base.yaml", "plugins: [mammoth_backbones.py]\nmodel: {backbone: {type: resnet, args: {depth: 2}}}\n")
     res = cli("config", "base.yaml", "--depth", "3", "--width", "2")
     assert res.code == 0, res.err
     assert yaml.safe_load(res.out)["model"]["backbone"] == {"type": "resnet", "args": {"depth": 3, "width": 2}}
@@ -96,23 +105,23 @@ def test_mammoth_function_backbone_flags_returnt_and_no_head(cli, write):
     assert len(model(x, returnt="full")) == 3  # two blocks and the logits, as the backbone reports them
     with pytest.raises(MissingArgumentError, match=r"model.backbone.args.depth: required argument missing"):
         mf.BACKBONES.build("resnet", path="model.backbone")
-    assert cli("check", "backbone", "resnet", "--args", "depth=1", "--plugins", MAMMOTH).code == 0
+    assert cli("check", "backbone", "resnet", "--args", "depth=1", "--plugins", "mammoth_backbones.py").code == 0
 
 
 def test_up_custom_net_and_head_from_yaml_with_prev(write, cli):
     cfg = write(
         "up.yaml",
-        f"""
-        plugins: [{UP}]
+        """
+        plugins: [up_parts.py]
         model:
           stages:
             - name: backbone
               type: custom_net
-              args: {{depth: 3, out_planes: [64, 128, 256]}}
+              args: {depth: 3, out_planes: [64, 128, 256]}
             - name: head
               prev: backbone
               type: custom_head
-              args: {{num_classes: 21}}
+              args: {num_classes: 21}
     """,
     )
     config = validate_config(mf.load_config(cfg))
@@ -127,5 +136,5 @@ def test_up_custom_net_and_head_from_yaml_with_prev(write, cli):
         BuildError, match=r"building backbone 'custom_net' failed: ValueError: out_planes needs 3 entries"
     ):
         mf.BACKBONES.build({"type": "custom_net", "args": {"depth": 3, "out_planes": [8]}}, path="model.backbone")
-    assert cli("check", "backbone", f"{UP}:CustomNet", "--args", "depth=2", "out_planes=[4,8]").code == 0
-    assert cli("check", "head", f"{UP}:CustomHead").code == 0
+    assert cli("check", "backbone", "up_parts.py:CustomNet", "--args", "depth=2", "out_planes=[4,8]").code == 0
+    assert cli("check", "head", "up_parts.py:CustomHead").code == 0

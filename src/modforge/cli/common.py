@@ -59,8 +59,11 @@ def add_checkpoint_option(parser: argparse.ArgumentParser) -> None:
 
 
 def load_cli_plugins(specs: list[str]) -> list[str]:
-    """Import ``--plugins``; return them as plug-in entries (files made absolute)."""
+    """Import ``--plugins`` (the user vouches for them); return the modules among them as
+    plug-in entries (files and package folders as absolute paths; a plain folder imports
+    nothing, it only vouches for the files in it, so it is no entry)."""
     import os
 
-    load_plugins(specs, origin="--plugins")
-    return [os.path.abspath(s) if s.endswith(".py") else s for s in specs]
+    modules = load_plugins(specs, origin="--plugins")
+    return [os.path.abspath(s) if s.endswith(".py") or os.path.isdir(s) else s
+            for s, module in zip(specs, modules, strict=True) if module is not None]  # fmt: skip

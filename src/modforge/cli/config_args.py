@@ -34,7 +34,7 @@ from ..core.arguments import REQUIRED, ArgSpec
 from ..core.coercion import coerce_cli, to_plain
 from ..core.config import Config, load_config
 from ..core.errors import ConfigError, UsageError
-from ..core.plugins import load_plugins
+from ..core.plugins import load_config_plugins, load_plugins
 from ..core.registries import REGISTRIES
 from ..core.specs import normalize_spec
 from ..experiment.schema import PART_SLOTS, PartSlot, apply_overrides, validate_config
@@ -45,6 +45,19 @@ __all__ = ["ResolvedConfig", "add_config_arguments", "resolve_config_from_cli"]
 log = logging.getLogger("modforge.cli")
 _PREFIX = "part__"
 _MAX_PASSES = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredConfig:
+    """CONFIG is one modforge saved (a run being resumed): data, not a file the user vouches for.
+
+    Attributes:
+        run_dir: the run folder whose verified plug-in copies may be imported (``None``: none).
+        what: how messages name it (``the config of runs/x``).
+    """
+
+    run_dir: Path | None
+    what: str
 
 
 @dataclasses.dataclass
@@ -113,17 +126,26 @@ def _key(ns: argparse.Namespace, slots: Sequence[PartSlot]) -> tuple:
 
 
 def _load(
-    ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool, notes: list[str]
+    ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool, notes: list[str], stored: StoredConfig | None = None
 ) -> tuple[Config, list[str]]:
-    """Load plug-ins and config; apply overrides and part choices."""
+    """Load plug-ins and config; apply overrides and part choices. A ``stored`` config (a run's
+    own, when resuming) vouches for no plug-in beside it."""
     cli_plugins = load_cli_plugins(list(ns.plugins or ()))
     overrides = list(ns.overrides or ())
     if not strict:  # phase 1 may mistake a flag's value for an override
         overrides = [o for o in overrides if "=" in o]
-    cfg = load_config(ns.config)
-    load_plugins(cfg.plugins, base_dir=cfg.base_dir, origin=f"plugins: in {cfg.where('plugins')}")
+    cfg = load_config(ns.config, stored=stored is not None)
+    if stored is not None:
+        from ..experiment.run_plugins import load_stored_plugins
+
+        in_force = load_stored_plugins(cfg.plugins, run_dir=stored.run_dir, what=stored.what)
+        if in_force != cfg.plugins:
+            cfg.data["plugins"] = in_force
+    load_config_plugins(cfg.plugins, sources=cfg.plugin_sources, origin=f"plugins: in {cfg.where('plugins')}")
+    listed = set(cfg.plugins)
     apply_overrides(cfg, overrides, slots)
-    load_plugins(cfg.plugins, base_dir=cfg.base_dir, origin="plugins: (after overrides)")
+    typed = [p for p in cfg.plugins if p not in listed]  # plugins=... on the command line: the user's own
+    load_plugins(typed, origin="a plugins= override")
     if cli_plugins:
         merged = cfg.plugins + [p for p in cli_plugins if p not in cfg.plugins]
         cfg.set("plugins", merged, "--plugins")
@@ -303,6 +325,7 @@ def resolve_config_from_cli(
     description: str = "",
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
     slots: Sequence[PartSlot] = PART_SLOTS,
+    stored: StoredConfig | None = None,
 ) -> ResolvedConfig:
     """Parse a config-taking command line and return the validated config.
 
@@ -312,6 +335,8 @@ def resolve_config_from_cli(
         description: help text of the command.
         add_arguments: adds the command's own options (beyond :func:`add_config_arguments`).
         slots: the part slots that may be chosen by flag.
+        stored: CONFIG is a config modforge saved (``--resume``): data that vouches for no
+            plug-in; the run folder's verified copies and ``--plugins`` provide them.
 
     Raises:
         SystemExit: after printing ``--help`` (status 0).
@@ -328,14 +353,14 @@ def resolve_config_from_cli(
     if _help_requested(argv):
         try:  # with a loadable config, --help lists the chosen parts' flags too
             ns = _lenient_parse(lenient, argv)
-            _load(ns, slots, strict=False, notes=[])
+            _load(ns, slots, strict=False, notes=[], stored=stored)
         except UsageError:
             _make_parser(name, description, add_fixed, add_help=True).parse_args(["--help"])
     ns = _lenient_parse(lenient, argv)
     strict = False
     for _ in range(_MAX_PASSES):
         notes: list[str] = []
-        cfg, cli_plugins = _load(ns, slots, strict=strict, notes=notes)
+        cfg, cli_plugins = _load(ns, slots, strict=strict, notes=notes, stored=stored)
         parser = _make_parser(name, description, add_fixed, add_help=True)
         flags = _add_part_flags(parser, cfg, slots, notes)
         full = parser.parse_intermixed_args(argv)

@@ -29,10 +29,10 @@ from .coercion import parse_scalar
 from .errors import (
     ConfigCycleError,
     ConfigFileError,
-    ConfigSyntaxError,
     ConfigValueError,
     UnknownKeyError,
 )
+from .yaml_guard import read_config_text, safe_yaml_load
 
 __all__ = ["Config", "check_keys", "display_path", "load_config", "parse_override", "require_mapping"]
 
@@ -74,6 +74,10 @@ class Config:
         self.data: dict[str, Any] = data if data is not None else {}
         self.origins: dict[str, str] = origins if origins is not None else {}
         self.file = file
+        self.plugin_sources: dict[str, Path] = {}
+        """Plug-in entry → the folder of the config file that listed it (where it may be
+        imported from). Filled only by loading config files the user gave: a stored config
+        (a checkpoint's, an artifact's) vouches for no plug-in. Never serialized."""
 
     # ------------------------------------------------------------------ access
     @property
@@ -188,7 +192,9 @@ class Config:
         return yaml.safe_dump(self.data, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
     def copy(self) -> Config:
-        return Config(copy.deepcopy(self.data), dict(self.origins), self.file)
+        duplicate = Config(copy.deepcopy(self.data), dict(self.origins), self.file)
+        duplicate.plugin_sources = dict(self.plugin_sources)
+        return duplicate
 
     def __repr__(self) -> str:
         return f"Config(file={self.file!s}, keys={list(self.data)})"
@@ -211,36 +217,17 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 # ---------------------------------------------------------------------- loading
 def _read_text(path: Path, shown: str) -> str:
-    if not path.exists():
-        raise ConfigFileError("config file not found", source=shown)
-    if path.is_dir():
-        raise ConfigFileError("expected a YAML file, got a directory", source=shown)
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigFileError(f"not a UTF-8 text file ({exc.reason} at byte {exc.start})", source=shown) from None
-    except OSError as exc:
-        raise ConfigFileError(f"cannot read config file: {exc.strerror or exc}", source=shown) from None
+    """The file's text; only a regular, reasonably small UTF-8 file is read (see yaml_guard)."""
+    return read_config_text(path, shown)
 
 
 def _parse_yaml(text: str, shown: str) -> tuple[Any, dict[str, str]]:
-    """Safe-load ``text``; also return ``path -> 'file:line'`` for every key."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.load(text, Loader=yaml.SafeLoader)  # noqa: S506 - SafeLoader
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
-        problem = " ".join((exc.problem or exc.context or "invalid YAML").split())
-        if "python/" in str(exc):
-            problem += " (configs are loaded with safe YAML: Python tags are refused)"
-        raise ConfigSyntaxError(f"invalid YAML: {problem}", source=where) from None
-    except yaml.reader.ReaderError as exc:
-        raise ConfigSyntaxError(
-            f"invalid YAML: {exc.reason} (character {exc.character!r} at position {exc.position})", source=shown
-        ) from None
-    except yaml.YAMLError as exc:
-        raise ConfigSyntaxError("invalid YAML: " + " ".join(str(exc).split()), source=shown) from None
+    """Safe-load ``text``; also return ``path -> 'file:line'`` for every key.
+
+    ``safe_yaml_load`` refuses too-deep, alias-bombed, self-aliasing and duplicate-key
+    documents first, so the recursive walk below stays bounded.
+    """
+    node, data = safe_yaml_load(text, shown)
     origins: dict[str, str] = {}
     _record_lines(node, "", shown, origins)
     return data, origins
@@ -301,8 +288,9 @@ def _union_lists(base: Any, child: Any) -> list[Any]:
     return out
 
 
-def _absolute_plugin_paths(data: dict[str, Any], directory: Path, shown: str) -> None:
-    """Rewrite relative ``.py`` plug-in paths against the file that lists them."""
+def _absolute_plugin_paths(data: dict[str, Any], directory: Path, shown: str, sources: dict[str, Path]) -> None:
+    """Rewrite relative ``.py`` plug-in paths against the file that lists them, and record in
+    ``sources`` the entries that file may vouch for (those beside it: see :mod:`.plugins`)."""
     plugins = data.get(PLUGINS_KEY)
     if plugins is None:
         return
@@ -315,10 +303,17 @@ def _absolute_plugin_paths(data: dict[str, Any], directory: Path, shown: str) ->
     data[PLUGINS_KEY] = [
         str((directory / p).resolve()) if p.endswith(".py") and not os.path.isabs(p) else p for p in plugins
     ]
+    for entry in data[PLUGINS_KEY]:
+        sources.setdefault(entry, directory)
 
 
-def _load_file(path: Path, stack: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, str]]:
-    path = path.expanduser().resolve()
+def _load_file(
+    path: Path, stack: tuple[Path, ...], sources: dict[str, Path]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    try:
+        path = path.expanduser().resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13): the reader names it
+        path = Path(os.path.abspath(path.expanduser()))
     shown = display_path(path)
     if path in stack:
         chain = " -> ".join(display_path(p) for p in (*stack, path))
@@ -334,7 +329,7 @@ def _load_file(path: Path, stack: tuple[Path, ...]) -> tuple[dict[str, Any], dic
         )
     bases = data.pop(BASE_KEY, None)
     origins = {k: v for k, v in origins.items() if not _under(k, BASE_KEY)}
-    _absolute_plugin_paths(data, path.parent, shown)
+    _absolute_plugin_paths(data, path.parent, shown, sources)
     if bases is None:
         return data, origins
     if isinstance(bases, str):
@@ -350,7 +345,7 @@ def _load_file(path: Path, stack: tuple[Path, ...]) -> tuple[dict[str, Any], dic
         if not base_path.is_absolute():
             base_path = path.parent / base_path
         try:
-            base_data, base_origins = _load_file(base_path, (*stack, path))
+            base_data, base_origins = _load_file(base_path, (*stack, path), sources)
         except ConfigFileError as exc:
             if exc.source == display_path(base_path.resolve()) and "not found" in exc.message:
                 raise ConfigFileError(
@@ -366,8 +361,16 @@ def _load_file(path: Path, stack: tuple[Path, ...]) -> tuple[dict[str, Any], dic
     return merged, merged_origins
 
 
-def load_config(source: str | os.PathLike | Mapping[str, Any], overrides: Iterable[str] = ()) -> Config:
+def load_config(
+    source: str | os.PathLike | Mapping[str, Any], overrides: Iterable[str] = (), *, stored: bool = False
+) -> Config:
     """Load a config file (or wrap a mapping), resolve ``_base_``, apply overrides.
+
+    Args:
+        source: a YAML file, or the config as a mapping.
+        overrides: ``key.path=value`` strings applied after loading.
+        stored: the file is a config modforge saved (a run folder's ``config.yaml``): like a
+            mapping, it vouches for no plug-in beside it (see :attr:`Config.plugin_sources`).
 
     Raises:
         ConfigError: missing/unreadable file, invalid YAML, inheritance cycle, bad
@@ -380,8 +383,11 @@ def load_config(source: str | os.PathLike | Mapping[str, Any], overrides: Iterab
         cfg = Config(data, {}, None)
     else:
         path = Path(source)
-        data, origins = _load_file(path, ())
+        sources: dict[str, Path] = {}
+        data, origins = _load_file(path, (), sources)
         cfg = Config(data, origins, path.expanduser().resolve())
+        if not stored:
+            cfg.plugin_sources = sources
     return cfg.apply_overrides(overrides)
 
 

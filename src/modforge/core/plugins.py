@@ -1,27 +1,41 @@
-"""Finding third-party parts without editing modforge.
+"""Finding third-party parts without editing modforge — and importing nothing else.
 
-Three ways, all ending in "import a module so its ``@register_*`` decorators run":
+A plug-in is a module whose import runs ``@register_*`` decorators. Importing is running
+code, so *who named the module* decides whether it may be imported:
 
-* the ``modforge.plugins`` entry-point group of installed packages, loaded once, the
-  first time any registry is asked for its contents (set ``MODFORGE_NO_ENTRY_POINTS=1``
-  to skip them, e.g. to work around a broken third-party package);
-* a ``plugins:`` list in a config: module names or ``.py`` paths relative to that file;
-* ``--plugins`` on every command: module names or ``.py`` paths relative to the cwd.
+* **the user**: ``--plugins`` on any command, ``mf.load_plugins(...)`` in Python
+  (:func:`load_plugin`). A module name, a ``.py`` file, a package folder, or a plain folder
+  (which imports nothing: it vouches for the plug-in files inside it that configs name);
+* **an installed package** declaring the ``modforge.plugins`` entry-point group (loaded
+  once, the first time a registry is asked for its contents; ``MODFORGE_NO_ENTRY_POINTS=1``
+  skips them);
+* **a config file**, for what lies *beside it*: ``.py`` files and packages in the config's
+  folder or below (:func:`load_config_plugins`, fed by :mod:`.config`, which records for each
+  entry the folder it was found in). Every other entry of a config must already have been
+  vouched for by one of the two routes above.
 
-A config's ``type:`` may also name an object by import path (``my_pkg.parts:MyNet``),
-but only inside a module the user listed as a plug-in — so a config file alone can
-never make modforge import arbitrary code.
+Never a plug-in, whoever names it: standard-library modules (``os``, ``subprocess``,
+``builtins``...). A config stored inside a checkpoint or artifact is data, never code: it
+vouches for nothing (:func:`require_plugins` says which plug-ins it needs).
+
+A ``type:`` that is an import path (``my_pkg.parts:MyNet``) resolves only to a class or a
+Python function *defined in* a loaded plug-in module (:func:`import_object`): it never
+imports a module that is not a plug-in, and never reaches an object a plug-in merely
+imported from elsewhere (``from os import system``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
+import inspect
+import logging
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -30,22 +44,97 @@ from .errors import PluginError, UnknownComponentError
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "LoadedPlugin",
     "import_object",
     "is_import_path",
+    "load_config_plugins",
     "load_entry_point_plugins",
     "load_plugin",
     "load_plugins",
+    "load_verified_copy",
+    "loaded_plugin",
+    "require_plugins",
 ]
 
 ENTRY_POINT_GROUP = "modforge.plugins"
+USER_ORIGIN = "--plugins"
+"""The origin of what the user names on the command line (``load_plugin``'s default)."""
 PLUGIN_MODULE_PREFIX = "modforge_plugin_"
 """Module names given to ``.py`` plug-in files (they are not importable by name)."""
+log = logging.getLogger("modforge.plugins")
 _entry_points_loaded = False
-_entry_points_lock = threading.RLock()
+_lock = threading.RLock()
 
 
+@dataclasses.dataclass(frozen=True)
+class LoadedPlugin:
+    """A plug-in that was imported because someone entitled to vouched for it.
+
+    Attributes:
+        entry: the plug-in as configs name it: a module name, or the absolute path of a
+            ``.py`` file or package folder.
+        module: the imported module.
+        origin: who vouched for it (``--plugins``, ``beside configs/x.yaml``...).
+        path: the file or package folder it was imported from (``None`` for an installed module).
+    """
+
+    entry: str
+    module: ModuleType
+    origin: str
+    path: Path | None = None
+
+    @property
+    def current(self) -> bool:
+        """Still the module Python has under that name (tests may unload plug-ins)."""
+        return sys.modules.get(self.module.__name__) is self.module
+
+
+_LOADED: dict[str, LoadedPlugin] = {}
+_TRUSTED_FOLDERS: list[Path] = []
+
+
+def load_verified_copy(entry: str, copy: Path, origin: str) -> LoadedPlugin:
+    """Import ``copy`` — a run folder's own copy of plug-in ``entry``, whose content the
+    caller has checked against the digest recorded at training time — as that plug-in."""
+    name = None if _looks_like_file(entry) else entry.split(".", 1)[0]
+    if copy.is_dir():
+        module = _import_package_folder(copy, origin, entry, name=name)
+        if name is not None and name != entry:
+            module = _import_module(entry, origin)  # a module inside the copied package
+    else:
+        module = _import_file(copy, origin, entry)
+    return _remember(LoadedPlugin(_normal(entry), module, origin, copy))
+
+
+def forget_plugins() -> None:
+    """Forget every vouched-for plug-in and folder (the modules stay imported). For tests."""
+    with _lock:
+        _LOADED.clear()
+        _TRUSTED_FOLDERS.clear()
+
+
+def loaded_plugin(entry: str) -> LoadedPlugin | None:
+    """The record of plug-in ``entry`` (module name or file/folder path), if it was loaded."""
+    record = _LOADED.get(_normal(entry))
+    return record if record is not None and record.current else None
+
+
+def _remember(record: LoadedPlugin, *aliases: str) -> LoadedPlugin:
+    with _lock:
+        for key in {record.entry, *aliases}:
+            _LOADED[key] = record
+    return record
+
+
+# ----------------------------------------------------------------- naming
 def _looks_like_file(spec: str) -> bool:
     return spec.endswith(".py") or os.sep in spec or (os.altsep is not None and os.altsep in spec)
+
+
+def _normal(entry: str) -> str:
+    """Paths absolute and resolved; module names as given."""
+    entry = entry.strip()
+    return str(Path(entry).expanduser().resolve()) if _looks_like_file(entry) else entry
 
 
 def _module_name_for_file(path: Path) -> str:
@@ -54,21 +143,102 @@ def _module_name_for_file(path: Path) -> str:
     return f"{PLUGIN_MODULE_PREFIX}{stem}_{digest}"
 
 
-def load_plugin(spec: str, *, base_dir: str | os.PathLike | None = None, origin: str = "--plugins") -> ModuleType:
-    """Import one plug-in: a module name (``my_pkg.parts``) or a ``.py`` file path.
+def _standard_library(name: str) -> bool:
+    top = name.split(".", 1)[0]
+    return top in sys.stdlib_module_names or top in sys.builtin_module_names
 
-    A file is imported under a stable private module name, so loading the same file
-    twice returns the same module and does not register its parts twice.
 
-    Args:
-        spec: module name or file path.
-        base_dir: directory that relative file paths are resolved against.
-        origin: where the plug-in was named, for the error message
-            (``--plugins``, ``plugins: in configs/x.yaml``, ``entry point ...``).
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.relative_to(folder)
+    except ValueError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------- importing
+def _run_module(name: str, location: Path, origin: str, spec: str, package: Path | None = None) -> ModuleType:
+    """Import the file ``location`` as module ``name`` (a package when ``package`` is its folder)."""
+    module_spec = importlib.util.spec_from_file_location(
+        name, location, submodule_search_locations=[str(package)] if package is not None else None
+    )
+    if module_spec is None or module_spec.loader is None:
+        raise PluginError(f"plug-in '{spec}' cannot be imported as Python (from {origin})")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except PluginError:
+        sys.modules.pop(name, None)
+        raise
+    except BaseException as exc:  # noqa: BLE001 - reported, with the cause chained
+        sys.modules.pop(name, None)
+        raise PluginError(f"plug-in '{spec}' (from {origin}) failed to import: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _import_file(path: Path, origin: str, spec: str) -> ModuleType:
+    """A ``.py`` file, under a stable private name (loading it twice returns the same module)."""
+    name = _module_name_for_file(path)
+    if name in sys.modules:
+        return sys.modules[name]
+    return _run_module(name, path, origin, spec)
+
+
+def _import_package_folder(folder: Path, origin: str, spec: str, name: str | None = None) -> ModuleType:
+    """A package folder, under its own name (so its absolute imports and import paths work)."""
+    name = name or folder.name
+    if not name.isidentifier():
+        raise PluginError(f"plug-in folder '{spec}' is not a Python package name (from {origin})")
+    if _standard_library(name):
+        raise PluginError(f"plug-in '{spec}' (from {origin}) is refused: '{name}' is the name of a "
+                          "standard-library module, which a plug-in may not replace")  # fmt: skip
+    init = folder / "__init__.py"
+    existing = sys.modules.get(name)
+    if existing is not None:
+        if Path(getattr(existing, "__file__", "") or "").resolve() == init.resolve():
+            return existing
+        raise PluginError(
+            f"plug-in '{spec}' (from {origin}) is refused: a different module named '{name}' is already "
+            f"loaded (from {getattr(existing, '__file__', None) or 'elsewhere'})"
+        )
+    return _run_module(name, init, origin, spec, package=folder)
+
+
+def _import_module(name: str, origin: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except PluginError:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        raise PluginError(f"plug-in '{name}' (from {origin}) failed to import: {type(exc).__name__}: {exc}") from exc
+
+
+def _import_path(path: Path, spec: str, origin: str, alias: str | None = None) -> LoadedPlugin:
+    """Import a plug-in file or package folder that has been vouched for."""
+    if not path.exists():
+        raise PluginError(f"plug-in file '{spec}' not found (looked for {path}; from {origin})")
+    if path.is_dir():
+        module = _import_package_folder(path, origin, spec, name=alias)
+    else:
+        module = _import_file(path, origin, spec)
+    return _remember(LoadedPlugin(str(path), module, origin, path))
+
+
+# -------------------------------------------------------------- the user's
+def load_plugin(
+    spec: str, *, base_dir: str | os.PathLike | None = None, origin: str = USER_ORIGIN
+) -> ModuleType | None:
+    """Import one plug-in the *user* names (``--plugins``, or Python code calling this).
+
+    ``spec`` is a module name (``my_pkg.parts``), a ``.py`` file, a package folder (with
+    ``__init__.py``; imported under its folder's name), or a plain folder: that imports
+    nothing and returns ``None``, but lets configs name the plug-in files inside it.
+    Loading the same plug-in twice returns the same module (no duplicate registrations).
 
     Raises:
-        PluginError: the file does not exist or the import raised; the message names
-            the plug-in, where it was listed, and the cause.
+        PluginError: a standard-library module, a missing file, or the import raised; the
+            message names the plug-in, where it was named, and the cause.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise PluginError(f"plug-in names must be non-empty strings, got {spec!r} (from {origin})")
@@ -78,44 +248,47 @@ def load_plugin(spec: str, *, base_dir: str | os.PathLike | None = None, origin:
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
         path = path.resolve()
-        if not path.is_file():
+        if path.is_dir() and not (path / "__init__.py").is_file():
+            with _lock:
+                if path not in _TRUSTED_FOLDERS:
+                    _TRUSTED_FOLDERS.append(path)
+            return None
+        if not path.exists():
             raise PluginError(f"plug-in file '{spec}' not found (looked for {path}; from {origin})")
-        name = _module_name_for_file(path)
-        if name in sys.modules:
-            return sys.modules[name]
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        if module_spec is None or module_spec.loader is None:
-            raise PluginError(f"plug-in file '{spec}' cannot be imported as Python (from {origin})")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
-        try:
-            module_spec.loader.exec_module(module)
-        except PluginError:
-            sys.modules.pop(name, None)
-            raise
-        except BaseException as exc:  # noqa: BLE001 - reported, with the cause chained
-            sys.modules.pop(name, None)
-            raise PluginError(
-                f"plug-in '{spec}' (from {origin}) failed to import: {type(exc).__name__}: {exc}"
-            ) from exc
-        return module
-    try:
-        return importlib.import_module(spec)
-    except PluginError:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        raise PluginError(f"plug-in '{spec}' (from {origin}) failed to import: {type(exc).__name__}: {exc}") from exc
+        return _import_path(path, spec, origin).module
+    if _standard_library(spec):
+        raise PluginError(
+            f"plug-in '{spec}' (from {origin}) is refused: it is a standard-library module, not a plug-in"
+        )
+    record = loaded_plugin(spec)
+    if record is not None:
+        return record.module
+    return _remember(LoadedPlugin(spec, _import_module(spec, origin), origin)).module
 
 
 def load_plugins(
-    specs: Iterable[str] | None, *, base_dir: str | os.PathLike | None = None, origin: str = "--plugins"
-) -> list[ModuleType]:
-    """Import several plug-ins in order (see :func:`load_plugin`)."""
+    specs: Iterable[str] | None, *, base_dir: str | os.PathLike | None = None, origin: str = USER_ORIGIN
+) -> list[ModuleType | None]:
+    """Import several plug-ins the user names, in order (see :func:`load_plugin`)."""
     if specs is None:
         return []
     if isinstance(specs, str):
         specs = [specs]
     return [load_plugin(s, base_dir=base_dir, origin=origin) for s in specs]
+
+
+# ------------------------------------------------------------ entry points
+def _entry_point_modules() -> dict[str, str]:
+    """Module of each installed ``modforge.plugins`` entry point → its distribution."""
+    if os.environ.get("MODFORGE_NO_ENTRY_POINTS"):
+        return {}
+    from importlib.metadata import entry_points
+
+    found = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed package"
+        found[ep.module] = dist
+    return found
 
 
 def load_entry_point_plugins(*, force: bool = False) -> list[str]:
@@ -127,7 +300,7 @@ def load_entry_point_plugins(*, force: bool = False) -> list[str]:
         PluginError: an entry point failed to load; names the distribution and entry point.
     """
     global _entry_points_loaded
-    with _entry_points_lock:
+    with _lock:
         if (_entry_points_loaded and not force) or os.environ.get("MODFORGE_NO_ENTRY_POINTS"):
             return []
         _entry_points_loaded = True
@@ -143,10 +316,165 @@ def load_entry_point_plugins(*, force: bool = False) -> list[str]:
                     f"plug-in entry point '{ep.name} = {ep.value}' of {dist} failed to load: "
                     f"{type(exc).__name__}: {exc} (set MODFORGE_NO_ENTRY_POINTS=1 to skip entry points)"
                 ) from exc
+            _remember(LoadedPlugin(ep.module, sys.modules[ep.module], f"entry point '{ep.name}' of {dist}"))
             loaded.append(ep.name)
         return loaded
 
 
+def _entry_point_covering(name: str) -> str | None:
+    """The entry-point module that ``name`` is (or lies inside), if any."""
+    for module, dist in _entry_point_modules().items():
+        if name == module or name.startswith(module + "."):
+            return f"the '{ENTRY_POINT_GROUP}' entry point of {dist}"
+    return None
+
+
+# ----------------------------------------------------------------- configs
+def _beside(entry: str, folder: Path) -> Path | None:
+    """The file or package folder that config entry ``entry`` names inside ``folder``."""
+    if _looks_like_file(entry):
+        path = Path(entry) if os.path.isabs(entry) else folder / entry
+        path = path.resolve()
+        return path if _inside(path, folder.resolve()) else None  # a missing file: reported when imported
+    top = entry.split(".", 1)[0]
+    if not top.isidentifier():
+        return None
+    for candidate in (folder / top, folder / f"{top}.py"):
+        if (candidate / "__init__.py").is_file() or (candidate.suffix == ".py" and candidate.is_file()):
+            return candidate.resolve()
+    return None
+
+
+def _vouched(entry: str, sources: Mapping[str, Path]) -> tuple[Path | None, str] | None:
+    """Where a config entry may be imported from, and who vouches: the folder of the config
+    that lists it, or a folder the user named; ``None`` when nobody does."""
+    folders = [(sources[entry], f"beside {sources[entry]}")] if entry in sources else []
+    folders += [(folder, f"in the folder {folder} named with --plugins") for folder in list(_TRUSTED_FOLDERS)]
+    for folder, why in folders:
+        found = _beside(entry, folder)
+        if found is not None:
+            return found, why
+    return None
+
+
+def _refusal(entry: str) -> str:
+    if not _looks_like_file(entry) and _standard_library(entry):
+        return f"'{entry}' is a standard-library module, never a plug-in"
+    if _looks_like_file(entry):
+        return f"'{entry}' does not lie beside the config (in its folder or below)"
+    return f"'{entry}' is neither beside the config nor an installed package's '{ENTRY_POINT_GROUP}' entry point"
+
+
+def _load_vouched(entry: str, sources: Mapping[str, Path], origin: str) -> LoadedPlugin | None:
+    """Import ``entry`` if anyone vouches for it; ``None`` otherwise (nothing imported)."""
+    record = loaded_plugin(entry)
+    if record is not None:
+        return record
+    if not _looks_like_file(entry) and _standard_library(entry):
+        return None
+    vouched = _vouched(entry, sources)
+    if vouched is not None:
+        path, why = vouched
+        if _looks_like_file(entry):
+            return _import_path(path, entry, f"{origin}, {why}")
+        top = entry.split(".", 1)[0]
+        if path.is_dir():
+            package = _import_path(path, entry, f"{origin}, {why}")
+            module = package.module if entry == top else _import_module(entry, origin)
+        else:
+            module = _import_path(path, entry, f"{origin}, {why}").module
+            if entry != top:
+                return None  # a dotted name cannot point inside a single-file module
+        return _remember(LoadedPlugin(entry, module, f"{origin}, {why}", path))
+    covering = _entry_point_covering(entry) if not _looks_like_file(entry) else None
+    if covering is not None:
+        return _remember(LoadedPlugin(entry, _import_module(entry, origin), covering))
+    return None
+
+
+def load_config_plugins(
+    plugins: Iterable[str], *, sources: Mapping[str, Path] | None = None, origin: str = "plugins:"
+) -> list[ModuleType]:
+    """Import the ``plugins:`` of a config — only what someone entitled vouches for.
+
+    Args:
+        plugins: the config's entries.
+        sources: entry → the folder of the config file that listed it (from
+            :attr:`~modforge.core.config.Config.plugin_sources`); entries found there are
+            imported. A config that did not come from a file (a stored one) has none.
+        origin: where the list came from, for messages.
+
+    Raises:
+        PluginError: one message naming every entry nobody vouched for, and why.
+    """
+    sources = sources or {}
+    modules, refused = [], []
+    for entry in _entries(plugins, origin):
+        record = _load_vouched(entry, sources, origin)
+        if record is None:
+            refused.append(entry)
+        else:
+            modules.append(record.module)
+    if refused:
+        reasons = "; ".join(_refusal(e) for e in refused)
+        raise PluginError(
+            f"{origin} names plug-ins modforge will not import: {', '.join(refused)} ({reasons}). "
+            f"A config may name .py files and packages beside it and modules of installed packages that declare "
+            f"the '{ENTRY_POINT_GROUP}' entry point; anything else must be given with --plugins"
+        )
+    return modules
+
+
+def require_plugins(plugins: Iterable[str], *, what: str, example: str = "") -> list[str]:
+    """Check that a *stored* config's plug-ins (a checkpoint's, an artifact's) are loaded or
+    installed as entry points — importing nothing else, since stored configs are data.
+
+    When the user named plug-ins of their own (``--plugins``, e.g. the same code moved
+    elsewhere), the missing entries are only a warning: the parts are looked up by name in
+    what the user loaded, and an import path into a missing entry still fails, clearly.
+
+    Returns:
+        the plug-in entries to build with: the stored ones, the missing ones replaced by
+        the user's.
+
+    Raises:
+        PluginError: one message listing what is missing and how to provide it.
+    """
+    entries, missing = _entries(plugins, what), []
+    for entry in entries:
+        if _load_vouched(entry, {}, what) is None:
+            missing.append(entry)
+    if not missing:
+        return entries
+    stdlib = [e for e in missing if not _looks_like_file(e) and _standard_library(e)]
+    note = f" ({', '.join(stdlib)}: standard library, never a plug-in)" if stdlib else ""
+    mine = sorted({r.entry for r in _LOADED.values() if r.current and r.origin == USER_ORIGIN})
+    if mine:
+        log.warning("%s names plug-ins that are not loaded: %s%s; building with the plug-ins you gave instead (%s)",
+                    what, ", ".join(missing), note, ", ".join(mine))  # fmt: skip
+        return [e for e in entries if e not in missing] + [e for e in mine if e not in entries]
+    hint = f" (e.g. {example} --plugins {' '.join(missing)})" if example else ""
+    raise PluginError(
+        f"{what} needs plug-ins that are not loaded: {', '.join(missing)}{note}. A stored config is data, "
+        f"not code, so modforge does not import them by itself: give them with --plugins{hint}, or install "
+        f"them as '{ENTRY_POINT_GROUP}' entry points"
+    )
+
+
+def _entries(plugins: Iterable[str] | str | None, origin: str) -> list[str]:
+    if plugins is None:
+        return []
+    if isinstance(plugins, str):
+        plugins = [plugins]
+    entries = []
+    for entry in plugins:
+        if not isinstance(entry, str) or not entry.strip():
+            raise PluginError(f"plug-in names must be non-empty strings, got {entry!r} (from {origin})")
+        entries.append(entry.strip())
+    return entries
+
+
+# ------------------------------------------------------------ import paths
 def is_import_path(name: str) -> bool:
     """True when a ``type:`` value is an import path (``pkg.mod:Obj`` or ``pkg.mod.Obj``)."""
     return ":" in name or "." in name
@@ -160,12 +488,32 @@ def _split_import_path(name: str) -> tuple[str, str]:
     return module, attr
 
 
-def _listed(module: str, allowed: Iterable[str]) -> str | None:
-    """The plug-in entry that covers ``module`` (itself or a parent package), if any."""
+def _listed(module: str, allowed: Iterable[str], base_dir: str | os.PathLike | None) -> str | None:
+    """The plug-in entry that covers ``module`` (itself, a parent package, or the same file)."""
+    target = module
+    if _looks_like_file(module):
+        path = Path(module).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        target = str(path.resolve())
     for entry in allowed:
-        if module == entry or module.startswith(entry + "."):
+        entry = _normal(entry) if _looks_like_file(entry) else entry
+        if target == entry or (not _looks_like_file(entry) and target.startswith(entry + ".")):
             return entry
     return None
+
+
+def _plugin_module(module_name: str, entry: str) -> ModuleType | None:
+    """The loaded module ``module_name`` inside plug-in ``entry`` (importing a submodule of a
+    loaded plug-in package, nothing else)."""
+    record = loaded_plugin(entry)
+    if record is None:
+        return None
+    if _looks_like_file(module_name) or module_name == entry:
+        return record.module
+    if not hasattr(record.module, "__path__"):
+        return None
+    return _import_module(record.module.__name__ + module_name[len(entry) :], f"a 'type:' inside plug-in '{entry}'")
 
 
 def import_object(
@@ -177,19 +525,20 @@ def import_object(
     path: str | None = None,
     source: str | None = None,
 ) -> Any:
-    """Resolve ``pkg.mod:Obj`` (or ``pkg.mod.Obj``, or ``file.py:Obj``) to an object.
+    """Resolve ``pkg.mod:Obj`` (or ``pkg.mod.Obj``, or ``file.py:Obj``) to a class or function.
 
-    Only modules listed as plug-ins (``allowed_modules``) may be named; anything else is
-    refused before any import happens.
+    The module must be a plug-in listed in ``allowed_modules`` *and already loaded* through
+    a route that vouches for it; the object must be a class or a Python function defined
+    in that module (not imported into it). Checked before anything is called.
 
     Raises:
-        UnknownComponentError: the module is not a listed plug-in, or has no such object.
-        PluginError: the listed module failed to import.
+        UnknownComponentError: not a listed, loaded plug-in; no such object; or not one
+            defined there.
     """
     module_name, attr = _split_import_path(name)
     allowed = list(allowed_modules)
-    entry = _listed(module_name, allowed)
-    if entry is None or not attr:
+    entry = _listed(module_name, allowed, base_dir) if attr else None
+    if entry is None:
         listed = ", ".join(allowed) if allowed else "none"
         raise UnknownComponentError(
             f"no {kind} named '{name}'; an import path is accepted only for modules listed "
@@ -197,15 +546,27 @@ def import_object(
             path=path,
             source=source,
         )
-    module = load_plugin(module_name, base_dir=base_dir, origin="a config 'type:' import path")
-    try:
-        obj = getattr(module, attr)
-    except AttributeError:
+    module = _plugin_module(module_name, entry)
+    if module is None:
+        raise UnknownComponentError(
+            f"'{name}' names plug-in '{entry}', which is not loaded (nobody vouched for it: give it with --plugins)",
+            path=path,
+            source=source,
+        )
+    obj = getattr(module, attr, None)
+    if obj is None:
         raise UnknownComponentError(
             f"plug-in module '{module_name}' has no attribute '{attr}' (from type '{name}')", path=path, source=source
-        ) from None
-    if not callable(obj):
+        )
+    if not (inspect.isclass(obj) or inspect.isfunction(obj)):
         raise UnknownComponentError(
             f"'{name}' is not a class or function, so it cannot be built as a {kind}", path=path, source=source
+        )
+    if getattr(obj, "__module__", None) != module.__name__:
+        raise UnknownComponentError(
+            f"'{name}' is not defined in plug-in module '{module_name}' (it comes from "
+            f"'{getattr(obj, '__module__', '?')}'); a type: may only name a plug-in's own classes and functions",
+            path=path,
+            source=source,
         )
     return obj

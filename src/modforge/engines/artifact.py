@@ -12,22 +12,30 @@ The metadata is one JSON-able dict::
 free); ``normalisation`` says what was done to raw inputs before training (the predictor
 repeats it). Torch-based engines keep it inside their file; ONNX keeps it in the model's
 ``metadata_props``.
+
+Every artifact carries a content checksum written when it is saved and verified before it
+is loaded (see :mod:`modforge.core.integrity`): the zip records' CRC-32 in torch-based
+files, a SHA-256 entry in ONNX files. A damaged file is an :class:`~.base.EngineError`
+saying which part does not match; a file written without one loads with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..core.integrity import IntegrityError, torch_zip_checksums, verify_zip
 from .base import EngineError
 
-__all__ = ["ARTIFACT_FORMAT", "make_metadata", "read_torch_artifact", "rebuild_model", "write_atomically",
-           "write_torch_artifact"]
+__all__ = ["ARTIFACT_FORMAT", "check_zip_artifact", "make_metadata", "read_torch_artifact", "rebuild_model",
+           "warn_unverified", "write_atomically", "write_torch_artifact"]
 
 ARTIFACT_FORMAT = "modforge.artifact/1"
+log = logging.getLogger("modforge.engines")
 
 
 def make_metadata(
@@ -83,7 +91,12 @@ def write_torch_artifact(payload: Any, path: str | os.PathLike, metadata: dict[s
     import torch
 
     record = {"format": ARTIFACT_FORMAT, "metadata": metadata, "payload": payload}
-    return write_atomically(path, lambda tmp: torch.save(record, tmp))
+
+    def write(tmp: str) -> None:
+        with torch_zip_checksums():
+            torch.save(record, tmp)
+
+    return write_atomically(path, write)
 
 
 def read_torch_artifact(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
@@ -93,22 +106,48 @@ def read_torch_artifact(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise EngineError(f"artifact not found: {path}")
+    verified = check_zip_artifact(path)
     try:
         record = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
         raise EngineError(f"{path} is not a readable modforge artifact ({' '.join(str(exc).split())[:160]})") from None
     if not isinstance(record, dict) or record.get("format") != ARTIFACT_FORMAT:
         raise EngineError(f"{path} is not a modforge artifact (expected format {ARTIFACT_FORMAT!r})")
+    if not verified:
+        warn_unverified(path)
     return record["payload"], record["metadata"]
 
 
+def check_zip_artifact(path: Path) -> bool:
+    """Verify a zip-based artifact's checksums (:func:`~modforge.core.integrity.verify_zip`):
+    True when they match, False when it has none; an :class:`EngineError` when it is damaged."""
+    try:
+        return verify_zip(path)
+    except IntegrityError as exc:
+        raise EngineError(f"{path} is {exc}") from None
+    except OSError as exc:
+        raise EngineError(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def warn_unverified(path: Path) -> None:
+    """Say that an artifact was loaded without a checksum to verify it by."""
+    log.warning("%s carries no checksum (saved before modforge wrote one, or by another tool); "
+                "its content was not verified", path)
+
+
 def rebuild_model(metadata: dict[str, Any], path: str | os.PathLike = "the artifact") -> Any:
-    """Build the (untrained) model an artifact's metadata describes."""
+    """Build the (untrained) model an artifact's metadata describes.
+
+    The metadata is data: the plug-ins its config names are imported only when installed as
+    entry points or given with ``--plugins`` (one clear error otherwise)."""
+    from ..core.plugins import require_plugins
     from ..model import build_model
 
+    config = metadata.get("config") if isinstance(metadata.get("config"), dict) else {}
+    plugins = require_plugins(config.get("plugins") or [], what=f"the artifact {path}")
     try:
         spec = metadata.get("input", {})
         return build_model(metadata["model"], layout=spec.get("layout"), input_shape=spec.get("shape"),
-                           **metadata.get("build", {}))
+                           plugins=plugins, **metadata.get("build", {}))
     except KeyError as exc:
         raise EngineError(f"{path}: its metadata has no {exc} entry; it cannot rebuild the model") from None

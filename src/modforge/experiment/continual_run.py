@@ -36,6 +36,7 @@ from ..core.config import Config
 from ..core.errors import ConfigError, ModforgeError, UsageError
 from ..core.registries import ALGORITHMS
 from ..data.loader import make_loader
+from .run_plugins import snapshot_plugins
 from .runs import write_json
 
 __all__ = ["ContinualSettings", "continual_run", "continual_settings", "evaluate_continual"]
@@ -89,6 +90,7 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
     trainer = exp.trainer(loaders[0], run_dir, trainer_class=ContinualTrainer, algorithm=algorithm)
     if resume is None:
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        snapshot_plugins(cfg.plugins, run_dir)
     epochs = settings.epochs_per_task
     keep_last = next((cb.keep_last for cb in trainer.callbacks if hasattr(cb, "keep_last")), 3)
     started = time.perf_counter()

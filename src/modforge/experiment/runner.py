@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from ..core.config import Config
+from ..core.config import Config, display_path
 from ..core.errors import ConfigError
+from ..core.plugins import load_config_plugins
 from ..core.registries import CALLBACKS, DATASETS, METRICS
 from ..data.base import DataSplits
 from ..data.loader import LoaderSettings, make_loader
@@ -23,12 +24,13 @@ from ..engines import build_engine
 from ..model import build_model
 from ..tasks.base import Task, get_task
 from ..train import distributed
-from ..train.checkpoint import find_resumable, load_checkpoint
+from ..train.checkpoint import CorruptCheckpointError, find_resumable, load_checkpoint
 from ..train.metrics import Metric
 from ..train.optim_builder import build_optimizer, build_scheduler
 from ..train.rng import seed_everything
 from ..train.trainer import Trainer
 from .plots import plot_curves
+from .run_plugins import load_stored_plugins, snapshot_plugins
 from .runs import write_json
 from .settings import LOADER_KEYS, TrainSettings
 
@@ -65,6 +67,7 @@ class Experiment:
     @classmethod
     def build(cls, cfg: Config, splits: DataSplits | None = None) -> Experiment:
         """Seed, load the data (unless ``splits`` is given), build the model and metrics."""
+        load_config_plugins(cfg.plugins, sources=cfg.plugin_sources, origin="the config's plugins:")
         settings = TrainSettings(**(cfg.data.get("train") or {}))
         if settings.num_threads:
             torch.set_num_threads(settings.num_threads)
@@ -244,6 +247,7 @@ def train_run(
     main = distributed.is_main_process()
     if resume is None and main:
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        snapshot_plugins(cfg.plugins, run_dir)
     trainer.fit(train_loader, val_loader, resume=resume)
     summary: dict[str, Any] = {
         "config": cfg.name,
@@ -263,7 +267,7 @@ def train_run(
     if test_loader is not None:
         evaluated = "final weights"
         # rank 0 reads best.pt and hands the weights to the other processes (which may not see its disk)
-        best = load_checkpoint(best_path)["model"] if main and best_path.exists() else None
+        best = _best_weights(best_path) if main else None
         best = distributed.broadcast_object(best, what="sharing best.pt for the test")
         if best is not None:
             exp.model.load_state_dict(best)
@@ -279,26 +283,39 @@ def train_run(
     return summary
 
 
+def _best_weights(path: Path) -> dict[str, Any] | None:
+    """``best.pt``'s weights for the end-of-training test; ``None`` (the final weights are
+    tested, with a warning) when there is none or it is damaged."""
+    if not path.exists():
+        return None
+    try:
+        return load_checkpoint(path)["model"]
+    except CorruptCheckpointError as exc:
+        log.warning("%s; testing the final weights instead", exc)
+        return None
+
+
 def load_trained(target: Path, which: str = "best", overrides: Sequence[str] = ()) -> tuple[Experiment, Path]:
     """The experiment (data and model) a run folder or checkpoint was trained with, the
     model holding the checkpoint's weights; and the checkpoint's path.
 
     ``target`` is a checkpoint file or a run folder (``{which}.pt``, else ``last.pt``, else
-    the newest checkpoint that loads). ``overrides`` (``key.path=value``) change the stored
-    config before anything is built — e.g. another dataset to evaluate on: when they change
+    the newest checkpoint that loads; a damaged file is skipped with a warning, never used).
+    ``overrides`` (``key.path=value``) change the stored config before anything is built —
+    e.g. another dataset to evaluate on: when they change
     ``data.type``, the stored dataset arguments the new dataset does not take are dropped
     (the others, such as ``audio:``, are kept).
     """
     path = Path(target)
     if path.is_dir():
-        folder = path / "checkpoints"
-        preferred = [folder / f"{which}.pt", folder / "last.pt"]
-        path_found = next((p for p in preferred if p.exists()), None)
-        if path_found is None:
-            path_found, _ = find_resumable(path)
-        path = path_found
-    payload = load_checkpoint(path)
+        path, payload = find_resumable(path, first=(f"{which}.pt", "last.pt"), using="evaluating")
+    else:
+        payload = load_checkpoint(path)
     cfg = Config(payload["config"], {}, None)
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+    in_force = load_stored_plugins(cfg.plugins, run_dir=run_dir, what=f"the config stored in {display_path(path)}")
+    if in_force != cfg.plugins:
+        cfg.data["plugins"] = in_force
     if overrides:
         cfg = _overridden(cfg, overrides)
     exp = Experiment.build(cfg)

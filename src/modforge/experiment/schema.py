@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core.config import Config, check_keys, require_mapping
 from ..core.errors import ConfigValueError
-from ..core.plugins import load_plugins
+from ..core.plugins import load_config_plugins
 from ..core.registries import REGISTRIES
 from ..model.spec import parse_model_section
 
@@ -130,7 +130,7 @@ def validate_config(
     """
     where = cfg.where
     check_keys(cfg.data, SECTIONS, what="section", origin_of=where)
-    load_plugins(cfg.plugins, base_dir=cfg.base_dir, origin=f"plugins: in {where('plugins')}")
+    load_config_plugins(cfg.plugins, sources=cfg.plugin_sources, origin=f"plugins: in {where('plugins') or 'the config'}")
     _check_seed(cfg)
     _check_task(cfg)
     allowed = [*cfg.plugins, *allowed_modules]

@@ -27,7 +27,7 @@ import torch.nn as nn
 from ..components.layouts import Layout, example_input, infer_layout, out_dim_of
 from ..core.config import Config
 from ..core.errors import ConfigError
-from ..core.plugins import load_plugins
+from ..core.plugins import load_config_plugins
 from ..core.registries import LOSSES, REGISTRIES
 from .adapters import make_adapter
 from .errors import ModelBuildError
@@ -105,14 +105,16 @@ def _spatial(layout: Layout, input_shape: Sequence[int] | None) -> tuple[int, ..
     return None
 
 
-def _section(model_cfg: Any) -> tuple[Mapping[str, Any], Any, list[str], str | None]:
-    """(model section, origin function, plug-ins, base dir) of whatever was passed."""
+def _section(model_cfg: Any) -> tuple[Mapping[str, Any], Any, list[str], str | None, dict]:
+    """(model section, origin function, plug-ins, base dir, plug-in sources) of whatever was
+    passed; a mapping vouches for no plug-in (see :mod:`modforge.core.plugins`)."""
     if isinstance(model_cfg, Config):
-        return model_cfg.data.get("model") or {}, model_cfg.where, model_cfg.plugins, str(model_cfg.base_dir)
+        return (model_cfg.data.get("model") or {}, model_cfg.where, model_cfg.plugins, str(model_cfg.base_dir),
+                model_cfg.plugin_sources)  # fmt: skip
     if isinstance(model_cfg, Mapping) and "model" in model_cfg:
         plugins = model_cfg.get("plugins") or []
-        return model_cfg["model"] or {}, None, [plugins] if isinstance(plugins, str) else list(plugins), None
-    return model_cfg, None, [], None
+        return model_cfg["model"] or {}, None, [plugins] if isinstance(plugins, str) else list(plugins), None, {}
+    return model_cfg, None, [], None, {}
 
 
 def build_model(
@@ -146,10 +148,10 @@ def build_model(
     Raises:
         ConfigError: any problem, naming the stage (``model.head``...) and the cause.
     """
-    section, where, cfg_plugins, cfg_base = _section(model_cfg)
+    section, where, cfg_plugins, cfg_base, sources = _section(model_cfg)
     allowed = [*cfg_plugins, *plugins]
     base_dir = base_dir or cfg_base
-    load_plugins(cfg_plugins, base_dir=base_dir, origin="plugins:")
+    load_config_plugins(cfg_plugins, sources=sources, origin="the config's plugins:")
     where = where or (lambda _p: None)
     stages, losses = parse_model_section(section, origin_of=where)
     common = dict(origin_of=where, allowed_modules=allowed, base_dir=base_dir)

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from ..components.layouts import Layout, example_input, infer_layout
-from ..core.plugins import import_object
+from ..core.plugins import import_object, load_plugin
 from ..core.registries import REGISTRIES
 from ..core.registry import Registry
 from ..model.introspect import accepted_layouts, is_dict_io, output_key
@@ -87,11 +87,11 @@ def _registry_with(kind: str, target: str | Any, plugins: Iterable[str]) -> tupl
     if isinstance(target, str) and (target in registry or not (":" in target or "." in target)):
         registry.entry(target)  # unknown names raise here, with suggestions
         return registry, target
-    obj = (
-        import_object(target, kind=kind, allowed_modules=[_module_of(target), *plugins])
-        if isinstance(target, str)
-        else target
-    )
+    if isinstance(target, str):
+        load_plugin(_module_of(target), origin="the part to check")  # named by the user: vouched for
+        obj = import_object(target, kind=kind, allowed_modules=[_module_of(target), *plugins])
+    else:
+        obj = target
     scratch = Registry(kind, injected=registry.injected)
     name = getattr(obj, "__name__", "part")
     scratch.add(obj, name)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..common import CommandParser
+from ..common import CommandParser, add_plugins_option, load_cli_plugins
 from ..output import print_table
 
 HELP = "run an exported model on .npy arrays, pictures or audio files; prints class and score per input"
@@ -24,6 +24,7 @@ def _parser() -> CommandParser:
     parser.add_argument("artifact", type=Path, metavar="ARTIFACT")
     parser.add_argument("inputs", type=Path, nargs="+", metavar="INPUT")
     parser.add_argument("--top", type=int, default=1, help="how many classes to show per input (default 1)")
+    add_plugins_option(parser)
     return parser
 
 
@@ -77,6 +78,7 @@ def run(argv: list[str]) -> int:
     from ...engines.inputs import read_input
 
     ns = _parser().parse_args(argv)
+    load_cli_plugins(ns.plugins)  # an eager artifact of a plug-in part rebuilds it (its metadata names them)
     runner, metadata = load_artifact(ns.artifact)
     names = metadata.get("class_names") or []
     detection = names == ["spoof", "bonafide"]  # a spoofing model: also the detection score

@@ -19,7 +19,7 @@ import yaml
 
 from ...core.config import display_path
 from ...core.errors import UsageError
-from ..config_args import resolve_config_from_cli
+from ..config_args import StoredConfig, resolve_config_from_cli
 from ..output import console, print_table
 
 HELP = "train a model from a config (Mammoth-style part flags work); writes a run folder"
@@ -132,7 +132,10 @@ def _train(argv: list[str]) -> int:
     from ...train import distributed
 
     argv, resume_dir, payload, resume_path = _resume_argv(list(argv))
-    resolved = resolve_config_from_cli("train", argv, description=HELP, add_arguments=_own_options)
+    stored = None
+    if payload is not None:  # the run's own config is data: its plug-ins come from the run's copies or --plugins
+        stored = StoredConfig(resume_dir, f"the config of {display_path(resume_dir or resume_path)}")
+    resolved = resolve_config_from_cli("train", argv, description=HELP, add_arguments=_own_options, stored=stored)
     cfg, ns = resolved.config, resolved.args
     if payload is not None and payload.get("name"):
         cfg.name = payload["name"]

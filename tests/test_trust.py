@@ -1,0 +1,230 @@
+"""What modforge trusts: a config file, a checkpoint's stored config and an artifact's metadata
+never make it run code the user did not name. Every hostile route carries a payload that would
+create a marker file; the marker must never appear, and each refusal is exit 2 with one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from modforge.cli.main import main
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "digits.yaml"
+
+
+def evil_file(path: Path, marker: Path) -> Path:
+    """A .py file whose import creates ``marker`` (and that registers nothing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    return path
+
+
+def refused(result, marker: Path, *words: str) -> None:
+    assert result.code == 2, result
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.err
+    assert "Traceback" not in result.err
+    for word in words:
+        assert word in result.err, result.err
+    assert not marker.exists(), "the payload ran"
+
+
+def system_payload(marker: Path) -> dict:
+    return {"plugins": ["os"], "backbone": {"type": "os:system", "args": {"command": f"touch {marker}"}}}
+
+
+def payloads(marker: Path, elsewhere: Path) -> dict[str, dict]:
+    """Hostile plug-in lists and types, by name."""
+    evil = evil_file(elsewhere / "evil.py", marker)
+    return {
+        "os_system": system_payload(marker),
+        "subprocess_call": {"plugins": ["subprocess"],
+                            "backbone": {"type": "subprocess:call", "args": {"args": ["touch", str(marker)]}}},
+        "absolute_file": {"plugins": [str(evil)], "backbone": "mlp"},
+        "builtins_exec": {"plugins": ["builtins"],
+                          "backbone": {"type": "builtins:exec", "args": {"source": f"open({str(marker)!r}, 'w')"}}},
+    }  # fmt: skip
+
+
+def hostile_config(config: dict, payload: dict) -> dict:
+    config = json.loads(json.dumps(config))
+    config["plugins"] = payload["plugins"]
+    config.setdefault("model", {})["backbone"] = payload["backbone"]
+    return config
+
+
+# --------------------------------------------------------------- config files
+@pytest.mark.parametrize("name", ["os_system", "subprocess_call", "absolute_file", "builtins_exec"])
+@pytest.mark.parametrize("command", ["config", "train"])
+def test_a_config_file_cannot_import_or_call_what_the_user_did_not_name(cli, tmp_path, name, command):
+    marker = tmp_path / "MARKER"
+    payload = payloads(marker, tmp_path / "elsewhere")[name]
+    config = hostile_config(yaml.safe_load(CONFIG.read_text()), payload)
+    path = tmp_path / "configs" / "hostile.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(config))
+    refused(cli(command, str(path), "train.max_epochs=1"), marker, "plug-in")
+    assert not any(m.startswith("modforge_plugin_evil") for m in sys.modules)
+
+
+def test_a_relative_path_out_of_the_config_folder_is_refused_until_the_user_names_the_folder(cli, write, tmp_path):
+    marker = tmp_path / "MARKER"
+    evil_file(tmp_path / "evil.py", marker)
+    write("configs/c.yaml", "plugins: [../evil.py]\nmodel: {backbone: mlp}\n")
+    refused(cli("config", "configs/c.yaml"), marker, "does not lie beside the config", "--plugins")
+    assert cli("config", "configs/c.yaml", "--plugins", str(tmp_path)).code == 0  # the user vouches for the folder
+    assert marker.exists()  # now it was the user's choice
+
+
+def test_an_installed_module_that_is_no_plugin_is_refused_by_name(cli, write, tmp_path, monkeypatch):
+    marker = tmp_path / "MARKER"
+    evil_file(tmp_path / "site" / "mf_test_installed.py", marker)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    write("configs/c.yaml", "plugins: [mf_test_installed]\nmodel: {backbone: mlp}\n")
+    refused(cli("config", "configs/c.yaml"), marker, "mf_test_installed", "entry point")
+    assert "mf_test_installed" not in sys.modules
+    assert cli("config", "configs/c.yaml", "--plugins", "mf_test_installed").code == 0  # named by the user
+
+
+def test_a_type_may_not_reach_an_object_a_plugin_imported_from_elsewhere(cli, write, tmp_path):
+    marker = tmp_path / "MARKER"
+    write("configs/parts.py", "from os import system\nfrom subprocess import call\n")
+    for kind, args in (("system", {"command": f"touch {marker}"}), ("call", {"args": ["touch", str(marker)]})):
+        config = {"plugins": ["parts.py"], "model": {"backbone": {"type": f"parts.py:{kind}", "args": args}}}
+        write("configs/c.yaml", yaml.safe_dump(config))
+        refused(cli("config", "configs/c.yaml"), marker)
+
+
+def test_plugins_beside_the_config_files_and_packages_are_imported(cli, write):
+    write("configs/head.py", "import modforge as mf\nimport torch.nn as nn\n@mf.register_head('beside_head')\n"
+          "def beside_head(in_dim: int, num_classes: int):\n    return nn.Linear(in_dim, num_classes)\n")  # fmt: skip
+    write("configs/mf_test_beside_pkg/__init__.py", "")
+    write("configs/mf_test_beside_pkg/parts.py", "import torch.nn as nn\nclass Net(nn.Module):\n"
+          "    def __init__(self, in_dim: int, width: int = 3):\n        super().__init__()\n")  # fmt: skip
+    write("configs/c.yaml", "plugins: [head.py, mf_test_beside_pkg]\n"
+          "model: {backbone: {type: 'mf_test_beside_pkg.parts:Net', args: {width: 5}}, head: beside_head}\n")
+    result = cli("config", "configs/c.yaml")
+    assert result.code == 0, result.err
+    assert yaml.safe_load(result.out)["model"]["backbone"]["args"] == {"width": 5}
+
+
+# --------------------------------------------------------------- stored configs
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("trust") / "run"
+    assert main(["train", str(CONFIG), "train.max_epochs=2", "train.progress=never", "--run-dir", str(folder)]) == 0
+    return folder
+
+
+def poisoned_run(clean_run: Path, tmp_path: Path, payload: dict) -> Path:
+    """A copy of a trained run whose stored configs (checkpoints and config.yaml) carry ``payload``."""
+    run = tmp_path / "shared-run"
+    shutil.copytree(clean_run, run)
+    for checkpoint in (run / "checkpoints").glob("*.pt"):
+        if checkpoint.is_symlink():
+            continue
+        state = torch.load(checkpoint, weights_only=True)
+        state["config"] = hostile_config(state["config"], payload)
+        torch.save(state, checkpoint)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump(hostile_config(config, payload)))
+    return run
+
+
+@pytest.mark.parametrize("name", ["os_system", "absolute_file"])
+def test_a_stored_config_never_runs_code_on_any_command(cli, clean_run, tmp_path, name):
+    marker = tmp_path / "MARKER"
+    run = poisoned_run(clean_run, tmp_path, payloads(marker, tmp_path / "elsewhere")[name])
+    lone = tmp_path / "lone.pt"
+    shutil.copy(run / "checkpoints" / "last.pt", lone)
+    routes = [
+        ("test", str(run)),
+        ("test", str(run), "--checkpoint", "last"),
+        ("test", str(run / "checkpoints" / "best.pt")),
+        ("test", str(lone)),
+        ("train", "--resume", str(run)),
+        ("train", "--resume", str(lone), "--run-dir", str(tmp_path / "resumed")),
+        ("export", str(run), "--engine", "onnx", "--out", str(tmp_path / "x.onnx")),
+    ]
+    for route in routes:
+        refused(cli(*route), marker, "not loaded", "--plugins")
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_an_artifacts_metadata_never_runs_code(cli, clean_run, tmp_path):
+    from modforge.engines.artifact import read_torch_artifact, write_torch_artifact
+
+    marker = tmp_path / "MARKER"
+    artifact = tmp_path / "model.pt"
+    assert cli("export", str(clean_run), "--engine", "eager", "--out", str(artifact)).code == 0
+    payload, metadata = read_torch_artifact(artifact)
+    evil = evil_file(tmp_path / "elsewhere" / "evil.py", marker)
+    attacks = [
+        {**metadata, "model": {"plugins": ["os"], "model": {"backbone": system_payload(marker)["backbone"]}}},
+        {**metadata, "config": {**metadata["config"], "plugins": [str(evil)]}},
+        {**metadata, "model": {**metadata["model"], "backbone": system_payload(marker)["backbone"]},
+         "config": {**metadata["config"], "plugins": ["os"]}},
+    ]  # fmt: skip
+    sample = tmp_path / "x.npy"
+    import numpy as np
+
+    np.save(sample, np.zeros((1, 1, 8, 8), dtype="float32"))
+    for attack in attacks:
+        write_torch_artifact(payload, artifact, attack)
+        refused(cli("predict", str(artifact), str(sample)), marker, "plug-in")
+
+
+# ---------------------------------------------- the run's own copies of its plug-ins
+HEAD = """
+import torch.nn as nn
+import modforge as mf
+
+
+@mf.register_head("trust_head")
+def trust_head(in_dim: int, num_classes: int):
+    return nn.Linear(in_dim, num_classes)
+"""
+
+
+def modforge(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """A fresh process: nothing loaded but what the command itself loads."""
+    return subprocess.run([sys.executable, "-m", "modforge", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_run_imports_its_own_copy_of_its_plugins_only_while_the_copy_is_unchanged(tmp_path):
+    project = tmp_path / "project"
+    (project / "configs").mkdir(parents=True)
+    (project / "configs" / "head.py").write_text(HEAD)
+    config = yaml.safe_load(CONFIG.read_text())
+    config.update({"plugins": ["head.py"]})
+    config["model"]["head"] = "trust_head"
+    config["train"].update({"max_epochs": 1, "progress": "never"})
+    config["train"].pop("scheduler", None)
+    (project / "configs" / "c.yaml").write_text(yaml.safe_dump(config))
+    run = project / "run"
+    trained = modforge("train", "configs/c.yaml", "--run-dir", str(run), cwd=project)
+    assert trained.returncode == 0, trained.stderr
+    manifest = json.loads((run / "plugins" / "manifest.json").read_text())
+    (entry, record), = manifest.items()
+    assert entry.endswith("head.py") and (run / "plugins" / record["copy"]).read_text() == HEAD
+    (project / "configs" / "head.py").unlink()  # the original is gone: the run's copy is what it trained with
+    tested = modforge("test", str(run), cwd=project)
+    assert tested.returncode == 0, tested.stderr
+    copy = run / "plugins" / record["copy"]
+    copy.write_text(HEAD + "\nimport pathlib\npathlib.Path('MARKER').write_text('ran')\n")
+    tampered = modforge("test", str(run), cwd=project)
+    assert tampered.returncode == 2 and "changed since training" in tampered.stderr, tampered.stderr
+    assert "not loaded" in tampered.stderr and not (project / "MARKER").exists()
+    (project / "mine.py").write_text(HEAD)
+    given = modforge("test", str(run), "--plugins", "mine.py", cwd=project)  # the user names the code: fine
+    assert given.returncode == 0 and "building with the plug-ins you gave instead (" in given.stderr, given.stderr
+    assert not (project / "MARKER").exists()
