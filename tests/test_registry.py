@@ -199,6 +199,7 @@ def test_global_registries_and_public_decorators():
         "algorithm",
         "model",
         "augmentation",
+        "checkpoint_format",
     }
     for kind, registry in mf.REGISTRIES.items():
         decorator = getattr(mf, f"register_{kind}")

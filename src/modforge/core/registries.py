@@ -20,6 +20,7 @@ callback    ``CALLBACKS``                     ``monitor``, ``mode`` (defaults fr
 algorithm   ``ALGORITHMS``                    ``model``, ``num_classes``, ``seed``
 model       ``MODELS``                        ``in_dim``, ``num_classes``
 augmentation ``AUGMENTATIONS``                ``sample_rate``
+checkpoint_format ``CHECKPOINT_FORMATS``      — (see :mod:`.weight_formats`)
 =========== ================================= ========================================
 """
 
@@ -48,6 +49,7 @@ CALLBACKS = Registry("callback", injected=("monitor", "mode"))
 ALGORITHMS = Registry("algorithm", injected=("model", "num_classes", "seed"))
 MODELS = Registry("model", injected=("in_dim", "num_classes"))
 AUGMENTATIONS = Registry("augmentation", injected=("sample_rate",))
+CHECKPOINT_FORMATS = Registry("checkpoint_format")
 
 REGISTRIES: dict[str, Registry] = {
     r.kind: r
@@ -66,6 +68,7 @@ REGISTRIES: dict[str, Registry] = {
         ALGORITHMS,
         MODELS,
         AUGMENTATIONS,
+        CHECKPOINT_FORMATS,
     )
 }
 """Every registry, by kind (in the order ``modforge list`` shows them)."""
@@ -116,12 +119,14 @@ register_callback = _decorator_for(CALLBACKS)
 register_algorithm = _decorator_for(ALGORITHMS)
 register_model = _decorator_for(MODELS)
 register_augmentation = _decorator_for(AUGMENTATIONS)
+register_checkpoint_format = _decorator_for(CHECKPOINT_FORMATS)
 
 __all__ = [
     "ALGORITHMS",
     "AUGMENTATIONS",
     "BACKBONES",
     "CALLBACKS",
+    "CHECKPOINT_FORMATS",
     "DATASETS",
     "ENGINES",
     "FRONTENDS",

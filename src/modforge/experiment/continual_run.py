@@ -72,7 +72,7 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
     """Train the task sequence of ``cfg``'s dataset with its algorithm; return the summary."""
     from .runner import Experiment
 
-    exp = Experiment.build(cfg)
+    exp = Experiment.build(cfg, init_weights=resume is None)
     tasks = getattr(exp.splits, "tasks", None)
     if not tasks:
         raise ConfigError("a continual run needs a task-sequence dataset (seq_digits, perm_digits, rot_digits)",

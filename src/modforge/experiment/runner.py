@@ -65,8 +65,12 @@ class Experiment:
         return "train_loss"
 
     @classmethod
-    def build(cls, cfg: Config, splits: DataSplits | None = None) -> Experiment:
-        """Seed, load the data (unless ``splits`` is given), build the model and metrics."""
+    def build(cls, cfg: Config, splits: DataSplits | None = None, *, init_weights: bool = True) -> Experiment:
+        """Seed, load the data (unless ``splits`` is given), build the model and metrics.
+
+        With ``init_weights`` the model starts from ``model.init``'s weights, and ``cfg``
+        then records the files read (absolute path, format and SHA-256); without, the
+        caller loads a checkpoint's weights over the model (testing, resuming)."""
         load_config_plugins(cfg.plugins, sources=cfg.plugin_sources, origin="the config's plugins:")
         settings = TrainSettings(**(cfg.data.get("train") or {}))
         if settings.num_threads:
@@ -97,8 +101,11 @@ class Experiment:
             layout=splits.layout,
             input_shape=splits.input_shape,
             sample_rate=splits.sample_rate,
+            init_weights=init_weights,
             **task.model_options,
         )
+        if model.init_records:
+            _record_init(cfg, model.init_records)
         if distributed.rank() > 0:  # same weights everywhere (DDP starts from rank 0's), own randomness
             seed_everything(seed + distributed.rank())  # dropout masks, augmentation drawn from torch's RNG
         metric_specs = settings.metrics
@@ -212,6 +219,20 @@ class Experiment:
         return train, val, test
 
 
+def _record_init(cfg: Config, records: list[dict[str, Any]]) -> None:
+    """Write into ``cfg`` which files ``model.init`` read: absolute path, format, SHA-256 (the
+    run's ``config.yaml`` then says exactly where its starting weights came from, and pins them)."""
+    original = cfg.data["model"]["init"]
+    entries = original if isinstance(original, list) else [original]
+    resolved = []
+    for entry, record in zip(entries, records, strict=True):
+        entry = dict(entry) if isinstance(entry, dict) else {"path": entry}
+        if entry.get("format", "auto") == "auto":
+            entry["format"] = record["format"]
+        resolved.append({**entry, "path": record["path"], "sha256": record["sha256"]})
+    cfg.data["model"]["init"] = resolved if isinstance(original, list) else resolved[0]
+
+
 def _task(cfg: Config, splits: DataSplits) -> Task:
     """The config's ``task:`` (checked by validation), else the dataset's."""
     try:
@@ -239,7 +260,7 @@ def train_run(
                               "per batch, which DDP does not synchronise); launch it without torchrun/--nproc",
                               path="continual", source=cfg.where("continual"))  # fmt: skip
         return continual_run(cfg, run_dir, resume=resume)
-    exp = Experiment.build(cfg, splits)
+    exp = Experiment.build(cfg, splits, init_weights=resume is None)  # a resumed run's weights are its checkpoint's
     if len(exp.splits.train) == 0:
         raise ConfigError("the dataset's training split is empty: nothing to train on", path="data")
     train_loader, val_loader, test_loader = exp.loaders()
@@ -318,7 +339,7 @@ def load_trained(target: Path, which: str = "best", overrides: Sequence[str] = (
         cfg.data["plugins"] = in_force
     if overrides:
         cfg = _overridden(cfg, overrides)
-    exp = Experiment.build(cfg)
+    exp = Experiment.build(cfg, init_weights=False)
     exp.model.load_state_dict(payload["model"])
     return exp, path
 
@@ -359,21 +380,30 @@ def evaluate_checkpoint(
     Returns:
         ``({split: {metric: value}, ...}, checkpoint path)``.
     """
-    from ..core.errors import UsageError
-
     exp, path = load_trained(target, which, overrides)
     if exp.cfg.data.get("continual") is not None and getattr(exp.splits, "tasks", None):
         from .continual_run import evaluate_continual
 
         return {split: evaluate_continual(exp, load_checkpoint(path), split)}, path
-    loader_split = {"test": exp.splits.test, "val": exp.splits.val, "train": exp.splits.train}[split]
-    if loader_split is None or len(loader_split) == 0:
-        raise UsageError(f"the dataset of {path} has no {split} split")
-    loader = make_loader(loader_split, exp.loader, train=False)
+    out_dir = path.parent.parent / "evaluations" if path.parent.name == "checkpoints" else None
+    stem = evaluation_stem(path, split, overrides)
+    return evaluate_split(exp, split, out_dir=out_dir, stem=stem, what=f"the dataset of {path}"), path
+
+
+def evaluate_split(exp: Experiment, split: str, *, out_dir: Path | None, stem: str, what: str) -> dict[str, Any]:
+    """Evaluate ``exp.model`` as it is on one split with the task's report (metrics, and the
+    files the task writes into ``out_dir``: a spoofing run's scores, per-attack table, DET plot).
+
+    Raises:
+        UsageError: the dataset has no such split (``what`` names the dataset's source).
+    """
+    from ..core.errors import UsageError
+
+    dataset = {"test": exp.splits.test, "val": exp.splits.val, "train": exp.splits.train}[split]
+    if dataset is None or len(dataset) == 0:
+        raise UsageError(f"{what} has no {split} split")
+    loader = make_loader(dataset, exp.loader, train=False)
     trainer = Trainer(
         exp.model, torch.optim.SGD(exp.model.parameters(), lr=0.0), metrics=exp.metrics, device=exp.settings.device
     )
-    out_dir = path.parent.parent / "evaluations" if path.parent.name == "checkpoints" else None
-    stem = evaluation_stem(path, split, overrides)
-    results = exp.task.test(trainer, loader, loader_split, split=split, out_dir=out_dir, stem=stem)
-    return results, path
+    return exp.task.test(trainer, loader, dataset, split=split, out_dir=out_dir, stem=stem)

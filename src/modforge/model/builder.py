@@ -31,6 +31,7 @@ from ..core.plugins import load_config_plugins
 from ..core.registries import LOSSES, REGISTRIES
 from .adapters import make_adapter
 from .errors import ModelBuildError
+from .init import apply_init, parse_init
 from .introspect import accepted_layouts, declared_out_dim, is_dict_io, output_key, takes_returnt
 from .modular import LossInfo, ModularModel, StageInfo, describe_value
 from .spec import parse_model_section
@@ -128,6 +129,7 @@ def build_model(
     base_dir: str | None = None,
     sample_rate: int | None = None,
     scores: bool = False,
+    init_weights: bool = True,
 ) -> ModularModel:
     """Assemble the parts named in ``model_cfg`` into one module.
 
@@ -144,6 +146,9 @@ def build_model(
         sample_rate: audio sample rate, passed to every part that asks for it (frontends).
         scores: add ``score`` (a detection score, higher = positive class) to the model's
             dict output, from the first loss that defines ``score()``.
+        init_weights: load the weights ``model.init`` names (:mod:`.init`); False when a
+            checkpoint's weights replace them anyway (testing, resuming). What was loaded is
+            in the model's ``init_records``.
 
     Raises:
         ConfigError: any problem, naming the stage (``model.head``...) and the cause.
@@ -248,6 +253,9 @@ def build_model(
     loss_parts = _build_losses(losses, built, outputs, inputs, num_classes, label, common)
     model = ModularModel(built, loss_parts, num_classes, scores=scores)
     model.input_layout = in_layout  # what the model takes, before any adapter of the first stage
+    model.init_records = []
+    if init_weights and section.get("init") is not None:
+        model.init_records = apply_init(model, parse_init(section["init"], origin_of=where, base_dir=base_dir))
     return model
 
 

@@ -29,7 +29,7 @@ __all__ = ["CHAIN", "LossSpec", "MODEL_KEYS", "RESERVED_KEYS", "StageSpec", "is_
 CHAIN = ("frontend", "backbone", "neck", "head")
 """The default chain's stages, in order."""
 
-MODEL_KEYS = (*CHAIN, "stages", "losses")
+MODEL_KEYS = (*CHAIN, "stages", "losses", "init")
 """Keys of the ``model:`` section."""
 
 STAGE_KINDS = ("frontend", "backbone", "neck", "head")

@@ -1,7 +1,13 @@
-"""``modforge test RUN_DIR|CHECKPOINT [key=value ...]`` — evaluate a trained model on a split.
+"""``modforge test RUN_DIR|CHECKPOINT|CONFIG [key=value ...]`` — evaluate a model on a split.
 
-Overrides change the stored config first, so a model can be evaluated on other data:
-``modforge test runs/x data.type=in_the_wild data.args.meta=/data/itw/meta.csv``.
+A run folder or checkpoint: the trained model. Overrides change the stored config first, so
+it can be evaluated on other data: ``modforge test runs/x data.type=in_the_wild
+data.args.meta=/data/itw/meta.csv``.
+
+A config file (``.yaml``): the model it builds — with the weights ``model.init`` names,
+e.g. a paper's published checkpoint — evaluated without training into a new run folder
+(``--run-dir``, else ``runs/<config>/<time>``) with the task's usual report. Part flags and
+overrides work as for ``modforge train``.
 """
 
 from __future__ import annotations
@@ -12,12 +18,12 @@ from ...core.config import display_path
 from ..common import CommandParser, add_checkpoint_option, add_plugins_option, load_cli_plugins
 from ..output import print_table
 
-HELP = "evaluate a run (best.pt, else last.pt) or a checkpoint on the test split"
+HELP = "evaluate a run (best.pt, else last.pt), a checkpoint, or a config's model.init weights on the test split"
 
 
 def _parser() -> CommandParser:
     parser = CommandParser("test", description=HELP)
-    parser.add_argument("target", metavar="RUN_DIR|CHECKPOINT")
+    parser.add_argument("target", metavar="RUN_DIR|CHECKPOINT|CONFIG")
     parser.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="change the run's config first (e.g. another dataset)"
     )
@@ -31,20 +37,60 @@ def _value(value) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+def _config_target(argv: list[str]) -> bool:
+    """Whether the command names a config file (the first positional argument ends in .yaml)."""
+    first = next((a for a in argv if not a.startswith("-")), "")
+    return first.endswith((".yaml", ".yml")) and Path(first).is_file()
+
+
+def _config_options(parser) -> None:
+    parser.add_argument("--split", choices=("test", "val", "train"), default="test")
+    parser.add_argument("--run-dir", metavar="DIR", help="the run folder (default: runs/<config name>/<timestamp>)")
+
+
+def _print_results(results: dict, split: str, title: str) -> None:
+    metrics = results[split]
+    rows = [(name, _value(value)) for name, value in metrics.items() if not isinstance(value, (list, dict))]
+    print_table(("metric", "value"), rows, title=f"{split} — {title}")
+    per_attack = results.get(f"{split}_per_attack")
+    if per_attack:
+        attack_rows = [(attack, _value(v["eer"]), v["files"]) for attack, v in per_attack.items()]
+        print_table(("attack", "eer", "files"), attack_rows, title="per attack (each attack's files vs all bona fide)")
+
+
+def _test_config(argv: list[str]) -> int:
+    from ...experiment.evaluate_config import evaluate_config
+    from ...experiment.runs import new_run_dir
+    from ..config_args import resolve_config_from_cli
+
+    resolved = resolve_config_from_cli("test", argv, description=HELP, add_arguments=_config_options)
+    cfg, ns = resolved.config, resolved.args
+    if ns.print_config:
+        print(cfg.to_yaml(), end="")
+        return 0
+    run_dir = new_run_dir(cfg, ns.run_dir)
+    try:
+        summary = evaluate_config(cfg, run_dir, split=ns.split)
+    except BaseException:
+        if not any(run_dir.iterdir()):
+            run_dir.rmdir()  # nothing was written: leave no empty run folder behind
+        raise
+    _print_results(summary, ns.split, f"{cfg.name}: {summary['evaluated']} — {display_path(run_dir)}")
+    return 0
+
+
 def run(argv: list[str]) -> int:
     from ...experiment.runner import evaluate_checkpoint, evaluation_stem
     from ...experiment.runs import write_json
 
+    if _config_target(argv):
+        return _test_config(argv)
     ns = _parser().parse_args(argv)
     load_cli_plugins(ns.plugins)
     results, path = evaluate_checkpoint(Path(ns.target), split=ns.split, which=ns.checkpoint, overrides=ns.overrides)
     metrics = results[ns.split]
-    rows = [(name, _value(value)) for name, value in metrics.items() if not isinstance(value, (list, dict))]
-    print_table(("metric", "value"), rows, title=f"{ns.split} — {display_path(path)}")
     per_attack = results.get(f"{ns.split}_per_attack")
-    if per_attack:
-        attack_rows = [(attack, _value(v["eer"]), v["files"]) for attack, v in per_attack.items()]
-        print_table(("attack", "eer", "files"), attack_rows, title="per attack (each attack's files vs all bona fide)")
+    _print_results(results, ns.split, display_path(path))
     if path.parent.name == "checkpoints":
         out = path.parent.parent / "evaluations"
         out.mkdir(exist_ok=True)
