@@ -183,3 +183,29 @@ def test_fine_tuning_from_init_is_an_ordinary_train_and_resumes_without_the_file
     shutil.rmtree(source)  # the starting weights are gone; the run's checkpoints hold its own
     (tmp_path / "tuned" / "checkpoints" / "best.pt").unlink()
     assert cli("test", "tuned").code == 0
+
+
+def test_a_hugging_face_folder_loads_into_an_ssl_frontend(tmp_path, caplog):
+    pytest.importorskip("transformers")
+    section = {"frontend": "ssl", "backbone": "mlp", "head": "linear"}
+    source = mf.build_model(section, in_dim=1, num_classes=2, layout="waveform", input_shape=[4000])
+    source.stage("frontend").save_pretrained(tmp_path / "hf")
+    model = mf.build_model({**section, "init": {"path": str(tmp_path / "hf"), "part": "frontend"}},
+                           in_dim=1, num_classes=2, layout="waveform", input_shape=[4000])  # fmt: skip
+    assert model.init_records[0]["format"] == "hf_wav2vec2"
+    got, expected = model.state_dict(), source.state_dict()
+    assert all(torch.equal(got[k], v) for k, v in expected.items() if k.startswith("parts.frontend.model."))
+    # a pre-training checkpoint: 'wav2vec2.'-prefixed keys and a quantizer the frontend has no place for
+    weights = tmp_path / "hf" / "model.safetensors"
+    from safetensors.torch import load_file
+
+    state = {f"wav2vec2.{k}": v for k, v in load_file(str(weights)).items()}
+    state["quantizer.codevectors"] = torch.zeros(1, 4, 2)
+    weights.unlink()
+    torch.save(state, tmp_path / "hf" / "pytorch_model.bin")
+    with caplog.at_level(logging.INFO):
+        again = mf.build_model({**section, "init": {"path": str(tmp_path / "hf"), "part": "frontend"}},
+                               in_dim=1, num_classes=2, layout="waveform", input_shape=[4000])  # fmt: skip
+    assert "left out 1 tensors of the pre-training/CTC heads" in caplog.text
+    assert torch.equal(again.state_dict()["parts.frontend.model.encoder.layer_norm.weight"],
+                       expected["parts.frontend.model.encoder.layer_norm.weight"])  # fmt: skip

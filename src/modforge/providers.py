@@ -22,7 +22,7 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "scheduler": ("modforge.train.schedulers", "modforge.train.warmup"),
     "augmentation": ("modforge.data.audio.augment",),
     "algorithm": ("modforge.continual.algorithms",),
-    "checkpoint_format": ("modforge.model.formats", "modforge.components.backbones"),
+    "checkpoint_format": ("modforge.model.formats", "modforge.components.backbones", "modforge.components.frontends"),
     "engine": ("modforge.engines.eager", "modforge.engines.torchscript", "modforge.engines.compile", "modforge.engines.onnx"),
 }
 

@@ -16,18 +16,20 @@ for tests). ``transformers`` is an optional dependency: ``pip install modforge[s
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 import torch.nn as nn
 
-from ...core.registries import register_frontend
+from ...core.registries import register_checkpoint_format, register_frontend
+from ...core.weight_formats import CheckpointFormat, WeightFormatError, tensors_of
 from ..base import Frontend
 from ..layouts import Layout
 from .waveform import check_waveform
 
-__all__ = ["SSLFrontend"]
+__all__ = ["HuggingFaceSSL", "SSLFrontend"]
 
 ModelType = Literal["wav2vec2", "wavlm", "hubert"]
 PREPROCESSOR_FILE = "preprocessor_config.json"
@@ -270,3 +272,60 @@ def _receptive_field(kernels: Any, strides: Any) -> int:
     for kernel, stride in reversed(list(zip(kernels, strides, strict=True))):
         length = (length - 1) * int(stride) + int(kernel)
     return length
+
+
+# ------------------------------------------------------------ checkpoint format
+_PRETRAINING_HEADS = ("quantizer.", "project_q.", "project_hid.", "lm_head.", "final_proj.", "label_embeddings_concat")
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+@register_checkpoint_format("hf_wav2vec2")
+class HuggingFaceSSL(CheckpointFormat):
+    """A Hugging Face wav2vec 2.0 / XLS-R / HuBERT / WavLM folder (``config.json`` and
+    ``model.safetensors`` or ``pytorch_model.bin``, as ``save_pretrained`` writes it) into an
+    ``ssl`` frontend built with the same architecture — e.g. to start from XLS-R while the
+    config spells the size out.
+
+    Keys saved from a pre-training or CTC model carry a ``wav2vec2.`` (``hubert.``, ``wavlm.``)
+    prefix, which is removed; that model's own heads (quantizer, projections, CTC head) have no
+    place in a frontend and are left out, with a log line naming how many. Anything else that
+    does not fit is reported by ``model.init`` like any other key.
+
+    Args:
+        stage: name of the ``ssl`` stage in the model (``frontend`` in a chain).
+    """
+
+    def __init__(self, stage: str = "frontend"):
+        self.stage = stage
+
+    def locate(self, path: Path) -> Path:
+        if not path.is_dir():
+            return path
+        found = next((path / name for name in _WEIGHT_FILES if (path / name).is_file()), None)
+        if found is None:
+            raise WeightFormatError(f"{path} holds no {' or '.join(_WEIGHT_FILES)}: not a Hugging Face model folder")
+        return found
+
+    @classmethod
+    def recognises_folder(cls, path: Path) -> bool:
+        return (path / "config.json").is_file() and any((path / name).is_file() for name in _WEIGHT_FILES)
+
+    @classmethod
+    def recognises(cls, loaded: Any, path: Path) -> bool:
+        marker = "feature_extractor.conv_layers."
+        return isinstance(loaded, dict) and (path.parent / "config.json").is_file() and any(
+            str(k).startswith(marker) or f".{marker}" in str(k) for k in loaded
+        )
+
+    def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
+        state = tensors_of(loaded, what=f"the model in {path}")
+        out, heads = {}, 0
+        for key, value in state.items():
+            inner = key.split(".", 1)[1] if key.split(".", 1)[0] in ("wav2vec2", "hubert", "wavlm") else key
+            if inner.startswith(_PRETRAINING_HEADS):
+                heads += 1
+                continue
+            out[f"parts.{self.stage}.model.{inner}"] = value
+        if heads:
+            logging.getLogger("modforge.model").info("%s: left out %d tensors of the pre-training/CTC heads", path, heads)
+        return out
