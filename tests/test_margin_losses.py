@@ -234,3 +234,12 @@ def test_bad_inputs_are_one_clear_error(name):
         loss(torch.randn(4, 8), torch.zeros(4))
     with pytest.raises(ValueError, match="embedding of shape"):
         loss.score(torch.randn(4, 8, 2))
+
+
+def test_cross_entropy_scores_log_odds_or_the_raw_bona_fide_logit():
+    import modforge as mf
+
+    logits = torch.tensor([[2.0, -1.0], [0.5, 3.0]])
+    assert torch.allclose(mf.LOSSES.build("cross_entropy").score(logits), torch.tensor([-3.0, 2.5]))
+    raw = mf.LOSSES.build({"type": "cross_entropy", "args": {"score": "logit"}})
+    assert torch.equal(raw.score(logits), logits[:, 1])  # the AASIST/RawNet2 reference score files' convention

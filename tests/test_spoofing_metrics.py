@@ -1,5 +1,6 @@
-"""ASVspoof metrics: EER against sklearn's ROC, DCF/Cllr/t-DCF by hand, PAV against
-sklearn's isotonic regression, and the registered metric classes."""
+"""ASVspoof metrics: the interpolated EER against sklearn's ROC, DCF/Cllr/t-DCF by hand, PAV
+against sklearn's isotonic regression, and the registered metric classes. (The challenge
+scripts' EER, DCFs and t-DCF against transcriptions of the scripts: test_asvspoof_metrics.py.)"""
 
 from __future__ import annotations
 
@@ -45,9 +46,9 @@ def _eer_from_sklearn(scores, labels, drop_intermediate):
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("ties", [False, True])
-def test_eer_matches_sklearns_roc(seed, ties):
+def test_interpolated_eer_matches_sklearns_roc(seed, ties):
     scores, labels = _random(seed, ties=ties)
-    rate, threshold = sm.eer(scores, labels)
+    rate, threshold = sm.eer_interpolated(scores, labels)
     for drop in (False, True):  # dropping collinear points leaves the piecewise-linear ROC unchanged
         ref_rate, ref_threshold = _eer_from_sklearn(scores, labels, drop)
         assert abs(rate - ref_rate) < 1e-9
@@ -55,22 +56,24 @@ def test_eer_matches_sklearns_roc(seed, ties):
     assert abs(threshold - ref_threshold) < 1e-9
 
 
-def test_eer_extremes_and_ties():
-    assert sm.eer([0.1, 0.2, 0.8, 0.9], [0, 0, 1, 1]) == (0.0, 0.8)  # threshold: the lowest bona fide score
-    assert sm.eer([0.1, 0.2, 0.8, 0.9], [1, 1, 0, 0])[0] == 1.0
-    assert sm.eer([0.5] * 6, [1, 0, 1, 0, 0, 1])[0] == 0.5  # all tied: one diagonal segment, crossed halfway
+def test_interpolated_eer_extremes_and_ties():
+    # threshold: the lowest bona fide score
+    assert sm.eer_interpolated([0.1, 0.2, 0.8, 0.9], [0, 0, 1, 1]) == (0.0, 0.8)
+    assert sm.eer_interpolated([0.1, 0.2, 0.8, 0.9], [1, 1, 0, 0])[0] == 1.0
+    # all tied: one diagonal segment, crossed halfway
+    assert sm.eer_interpolated([0.5] * 6, [1, 0, 1, 0, 0, 1])[0] == 0.5
     # crossing at a vertex: bona fide (1, 3), spoof (0, 2); (P_miss, P_fa) at t = 0, 1, 2, 3, inf:
     # (0, 1), (0, 1/2), (1/2, 1/2), (1/2, 0), (1, 0) -> P_miss = P_fa at t = 2, EER 1/2
-    assert sm.eer([1, 3, 0, 2], [1, 1, 0, 0]) == (0.5, 2.0)
+    assert sm.eer_interpolated([1, 3, 0, 2], [1, 1, 0, 0]) == (0.5, 2.0)
     # a tie across classes: bona fide (2, 3), spoof (1, 2); at t = 1, 2, 3, inf: (0, 1), (0, 1/2),
     # (1/2, 0), (1, 0) -- the tied pair leaves together, one diagonal step (never split by input order);
     # d = P_miss - P_fa goes -1/2 -> 1/2 on it, crossed halfway: EER 1/4, threshold 2.5
-    assert sm.eer([2, 3, 1, 2], [1, 1, 0, 0]) == (0.25, 2.5)
-    assert sm.eer([2, 1, 3, 2], [0, 0, 1, 1]) == (0.25, 2.5)
+    assert sm.eer_interpolated([2, 3, 1, 2], [1, 1, 0, 0]) == (0.25, 2.5)
+    assert sm.eer_interpolated([2, 1, 3, 2], [0, 0, 1, 1]) == (0.25, 2.5)
     # a true interpolation: bona fide (2, 3, 4), spoof (1, 2.5): points at t = 1, 2, 2.5, 3, 4, inf
     # (P_miss, P_fa) = (0, 1), (0, 1/2), (1/3, 1/2), (1/3, 0), ... d = -1, -1/2, -1/6, 1/3
     # crossing on t 2.5 -> 3 with w = (1/6) / (1/2) = 1/3: EER = 1/2 - 1/3 · 1/2 = 1/3, t = 2.5 + 1/3 · 0.5
-    rate, threshold = sm.eer([2, 3, 4, 1, 2.5], [1, 1, 1, 0, 0])
+    rate, threshold = sm.eer_interpolated([2, 3, 4, 1, 2.5], [1, 1, 1, 0, 0])
     assert rate == pytest.approx(1 / 3, abs=1e-12) and threshold == pytest.approx(2.5 + 0.5 / 3, abs=1e-12)
 
 
@@ -109,7 +112,7 @@ def test_min_dcf_and_min_tdcf_equal_a_brute_force_search(ties):
     scores, labels = _random(13, n=200, ties=ties)
     rates = list(_brute_force_rates(scores, labels))
     assert sm.min_dcf(scores, labels) == pytest.approx(min(0.95 * m + 0.5 * f for m, f in rates) / 0.5, abs=1e-12)
-    c1, c2 = 0.9405 * (1 - 0.25) - 0.0095 * 10 * 0.25, 10 * 0.05  # the ASV of test_min_tdcf_by_hand
+    c1, c2 = 0.9405 * (1 - 0.25) - 0.0095 * 10 * 0.5, 10 * 0.05  # the ASV of test_min_tdcf_by_hand
     value = sm.min_tdcf(scores, labels, ASV_SCORES, ASV_LABELS)
     assert value == pytest.approx(min(c1 * m + c2 * f for m, f in rates) / min(c1, c2), abs=1e-12)
 
@@ -175,19 +178,22 @@ CM_LABELS = [1, 1, 1, 0, 0, 0, 0]
 
 
 def test_min_tdcf_by_hand():
-    # ASV EER on targets (3, 5, 6, 7) vs nontargets (1, 2, 4, 8): at t = 5, P_miss = 1/4 (3) and
-    # P_fa = 1/4 (8) -> EER 1/4 at threshold 5. Spoofs (5, 6, 9, 5.5) are all >= 5: P_miss_spoof_asv = 0.
-    # C1 = 0.9405 (1 - 1 · 0.25) - 0.0095 · 10 · 0.25 = 0.705375 - 0.02375 = 0.681625
+    # ASV EER on targets (3, 5, 6, 7) vs nontargets (1, 2, 4, 8), the scripts' way: sorted
+    # 1n 2n 3t 4n 5t 6t 7t 8n, (P_miss, P_fa) after rejecting 4 trials (1/4, 1/4) -> EER 1/4 at the
+    # 4th sorted score, 4. The ASV then accepts score >= 4 (as the 2019 script does): P_miss_asv = 1/4
+    # (3), P_fa_asv = 2/4 (4, 8); spoofs (5, 6, 9, 5.5) all accepted: P_miss_spoof_asv = 0.
+    # C1 = 0.9405 (1 - 1 · 0.25) - 0.0095 · 10 · 0.5 = 0.705375 - 0.0475 = 0.657875
     # C2 = 10 · 0.05 · (1 - 0) = 0.5;  normaliser min(C1, C2) = 0.5
     # CM bona fide (0.2, 0.6, 0.9), spoof (0.1, 0.3, 0.4, 0.7); (P_miss, P_fa) -> (C1 P_miss + C2 P_fa) / 0.5:
-    #   t=0.1 (0, 1) 1 | t=0.2 (0, 3/4) 0.75 | t=0.3 (1/3, 3/4) 1.2044 | t=0.4 (1/3, 1/2) 0.9544
-    #   t=0.6 (1/3, 1/4) 0.70442 | t=0.7 (2/3, 1/4) 1.1588 | t=0.9 (2/3, 0) 0.90883 | inf (1, 0) 1.3633
-    c1 = 0.9405 * (1 - 0.25) - 0.0095 * 10 * 0.25
+    #   t=0.1 (0, 1) 1 | t=0.2 (0, 3/4) 0.75 | t=0.3 (1/3, 3/4) 1.1886 | t=0.4 (1/3, 1/2) 0.93858
+    #   t=0.6 (1/3, 1/4) 0.68858 | t=0.7 (2/3, 1/4) 1.1272 | t=0.9 (2/3, 0) 0.87717 | inf (1, 0) 1.3158
+    c1 = 0.9405 * (1 - 0.25) - 0.0095 * 10 * 0.5
     c2 = 10 * 0.05 * 1.0
     expected = (c1 / 3 + c2 / 4) / min(c1, c2)
-    assert expected == pytest.approx(0.704416666, abs=1e-8)
+    assert expected == pytest.approx(0.688583333, abs=1e-8)
     assert sm.min_tdcf(CM_SCORES, CM_LABELS, ASV_SCORES, ASV_LABELS) == pytest.approx(expected, abs=1e-12)
-    assert sm.eer(ASV_SCORES[:8], [1] * 4 + [0] * 4) == (0.25, 5.0)
+    assert sm.eer(ASV_SCORES[:8], [1] * 4 + [0] * 4) == (0.25, 4.0)
+    assert sm.eer_interpolated(ASV_SCORES[:8], [1] * 4 + [0] * 4) == (0.25, 5.0)
 
 
 def test_min_tdcf_with_an_explicit_asv_threshold():
@@ -223,7 +229,8 @@ def test_min_tdcf_errors():
     ],
 )
 def test_bad_inputs_are_one_clear_error(scores, labels, words):
-    for fn in (sm.eer, sm.min_dcf, sm.act_dcf, sm.cllr, sm.min_cllr, sm.det_curve):
+    functions = (sm.eer, sm.eer_interpolated, sm.min_dcf, sm.act_dcf, sm.cllr, sm.min_cllr, sm.det_curve)
+    for fn in (*functions, sm.challenge_det_curve):
         with pytest.raises(ValueError, match=words):
             fn(scores, labels)
 
@@ -253,6 +260,7 @@ def test_registered_metrics_equal_the_functions():
     scores = scores.astype(np.float32).astype(np.float64)  # what a float32 score tensor holds
     expected = {
         "eer": sm.eer(scores, labels)[0],
+        "eer_interpolated": sm.eer_interpolated(scores, labels)[0],
         "min_dcf": sm.min_dcf(scores, labels),
         "act_dcf": sm.act_dcf(scores, labels),
         "cllr": sm.cllr(scores, labels),
@@ -329,7 +337,7 @@ def test_asv_score_file_errors(tmp_path):
 def test_windows_of_one_file_are_one_trial():
     """In 'windows' evaluation a file gives several rows with its index; the metric averages them,
     so val_eer counts files — as the test's score file does."""
-    from modforge.tasks.spoofing.detection import eer as eer_of
+    eer_of = sm.eer
 
     metric = mf.METRICS.build("eer", path="eer", num_classes=2)
     # file 0 (bona fide) windows 3, -2 → 0.5; file 1 (spoof) → 1.0; file 2 (bona fide) → 2.0; file 3 (spoof) → −1

@@ -7,7 +7,7 @@ in spoofing detection), so it serves two-class detection tasks as well.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,9 @@ class CrossEntropy(Loss):
         label_smoothing: mass moved from the true class to all classes uniformly, in [0, 1).
         class_weights: one weight per class (e.g. inverse frequencies), or None.
         ignore_index: label value that contributes nothing.
+        score: the detection score: 'log_odds' (``logit_1 − logit_0``, calibrated to the
+            softmax) or 'logit' (class 1's raw logit — what the AASIST and RawNet2 reference
+            code writes to its score files, so their EERs are reproduced exactly).
     """
 
     def __init__(
@@ -52,11 +55,12 @@ class CrossEntropy(Loss):
         label_smoothing: float = 0.0,
         class_weights: Optional[list[float]] = None,
         ignore_index: int = -100,
+        score: Literal["log_odds", "logit"] = "log_odds",
     ):
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
-        self.label_smoothing, self.ignore_index = label_smoothing, ignore_index
+        self.label_smoothing, self.ignore_index, self.score_kind = label_smoothing, ignore_index, score
         self.register_buffer("weight", _class_weights(class_weights, num_classes, "class_weights"))
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -65,9 +69,9 @@ class CrossEntropy(Loss):
         )
 
     def score(self, logits: torch.Tensor) -> torch.Tensor:
-        """Detection score [B]: the log-odds of class 1 (bona fide in spoofing; higher = more
-        bona fide), i.e. ``logit_1 − logit_0`` for two classes."""
-        return log_odds(logits)
+        """Detection score [B], higher = more class 1 (bona fide in spoofing): its log-odds
+        (``logit_1 − logit_0`` for two classes), or with ``score='logit'`` its raw logit."""
+        return logits[:, 1] if self.score_kind == "logit" and logits.shape[-1] > 1 else log_odds(logits)
 
 
 @register_loss("focal")

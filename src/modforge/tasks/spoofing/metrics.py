@@ -1,12 +1,15 @@
 """ASVspoof metrics for spoofing countermeasures, as registered evaluation metrics:
-``eer``, ``min_dcf``, ``act_dcf``, ``cllr``, ``min_cllr`` and ``min_tdcf``.
+``eer``, ``eer_interpolated``, ``min_dcf``, ``act_dcf``, ``cllr``, ``min_cllr`` and ``min_tdcf``.
 
 Each reads the batch's detection ``score`` (a float ``[B]`` tensor, higher = more bona
 fide) and ``label`` (1 = bona fide, 0 = spoof), keeps them on their device during the
 pass (``update`` never synchronises with the host) and computes the metric once, in
-``compute``, with the float64 numpy functions of :mod:`.detection` (re-exported here),
-where the formulas and conventions are documented. All are errors or costs: lower is
-better.
+``compute``, with float64 numpy functions (re-exported here). ``eer``, ``per_attack_eer``,
+``min_dcf``, ``act_dcf`` and ``min_tdcf`` are the challenges' own values
+(:mod:`.challenge_metrics`: ASVspoof 2019/2021 ``compute_eer`` and 2019 t-DCF, ASVspoof 5
+minDCF/actDCF); ``eer_interpolated``, ``det_curve``, ``operating_points``, ``cllr`` and
+``min_cllr`` come from :mod:`.detection`, where the threshold conventions are documented.
+All are errors or costs: lower is better.
 """
 
 from __future__ import annotations
@@ -21,30 +24,24 @@ import torch
 from ...core.registries import register_metric
 from ...train.distributed import all_gather_objects
 from ...train.metrics import Metric
-from .detection import (
-    ASV_CLASSES,
-    act_dcf,
-    cllr,
-    det_curve,
-    eer,
-    min_cllr,
-    min_dcf,
-    min_tdcf,
-    operating_points,
-    per_attack_eer,
-)
+from .challenge_metrics import act_dcf, challenge_det_curve, eer, min_dcf, min_tdcf, per_attack_eer
+from .detection import ASV_CLASSES, cllr, det_curve, min_cllr, operating_points
+from .detection import eer as eer_interpolated
 
 __all__ = [
     "ActDCF",
     "Cllr",
     "EqualErrorRate",
+    "InterpolatedEqualErrorRate",
     "MinCllr",
     "MinDCF",
     "MinTDCF",
     "act_dcf",
+    "challenge_det_curve",
     "cllr",
     "det_curve",
     "eer",
+    "eer_interpolated",
     "min_cllr",
     "min_dcf",
     "min_tdcf",
@@ -140,8 +137,10 @@ class ScoreMetric(Metric):
 
 @register_metric("eer")
 class EqualErrorRate(ScoreMetric):
-    """Equal error rate of the detection scores (:func:`.detection.eer`: linear
-    interpolation on the ROC at ``P_miss = P_fa``), as a fraction (0.05 = 5 %).
+    """Equal error rate as the ASVspoof 2019 / 2021 / 5 scripts compute it
+    (:func:`.challenge_metrics.eer`: the mean of P_miss and P_fa where they are closest on
+    the trial-by-trial DET curve, ties stepped bona fide first), as a fraction (0.05 = 5 %)
+    — the number papers report.
 
     Args:
         num_classes: wired by the builder; must be 2 when given.
@@ -151,6 +150,23 @@ class EqualErrorRate(ScoreMetric):
 
     def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
         return eer(scores, labels)[0]
+
+
+@register_metric("eer_interpolated")
+class InterpolatedEqualErrorRate(ScoreMetric):
+    """Equal error rate where the piecewise-linear ROC crosses ``P_miss = P_fa``
+    (:func:`.detection.eer`): independent of how tied scores are ordered, but *not* the
+    challenges' number: it differs from ``eer`` by up to about one trial's share of the
+    smaller class when no scores tie, and by much more when many do.
+
+    Args:
+        num_classes: wired by the builder; must be 2 when given.
+    """
+
+    name = "eer_interpolated"
+
+    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
+        return eer_interpolated(scores, labels)[0]
 
 
 class _CostMetric(ScoreMetric):
@@ -164,9 +180,9 @@ class _CostMetric(ScoreMetric):
 
 @register_metric("min_dcf")
 class MinDCF(_CostMetric):
-    """Minimum normalised detection cost (ASVspoof 5's primary metric,
-    :func:`.detection.min_dcf`): ``min_t [C_miss (1−p_spoof) P_miss(t) + C_fa p_spoof
-    P_fa(t)] / min(C_miss (1−p_spoof), C_fa p_spoof)``.
+    """Minimum normalised detection cost, ASVspoof 5's primary metric and its value
+    (:func:`.challenge_metrics.min_dcf`, ``compute_mindcf``): ``min_t [C_miss (1−p_spoof)
+    P_miss(t) + C_fa p_spoof P_fa(t)] / min(C_miss (1−p_spoof), C_fa p_spoof)``.
 
     Args:
         num_classes: wired by the builder; must be 2 when given.
@@ -183,9 +199,10 @@ class MinDCF(_CostMetric):
 
 @register_metric("act_dcf")
 class ActDCF(_CostMetric):
-    """Actual normalised detection cost (:func:`.detection.act_dcf`): the cost of
-    ``min_dcf`` at the Bayes threshold ``ln(C_fa p_spoof / (C_miss (1 − p_spoof)))``,
-    for scores that are natural-log likelihood ratios.
+    """Actual normalised detection cost, ASVspoof 5's value
+    (:func:`.challenge_metrics.act_dcf`, ``compute_actDCF``): the cost of ``min_dcf`` at
+    the Bayes threshold ``−ln(C_miss (1 − p_spoof) / (C_fa p_spoof))``, for scores that
+    are natural-log likelihood ratios.
 
     Args:
         num_classes: wired by the builder; must be 2 when given.
@@ -203,7 +220,9 @@ class ActDCF(_CostMetric):
 @register_metric("cllr")
 class Cllr(ScoreMetric):
     """Log-likelihood-ratio cost in bits (:func:`.detection.cllr`), for scores that are
-    natural-log likelihood ratios.
+    natural-log likelihood ratios: ASVspoof 5's ``calculate_CLLR`` to rounding (1e-12),
+    and finite where that script's ``exp`` overflows to inf (a bona fide score below about
+    −709 or a spoof score above 709).
 
     Args:
         num_classes: wired by the builder; must be 2 when given.
@@ -218,7 +237,7 @@ class Cllr(ScoreMetric):
 @register_metric("min_cllr")
 class MinCllr(ScoreMetric):
     """Cllr after the best monotone calibration (PAV; :func:`.detection.min_cllr`): the
-    discrimination part of Cllr, in bits.
+    discrimination part of Cllr, in bits (Brümmer & du Preez; not an ASVspoof 5 metric).
 
     Args:
         num_classes: wired by the builder; must be 2 when given.
@@ -275,8 +294,9 @@ def read_asv_scores(path: str) -> tuple[np.ndarray, np.ndarray]:
 
 @register_metric("min_tdcf")
 class MinTDCF(ScoreMetric):
-    """Normalised minimum t-DCF of the CM in tandem with a fixed ASV system, ASVspoof
-    2019 formulation (:func:`.detection.min_tdcf`; ASV at its EER threshold). The ASV
+    """Normalised minimum t-DCF of the CM in tandem with a fixed ASV system: the ASVspoof
+    2019 script's value (:func:`.challenge_metrics.min_tdcf`; the ASV at its ``compute_eer``
+    threshold, accepting ``score >= threshold``). The ASV
     scores come from a file read once, when the metric is built (see
     :func:`read_asv_scores`: lines ``speaker_or_utterance class score``); the ASV and CM
     trials need not be the same (only the ASV's error rates enter the t-DCF).
