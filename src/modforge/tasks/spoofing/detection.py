@@ -14,6 +14,10 @@ Pure numpy, float64. Conventions, shared by every function here:
   (P_miss = 0, P_fa = 1). Tied scores give one point, never an order-dependent split
   of a tie (the ASVspoof scripts step through a tie one trial at a time).
 
+These are the *interpolated* definitions, kept as ``eer_interpolated``. The numbers papers
+report — the registered ``eer``, ``min_dcf``, ``act_dcf`` and ``min_tdcf`` — follow the
+challenge scripts trial by trial, ties included: :mod:`.challenge_metrics`.
+
 References: ASVspoof 5 evaluation plan and ``evaluation-package/calculate_modules.py``
 (minDCF, actDCF, Cllr); Kinnunen et al., "t-DCF: a Detection Cost Function for the Tandem
 Assessment of Spoofing Countermeasures and Automatic Speaker Verification", Odyssey 2018,
@@ -135,9 +139,11 @@ def eer(scores: Any, labels: Any) -> tuple[float, float]:
       (``t_{i−1}`` when ``t_i`` is the final +inf).
 
     So perfectly separated scores give ``(0.0, lowest bona fide score)``, perfectly
-    reversed ones 1.0, and scores that are all equal 0.5. (The ASVspoof scripts instead
-    average P_miss and P_fa at the sorted trial where they are closest; the two agree to
-    within about one trial's share of the smaller class.)
+    reversed ones 1.0, and scores that are all equal 0.5. This is *not* the number the
+    ASVspoof scripts report: they average P_miss and P_fa at the sorted trial where the two
+    are closest, stepping through tied scores one trial at a time (bona fide first), so
+    with ties the two can differ by several points; that convention is
+    :func:`.challenge_metrics.eer` (the registered ``eer``).
     """
     thresholds, p_miss, p_fa = operating_points(scores, labels)
     d = p_miss - p_fa
