@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -12,6 +14,9 @@ import modforge as mf
 from modforge.cli.main import main
 from modforge.core import plugins as plugin_state
 from modforge.core.plugins import PLUGIN_MODULE_PREFIX
+
+# run folders sign their plug-in manifests with the user's key: tests use a key of their own
+os.environ.setdefault("MODFORGE_HOME", tempfile.mkdtemp(prefix="modforge-home-"))
 
 
 @pytest.fixture(autouse=True)

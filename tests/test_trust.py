@@ -214,7 +214,8 @@ def test_a_run_imports_its_own_copy_of_its_plugins_only_while_the_copy_is_unchan
     trained = modforge("train", "configs/c.yaml", "--run-dir", str(run), cwd=project)
     assert trained.returncode == 0, trained.stderr
     manifest = json.loads((run / "plugins" / "manifest.json").read_text())
-    (entry, record), = manifest.items()
+    (entry, record), = manifest["entries"].items()
+    assert len(manifest["hmac"]) == 64  # signed with this user's key
     assert entry.endswith("head.py") and (run / "plugins" / record["copy"]).read_text() == HEAD
     (project / "configs" / "head.py").unlink()  # the original is gone: the run's copy is what it trained with
     tested = modforge("test", str(run), cwd=project)
@@ -228,3 +229,153 @@ def test_a_run_imports_its_own_copy_of_its_plugins_only_while_the_copy_is_unchan
     given = modforge("test", str(run), "--plugins", "mine.py", cwd=project)  # the user names the code: fine
     assert given.returncode == 0 and "building with the plug-ins you gave instead (" in given.stderr, given.stderr
     assert not (project / "MARKER").exists()
+
+
+# ------------------------------------------------------- found by the security review
+def test_a_base_file_elsewhere_vouches_for_no_plugin(cli, write, tmp_path):
+    marker = tmp_path / "MARKER"
+    evil_file(tmp_path / "planted" / "evil.py", marker)
+    write("planted/base.yaml", "plugins: [evil.py]\n")
+    write("mine/cfg.yaml", f"_base_: {tmp_path / 'planted' / 'base.yaml'}\nmodel: {{backbone: mlp}}\n")
+    refused(cli("config", "mine/cfg.yaml"), marker, "does not lie beside the config")
+    write("mine/shared/base.yaml", "plugins: [parts.py]\n")  # a base inside the config's own tree still vouches
+    write("mine/shared/parts.py", "VALUE = 1\n")
+    write("mine/ok.yaml", "_base_: shared/base.yaml\nmodel: {backbone: mlp}\n")
+    assert cli("config", "mine/ok.yaml").code == 0
+
+
+def test_another_users_run_folder_is_data_its_copies_are_not_imported(cli, tmp_path, monkeypatch):
+    """A run folder carries its own signed manifest; one signed with another key (or not
+    signed, or edited) vouches for nothing: the copies are not imported."""
+    marker = tmp_path / "MARKER"
+    run = tmp_path / "X"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "plugins").mkdir()
+    evil = evil_file(run / "plugins" / "evil.py", marker)
+    import hashlib
+
+    entries = {"evil": {"copy": "evil.py", "sha256": hashlib.sha256(evil.read_bytes()).hexdigest()}}
+    for signature in (None, "0" * 64):
+        (run / "plugins" / "manifest.json").write_text(json.dumps({"entries": entries, "hmac": signature}))
+        from modforge.experiment.run_plugins import load_stored_plugins
+
+        with pytest.raises(Exception, match="not loaded"):
+            load_stored_plugins(["evil"], run_dir=run, what="a stranger's checkpoint")
+        assert not marker.exists()
+
+
+def test_a_submodule_is_never_imported_through_a_type_path_into_an_installed_package(cli, tmp_path):
+    marker = tmp_path / "MARKER"
+    site = tmp_path / "site" / "mf_test_goodpkg"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    evil_file(site / "__main__.py", marker)
+    evil_file(site / "tool.py", marker)
+    sys.path.insert(0, str(tmp_path / "site"))
+    try:
+        from modforge.core.errors import UsageError
+        from modforge.core.plugins import import_object, load_plugin
+
+        load_plugin("mf_test_goodpkg")  # the user named the package, not its submodules
+        for name in ("mf_test_goodpkg.__main__:x", "mf_test_goodpkg.tool:x"):
+            with pytest.raises(UsageError):
+                import_object(name, kind="backbone", allowed_modules=["mf_test_goodpkg"])
+        assert not marker.exists() and "mf_test_goodpkg.tool" not in sys.modules
+    finally:
+        sys.path.remove(str(tmp_path / "site"))
+
+
+def test_a_file_beside_a_config_never_shadows_an_installed_module_or_leads_out_by_a_symlink(cli, write, tmp_path):
+    marker = tmp_path / "MARKER"
+    evil_file(tmp_path / "configs" / "yaml.py", marker)
+    evil_file(tmp_path / "elsewhere" / "evil.py", marker)
+    (tmp_path / "configs" / "lnk.py").symlink_to(tmp_path / "elsewhere" / "evil.py")
+    for name in ("yaml", "lnk"):
+        write("configs/c.yaml", f"plugins: [{name}]\nmodel: {{backbone: mlp}}\n")
+        refused(cli("config", "configs/c.yaml"), marker, name)
+
+
+def test_diamond_inheritance_is_read_once_per_file(write):
+    from modforge.core.config import load_config
+
+    for i in range(30):
+        write(f"b{i}.yaml", f"_base_: [b{i + 1}.yaml, b{i + 1}.yaml]\nk{i}: {i}\n")
+    write("b30.yaml", "seed: 1\n")
+    cfg = load_config(write("top.yaml", "_base_: b0.yaml\n"))  # 2**30 paths through the diamond, 31 files
+    assert cfg.data["seed"] == 1 and cfg.data["k29"] == 29
+
+
+def test_malformed_stored_configs_and_metadata_are_one_clear_error(cli, clean_run, tmp_path):
+    from modforge.engines.artifact import read_torch_artifact, write_torch_artifact
+
+    marker = tmp_path / "MARKER"
+    for change in ({"plugins": 5}, {"data": "x"}, {"plugins": ["\x1b[31mRED\x1b[0m"]}):
+        run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(clean_run, run)
+        for checkpoint in (run / "checkpoints").glob("*.pt"):
+            state = torch.load(checkpoint, weights_only=True)
+            state["config"].update(change)
+            torch.save(state, checkpoint)
+        result = cli("test", str(run))
+        refused(result, marker)
+        assert "\x1b" not in result.err
+    artifact = tmp_path / "model.pt"
+    assert cli("export", str(clean_run), "--engine", "eager", "--out", str(artifact)).code == 0
+    payload, metadata = read_torch_artifact(artifact)
+    import numpy as np
+
+    np.save(tmp_path / "x.npy", np.zeros((1, 1, 8, 8), dtype="float32"))
+    for change in ({"build": "x"}, {"build": {"base_dir": "/tmp"}}, {"input": "x"}):
+        write_torch_artifact(payload, artifact, {**metadata, **change})
+        refused(cli("predict", str(artifact), str(tmp_path / "x.npy")), marker)
+
+
+PACKAGE_PARTS = """
+import torch.nn as nn
+import modforge as mf
+
+
+@mf.register_head("pkg_head")
+def pkg_head(in_dim: int, num_classes: int):
+    return nn.Linear(in_dim, num_classes)
+
+
+class Tiny(nn.Module):
+    def __init__(self, in_dim: int, width: int = 4):
+        super().__init__()
+        self.fc = nn.Linear(in_dim, width)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+"""
+
+
+@pytest.mark.slow
+def test_runs_with_packages_file_type_paths_and_the_users_own_plugins_test_and_resume(tmp_path):
+    project = tmp_path / "project"
+    (project / "configs" / "mf_test_runpkg").mkdir(parents=True)
+    (project / "configs" / "mf_test_runpkg" / "__init__.py").write_text("")
+    (project / "configs" / "mf_test_runpkg" / "parts.py").write_text(PACKAGE_PARTS)
+    (project / "configs" / "tiny.py").write_text(PACKAGE_PARTS.replace("pkg_head", "file_head"))
+    config = yaml.safe_load(CONFIG.read_text())
+    config["plugins"] = ["mf_test_runpkg", "mf_test_runpkg.parts", "tiny.py"]
+    config["data"]["args"] = {"as_image": False}
+    config["model"] = {"backbone": {"type": "tiny.py:Tiny", "args": {"width": 6}}, "head": "pkg_head",
+                       "losses": ["cross_entropy"]}
+    config["train"].update({"max_epochs": 1, "progress": "never"})
+    config["train"].pop("scheduler", None)
+    (project / "configs" / "c.yaml").write_text(yaml.safe_dump(config))
+    run = project / "run"
+    trained = modforge("train", "configs/c.yaml", "--run-dir", str(run), cwd=project)
+    assert trained.returncode == 0, trained.stderr
+    manifest = json.loads((run / "plugins" / "manifest.json").read_text())["entries"]
+    assert len({record["copy"] for record in manifest.values()}) == 2  # the package copied once, the file once
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    tested = modforge("test", str(run), cwd=elsewhere)  # the stored file type path is absolute
+    assert tested.returncode == 0, tested.stderr
+    resumed = modforge("train", "--resume", str(run), "train.max_epochs=2", cwd=elsewhere)
+    assert resumed.returncode == 0, resumed.stderr
+    given = modforge("test", str(run), "--plugins", str(project / "configs" / "tiny.py"),
+                     str(project / "configs" / "mf_test_runpkg"), cwd=elsewhere)  # fmt: skip
+    assert given.returncode == 0, given.stderr  # the user's own code: the run's copies stay unloaded

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -307,12 +308,47 @@ def _absolute_plugin_paths(data: dict[str, Any], directory: Path, shown: str, so
         sources.setdefault(entry, directory)
 
 
-def _load_file(
-    path: Path, stack: tuple[Path, ...], sources: dict[str, Path]
-) -> tuple[dict[str, Any], dict[str, str]]:
+def _within(folder: Path, top: Path) -> bool:
+    try:
+        folder.resolve().relative_to(top.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _absolute_type_paths(node: Any, directory: Path, depth: int = 0) -> None:
+    """Rewrite ``type: parts.py:Net`` (a relative file import path) against the file that
+    names it, so the config means the same file wherever it is read from later."""
+    if depth > 100:
+        return
+    if isinstance(node, dict):
+        value = node.get("type")
+        if isinstance(value, str) and ".py:" in value and not os.path.isabs(value):
+            file, _, attr = value.rpartition(":")
+            node["type"] = f"{(directory / file).resolve()}:{attr}"
+        for child in node.values():
+            _absolute_type_paths(child, directory, depth + 1)
+    elif isinstance(node, list):
+        for child in node:
+            _absolute_type_paths(child, directory, depth + 1)
+
+
+MAX_CONFIG_FILES = 64
+"""Distinct files one config may inherit from (a diamond of ``_base_`` files is read once per file)."""
+
+
+@dataclasses.dataclass
+class _Loading:
+    """What one :func:`load_config` call collects across its ``_base_`` files."""
+
+    sources: dict[str, Path] = dataclasses.field(default_factory=dict)
+    files: dict[Path, tuple[dict[str, Any], dict[str, str]]] = dataclasses.field(default_factory=dict)
+
+
+def _load_file(path: Path, stack: tuple[Path, ...], loading: _Loading) -> tuple[dict[str, Any], dict[str, str]]:
     try:
         path = path.expanduser().resolve()
-    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13): the reader names it
+    except (OSError, RuntimeError, ValueError):  # a symlink loop (RuntimeError before Python 3.13), a NUL byte
         path = Path(os.path.abspath(path.expanduser()))
     shown = display_path(path)
     if path in stack:
@@ -320,6 +356,20 @@ def _load_file(
         raise ConfigCycleError(
             f"_base_ inheritance loops back onto itself: {chain}", path=BASE_KEY, source=display_path(stack[-1])
         )
+    if path in loading.files:  # inherited twice (a diamond): read once
+        data, origins = loading.files[path]
+        return copy.deepcopy(data), dict(origins)
+    if len(loading.files) >= MAX_CONFIG_FILES:
+        raise ConfigFileError(f"more than {MAX_CONFIG_FILES} files in one _base_ inheritance; a config may "
+                              f"inherit from at most {MAX_CONFIG_FILES}", path=BASE_KEY, source=shown)  # fmt: skip
+    data, origins = _load_one_file(path, shown, stack, loading)
+    loading.files[path] = (copy.deepcopy(data), dict(origins))
+    return data, origins
+
+
+def _load_one_file(
+    path: Path, shown: str, stack: tuple[Path, ...], loading: _Loading
+) -> tuple[dict[str, Any], dict[str, str]]:
     data, origins = _parse_yaml(_read_text(path, shown), shown)
     if data is None:
         data = {}
@@ -329,7 +379,8 @@ def _load_file(
         )
     bases = data.pop(BASE_KEY, None)
     origins = {k: v for k, v in origins.items() if not _under(k, BASE_KEY)}
-    _absolute_plugin_paths(data, path.parent, shown, sources)
+    _absolute_plugin_paths(data, path.parent, shown, loading.sources)
+    _absolute_type_paths(data, path.parent)
     if bases is None:
         return data, origins
     if isinstance(bases, str):
@@ -345,7 +396,7 @@ def _load_file(
         if not base_path.is_absolute():
             base_path = path.parent / base_path
         try:
-            base_data, base_origins = _load_file(base_path, (*stack, path), sources)
+            base_data, base_origins = _load_file(base_path, (*stack, path), loading)
         except ConfigFileError as exc:
             if exc.source == display_path(base_path.resolve()) and "not found" in exc.message:
                 raise ConfigFileError(
@@ -383,11 +434,11 @@ def load_config(
         cfg = Config(data, {}, None)
     else:
         path = Path(source)
-        sources: dict[str, Path] = {}
-        data, origins = _load_file(path, (), sources)
+        loading = _Loading()
+        data, origins = _load_file(path, (), loading)
         cfg = Config(data, origins, path.expanduser().resolve())
-        if not stored:
-            cfg.plugin_sources = sources
+        if not stored:  # only the tree of the file the user gave vouches: not a _base_ elsewhere
+            cfg.plugin_sources = {e: f for e, f in loading.sources.items() if _within(f, cfg.base_dir)}
     return cfg.apply_overrides(overrides)
 
 

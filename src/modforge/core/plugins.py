@@ -53,6 +53,8 @@ __all__ = [
     "load_plugins",
     "load_verified_copy",
     "loaded_plugin",
+    "loaded_plugins",
+    "plugin_entries",
     "require_plugins",
 ]
 
@@ -89,21 +91,43 @@ class LoadedPlugin:
         return sys.modules.get(self.module.__name__) is self.module
 
 
+_MAX_ENTRY = 1024
 _LOADED: dict[str, LoadedPlugin] = {}
 _TRUSTED_FOLDERS: list[Path] = []
 
 
-def load_verified_copy(entry: str, copy: Path, origin: str) -> LoadedPlugin:
+def load_verified_copy(entry: str, copy: Path, origin: str, source: bytes | None = None) -> LoadedPlugin:
     """Import ``copy`` — a run folder's own copy of plug-in ``entry``, whose content the
-    caller has checked against the digest recorded at training time — as that plug-in."""
+    caller has checked against the digest recorded at training time — as that plug-in.
+
+    A single-file copy runs from ``source``, the very bytes that were checked (no second
+    read of the file, no cached bytecode in its place)."""
     name = None if _looks_like_file(entry) else entry.split(".", 1)[0]
     if copy.is_dir():
         module = _import_package_folder(copy, origin, entry, name=name)
+        record = LoadedPlugin(_normal(entry), module, origin, copy)
         if name is not None and name != entry:
-            module = _import_module(entry, origin)  # a module inside the copied package
+            module = _submodule(record, entry, origin) or module
+    elif source is not None:
+        module = _run_source(_module_name_for_file(copy), copy, source, origin, entry)
     else:
         module = _import_file(copy, origin, entry)
     return _remember(LoadedPlugin(_normal(entry), module, origin, copy))
+
+
+def _run_source(name: str, path: Path, source: bytes, origin: str, spec: str) -> ModuleType:
+    """Execute ``source`` as module ``name`` (its file named ``path`` in tracebacks)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    module = ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module
+    try:
+        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - verified bytes
+    except BaseException as exc:  # noqa: BLE001
+        sys.modules.pop(name, None)
+        raise PluginError(f"plug-in '{spec}' (from {origin}) failed to import: {type(exc).__name__}: {exc}") from exc
+    return module
 
 
 def forget_plugins() -> None:
@@ -117,6 +141,15 @@ def loaded_plugin(entry: str) -> LoadedPlugin | None:
     """The record of plug-in ``entry`` (module name or file/folder path), if it was loaded."""
     record = _LOADED.get(_normal(entry))
     return record if record is not None and record.current else None
+
+
+def loaded_plugins() -> list[LoadedPlugin]:
+    """Every plug-in loaded so far (each once)."""
+    seen: dict[int, LoadedPlugin] = {}
+    for record in list(_LOADED.values()):
+        if record.current:
+            seen.setdefault(id(record), record)
+    return list(seen.values())
 
 
 def _remember(record: LoadedPlugin, *aliases: str) -> LoadedPlugin:
@@ -218,10 +251,10 @@ def _import_path(path: Path, spec: str, origin: str, alias: str | None = None) -
     """Import a plug-in file or package folder that has been vouched for."""
     if not path.exists():
         raise PluginError(f"plug-in file '{spec}' not found (looked for {path}; from {origin})")
-    if path.is_dir():
+    if path.is_dir():  # a package: also known by its module name (its submodules follow from it)
         module = _import_package_folder(path, origin, spec, name=alias)
-    else:
-        module = _import_file(path, origin, spec)
+        return _remember(LoadedPlugin(str(path), module, origin, path), module.__name__)
+    module = _import_file(path, origin, spec)
     return _remember(LoadedPlugin(str(path), module, origin, path))
 
 
@@ -322,11 +355,9 @@ def load_entry_point_plugins(*, force: bool = False) -> list[str]:
 
 
 def _entry_point_covering(name: str) -> str | None:
-    """The entry-point module that ``name`` is (or lies inside), if any."""
-    for module, dist in _entry_point_modules().items():
-        if name == module or name.startswith(module + "."):
-            return f"the '{ENTRY_POINT_GROUP}' entry point of {dist}"
-    return None
+    """Who vouches for module ``name`` when it is exactly an entry point's module."""
+    dist = _entry_point_modules().get(name)
+    return f"the '{ENTRY_POINT_GROUP}' entry point of {dist}" if dist is not None else None
 
 
 # ----------------------------------------------------------------- configs
@@ -337,12 +368,29 @@ def _beside(entry: str, folder: Path) -> Path | None:
         path = path.resolve()
         return path if _inside(path, folder.resolve()) else None  # a missing file: reported when imported
     top = entry.split(".", 1)[0]
-    if not top.isidentifier():
+    if not top.isidentifier() or _installed_elsewhere(top, folder):
         return None
     for candidate in (folder / top, folder / f"{top}.py"):
         if (candidate / "__init__.py").is_file() or (candidate.suffix == ".py" and candidate.is_file()):
-            return candidate.resolve()
+            resolved = candidate.resolve()
+            return resolved if _inside(resolved, folder.resolve()) else None  # a symlink out is not beside
     return None
+
+
+def _installed_elsewhere(top: str, folder: Path) -> bool:
+    """Whether module ``top`` is already loaded or importable from outside ``folder`` — a
+    file beside a config never replaces an installed module (``numpy.py``, ``sklearn/``)."""
+    existing = sys.modules.get(top)
+    try:
+        spec = importlib.util.find_spec(top) if existing is None else existing.__spec__
+    except (ImportError, ValueError):
+        return False
+    origin = getattr(spec, "origin", None) if spec is not None else None
+    if spec is None:
+        return existing is not None
+    if not origin or origin in ("built-in", "frozen"):
+        return True
+    return not _inside(Path(origin).resolve(), folder.resolve())
 
 
 def _vouched(entry: str, sources: Mapping[str, Path]) -> tuple[Path | None, str] | None:
@@ -372,6 +420,13 @@ def _load_vouched(entry: str, sources: Mapping[str, Path], origin: str) -> Loade
         return record
     if not _looks_like_file(entry) and _standard_library(entry):
         return None
+    parent = loaded_plugin(entry.split(".", 1)[0]) if not _looks_like_file(entry) and "." in entry else None
+    if parent is not None and parent.path is not None:  # a module inside a plug-in package already vouched for
+        module = _submodule(parent, entry, origin)
+        return _remember(LoadedPlugin(entry, module, parent.origin, parent.path)) if module is not None else None
+    covering = _entry_point_covering(entry) if not _looks_like_file(entry) else None
+    if covering is not None:  # an installed plug-in wins over a file of the same name planted beside a config
+        return _remember(LoadedPlugin(entry, _import_module(entry, origin), covering))
     vouched = _vouched(entry, sources)
     if vouched is not None:
         path, why = vouched
@@ -380,15 +435,14 @@ def _load_vouched(entry: str, sources: Mapping[str, Path], origin: str) -> Loade
         top = entry.split(".", 1)[0]
         if path.is_dir():
             package = _import_path(path, entry, f"{origin}, {why}")
-            module = package.module if entry == top else _import_module(entry, origin)
+            module = package.module if entry == top else _submodule(package, entry, origin)
+            if module is None:
+                return None
         else:
             module = _import_path(path, entry, f"{origin}, {why}").module
             if entry != top:
                 return None  # a dotted name cannot point inside a single-file module
         return _remember(LoadedPlugin(entry, module, f"{origin}, {why}", path))
-    covering = _entry_point_covering(entry) if not _looks_like_file(entry) else None
-    if covering is not None:
-        return _remember(LoadedPlugin(entry, _import_module(entry, origin), covering))
     return None
 
 
@@ -409,7 +463,7 @@ def load_config_plugins(
     """
     sources = sources or {}
     modules, refused = [], []
-    for entry in _entries(plugins, origin):
+    for entry in plugin_entries(plugins, origin):
         record = _load_vouched(entry, sources, origin)
         if record is None:
             refused.append(entry)
@@ -440,7 +494,7 @@ def require_plugins(plugins: Iterable[str], *, what: str, example: str = "") -> 
     Raises:
         PluginError: one message listing what is missing and how to provide it.
     """
-    entries, missing = _entries(plugins, what), []
+    entries, missing = plugin_entries(plugins, what), []
     for entry in entries:
         if _load_vouched(entry, {}, what) is None:
             missing.append(entry)
@@ -448,7 +502,7 @@ def require_plugins(plugins: Iterable[str], *, what: str, example: str = "") -> 
         return entries
     stdlib = [e for e in missing if not _looks_like_file(e) and _standard_library(e)]
     note = f" ({', '.join(stdlib)}: standard library, never a plug-in)" if stdlib else ""
-    mine = sorted({r.entry for r in _LOADED.values() if r.current and r.origin == USER_ORIGIN})
+    mine = sorted({r.entry for r in loaded_plugins() if r.origin == USER_ORIGIN})
     if mine:
         log.warning("%s names plug-ins that are not loaded: %s%s; building with the plug-ins you gave instead (%s)",
                     what, ", ".join(missing), note, ", ".join(mine))  # fmt: skip
@@ -461,15 +515,25 @@ def require_plugins(plugins: Iterable[str], *, what: str, example: str = "") -> 
     )
 
 
-def _entries(plugins: Iterable[str] | str | None, origin: str) -> list[str]:
+def plugin_entries(plugins: Iterable[str] | str | None, origin: str) -> list[str]:
+    """The entries of a ``plugins:`` value, each a printable name or path of sane length.
+
+    Raises:
+        PluginError: not a list of such strings (``origin`` says where it came from).
+    """
     if plugins is None:
         return []
     if isinstance(plugins, str):
         plugins = [plugins]
+    if not isinstance(plugins, (list, tuple)):
+        raise PluginError(f"plugins must be a list of module names or .py paths, got {plugins!r} (from {origin})")
     entries = []
     for entry in plugins:
         if not isinstance(entry, str) or not entry.strip():
             raise PluginError(f"plug-in names must be non-empty strings, got {entry!r} (from {origin})")
+        if not entry.isprintable() or len(entry) > _MAX_ENTRY:
+            raise PluginError(f"plug-in names must be printable and at most {_MAX_ENTRY} characters, got "
+                              f"{entry[:80]!r} (from {origin})")  # fmt: skip
         entries.append(entry.strip())
     return entries
 
@@ -504,16 +568,40 @@ def _listed(module: str, allowed: Iterable[str], base_dir: str | os.PathLike | N
 
 
 def _plugin_module(module_name: str, entry: str) -> ModuleType | None:
-    """The loaded module ``module_name`` inside plug-in ``entry`` (importing a submodule of a
-    loaded plug-in package, nothing else)."""
+    """The loaded module ``module_name`` inside plug-in ``entry``: the plug-in itself, or a
+    submodule of a plug-in *package folder* whose file lies in that folder (see
+    :func:`_submodule`) — never a submodule of an installed package."""
     record = loaded_plugin(entry)
     if record is None:
         return None
     if _looks_like_file(module_name) or module_name == entry:
         return record.module
-    if not hasattr(record.module, "__path__"):
+    return _submodule(record, record.module.__name__ + module_name[len(entry) :], f"a 'type:' inside plug-in '{entry}'")
+
+
+def _submodule(record: LoadedPlugin, name: str, origin: str) -> ModuleType | None:
+    """Import submodule ``name`` of the plug-in package ``record`` — only when the package was
+    imported from a folder someone vouched for, the name has no ``__dunder__`` part
+    (``__main__`` runs a program) and the submodule's file lies inside that folder. An
+    installed package's submodules must be named themselves (``--plugins pkg.sub``)."""
+    if name in sys.modules:
+        module = sys.modules[name]
+        folder = record.path
+        where = Path(getattr(module, "__file__", "") or "/").resolve()
+        return module if folder is not None and folder.is_dir() and _inside(where, folder.resolve()) else None
+    folder = record.path
+    if folder is None or not folder.is_dir() or not hasattr(record.module, "__path__"):
         return None
-    return _import_module(record.module.__name__ + module_name[len(entry) :], f"a 'type:' inside plug-in '{entry}'")
+    if any(part.startswith("__") or not part.isidentifier() for part in name.split(".")):
+        return None
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin_file = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+    if origin_file is None or not _inside(origin_file, folder.resolve()):
+        return None
+    return _import_module(name, origin)
 
 
 def import_object(

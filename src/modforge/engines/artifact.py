@@ -143,11 +143,18 @@ def rebuild_model(metadata: dict[str, Any], path: str | os.PathLike = "the artif
     from ..core.plugins import require_plugins
     from ..model import build_model
 
+    if not isinstance(metadata, dict):
+        raise EngineError(f"{path}: its metadata is not a mapping; it cannot rebuild the model")
     config = metadata.get("config") if isinstance(metadata.get("config"), dict) else {}
     plugins = require_plugins(config.get("plugins") or [], what=f"the artifact {path}")
+    spec, build = metadata.get("input", {}), metadata.get("build", {})
+    if not isinstance(spec, dict) or not isinstance(build, dict) or not set(build) <= {"in_dim", "num_classes"}:
+        raise EngineError(f"{path}: its metadata's 'input' or 'build' entry is malformed (build may hold only "
+                          f"in_dim and num_classes); it cannot rebuild the model")  # fmt: skip
+    if "model" not in metadata:
+        raise EngineError(f"{path}: its metadata has no 'model' entry; it cannot rebuild the model")
     try:
-        spec = metadata.get("input", {})
         return build_model(metadata["model"], layout=spec.get("layout"), input_shape=spec.get("shape"),
-                           plugins=plugins, **metadata.get("build", {}))
-    except KeyError as exc:
-        raise EngineError(f"{path}: its metadata has no {exc} entry; it cannot rebuild the model") from None
+                           plugins=plugins, **build)
+    except (TypeError, ValueError, AttributeError) as exc:  # metadata of the wrong shape: data, not our bug
+        raise EngineError(f"{path}: its metadata does not describe a model ({type(exc).__name__}: {exc})") from None

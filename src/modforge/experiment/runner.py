@@ -332,16 +332,46 @@ def load_trained(target: Path, which: str = "best", overrides: Sequence[str] = (
         path, payload = find_resumable(path, first=(f"{which}.pt", "last.pt"), using="evaluating")
     else:
         payload = load_checkpoint(path)
-    cfg = Config(payload["config"], {}, None)
+    stored = payload.get("config")
+    if not isinstance(stored, dict):
+        raise ConfigError(f"{display_path(path)} holds no config (a modforge checkpoint stores the config it was "
+                          "trained with); it cannot be rebuilt")  # fmt: skip
+    cfg = Config(stored, {}, None)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
-    in_force = load_stored_plugins(cfg.plugins, run_dir=run_dir, what=f"the config stored in {display_path(path)}")
+    what = f"the config stored in {display_path(path)}"
+    in_force = load_stored_plugins(cfg.data.get("plugins"), run_dir=run_dir, what=what)
     if in_force != cfg.plugins:
         cfg.data["plugins"] = in_force
-    if overrides:
-        cfg = _overridden(cfg, overrides)
+    cfg = _overridden(cfg, overrides) if overrides else _validated_stored(cfg, what)
     exp = Experiment.build(cfg, init_weights=False)
-    exp.model.load_state_dict(payload["model"])
+    _load_weights(exp.model, payload.get("model"), path)
     return exp, path
+
+
+def _validated_stored(cfg: Config, what: str) -> Config:
+    """A stored config checked like a config file (it is data from a file like any other)."""
+    from .schema import validate_config
+
+    try:
+        return validate_config(cfg)
+    except ConfigError as exc:
+        raise ConfigError(f"{what} is not a valid config: {exc}") from None
+
+
+def _load_weights(model: torch.nn.Module, state: Any, path: Path) -> None:
+    """The checkpoint's weights into the model rebuilt from its config; a misfit is one message."""
+    if not isinstance(state, dict):
+        raise ConfigError(f"{display_path(path)} holds no model weights")
+    target = model.state_dict()
+    missing = [k for k in target if k not in state]
+    unexpected = [str(k) for k in state if k not in target]
+    mismatched = [k for k, v in state.items() if k in target and getattr(v, "shape", None) != target[k].shape]
+    if missing or unexpected or mismatched:
+        parts = [f"{len(keys)} {label}: {', '.join(keys[:5])}{' …' if len(keys) > 5 else ''}"
+                 for label, keys in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", mismatched))
+                 if keys]  # fmt: skip
+        raise ConfigError(f"the weights in {display_path(path)} do not fit the model its config builds ({'; '.join(parts)})")
+    model.load_state_dict(state)
 
 
 def _overridden(cfg: Config, overrides: Sequence[str]) -> Config:
