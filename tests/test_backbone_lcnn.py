@@ -56,6 +56,67 @@ def test_layers_are_the_baselines():
     assert net.out_dim == 96
 
 
+class BaselineMFM(nn.Module):  # sandbox/block_nn.py MaxFeatureMap2D: view (B, 2, C/2, ...), max over the 2
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = list(x.shape)
+        shape[1] //= 2
+        shape.insert(1, 2)
+        return x.view(*shape).max(1)[0]
+
+
+def baseline_model() -> tuple[nn.Sequential, nn.ModuleList]:
+    """baseline_LA/model.py's m_transform and m_before_pooling for 60 LFCC dims, layer by layer."""
+    def conv(i: int, o: int, k: int) -> nn.Conv2d:
+        return nn.Conv2d(i, o, [k, k], 1, padding=[k // 2, k // 2])
+
+    transform = nn.Sequential(
+        conv(1, 64, 5), BaselineMFM(), nn.MaxPool2d([2, 2], [2, 2]),
+        conv(32, 64, 1), BaselineMFM(), nn.BatchNorm2d(32, affine=False), conv(32, 96, 3), BaselineMFM(),
+        nn.MaxPool2d([2, 2], [2, 2]), nn.BatchNorm2d(48, affine=False),
+        conv(48, 96, 1), BaselineMFM(), nn.BatchNorm2d(48, affine=False), conv(48, 128, 3), BaselineMFM(),
+        nn.MaxPool2d([2, 2], [2, 2]),
+        conv(64, 128, 1), BaselineMFM(), nn.BatchNorm2d(64, affine=False), conv(64, 64, 3), BaselineMFM(),
+        nn.BatchNorm2d(32, affine=False),
+        conv(32, 64, 1), BaselineMFM(), nn.BatchNorm2d(32, affine=False), conv(32, 64, 3), BaselineMFM(),
+        nn.MaxPool2d([2, 2], [2, 2]), nn.Dropout(0.7),
+    )
+    blstms = nn.ModuleList(nn.LSTM(96, 48, bidirectional=True) for _ in range(2))  # two BLSTMLayer(96, 96)
+    return transform, blstms
+
+
+def test_forward_is_the_baselines_with_its_weights_transposed():
+    torch.manual_seed(0)
+    transform, blstms = baseline_model()
+    with torch.no_grad():
+        for module in transform.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.normal_(0, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+    transform.eval()
+    ours = LCNN().eval()
+    baseline_convs = [m for m in transform if isinstance(m, nn.Conv2d)]
+    our_convs = [m for m in ours.modules() if isinstance(m, nn.Conv2d)]
+    baseline_bns = [m for m in transform if isinstance(m, nn.BatchNorm2d)]
+    our_bns = [m for m in ours.modules() if isinstance(m, nn.BatchNorm2d)]
+    with torch.no_grad():
+        for b, o in zip(baseline_convs, our_convs, strict=True):  # [T, F] kernels become [F, T] kernels
+            o.weight.copy_(b.weight.transpose(-1, -2))
+            o.bias.copy_(b.bias)
+        for b, o in zip(baseline_bns, our_bns, strict=True):
+            o.load_state_dict(b.state_dict())
+        for layer, blstm in enumerate(blstms):
+            for name, value in blstm.state_dict().items():  # weight_ih_l0(_reverse) -> weight_ih_l{layer}(_reverse)
+                getattr(ours.blstm, name.replace("_l0", f"_l{layer}")).copy_(value)
+        lfcc = torch.randn(2, 150, 60)  # [B, T, 60] as the baseline's front end gives it
+        hidden = transform(lfcc.unsqueeze(1)).permute(0, 2, 1, 3).contiguous()
+        hidden = hidden.view(2, hidden.shape[1], -1)
+        lstm = hidden
+        for blstm in blstms:  # BLSTMLayer: (length, batch, dim) in and out
+            lstm = blstm(lstm.permute(1, 0, 2))[0].permute(1, 0, 2)
+        expected = (lstm + hidden).mean(1)  # what m_output_act receives
+        assert torch.allclose(ours(lfcc.transpose(1, 2).unsqueeze(1)), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_max_feature_map_keeps_the_larger_half():
     x = torch.randn(2, 8, 3, 5)
     expected, _ = x.view(2, 2, 4, 3, 5).max(dim=1)  # the baseline's MaxFeatureMap2D

@@ -54,6 +54,56 @@ def test_nesting_is_the_references():
     assert inner.steps[0].conv.dilation == (2, 1) and inner.se.reduce.out_channels == 128  # dilation 2, SE ratio 1
 
 
+def reference_forward(net: Nes2NetX, x: torch.Tensor) -> torch.Tensor:
+    """Liu-Tianchi/Nes2Net_ASVspoof_ITW Nested_Res2Net_TDNN.forward without its fc (x: [B, C, T]), written out with
+    the weights of ``net`` (eval mode)."""
+
+    def bottle2neck(block: InnerRes2Net, y: torch.Tensor) -> torch.Tensor:
+        residual = y
+        out = block.bn_in(torch.relu(block.conv_in(y))).unsqueeze(-1)
+        spx = torch.split(out, block.width, 1)
+        nums = len(block.steps)
+        sp = spx[nums]
+        for i, step in enumerate(block.steps):
+            sp = torch.cat((sp, spx[i]), -1)
+            sp = step.bn(torch.relu(step.conv(sp)))
+            sp_s = torch.sum(sp * step.weights, dim=-1, keepdim=False)
+            out = sp_s if i == 0 else torch.cat((out, sp_s), 1)
+        out = torch.cat((out, spx[nums].squeeze(-1)), 1)
+        out = block.bn_out(torch.relu(block.conv_out(out)))
+        gate = torch.sigmoid(block.se.expand(torch.relu(block.se.reduce(torch.nn.functional.adaptive_avg_pool1d(out, 1)))))
+        out = out * gate
+        out += residual
+        return out
+
+    spx = torch.split(x, net.group, 1)
+    for i, group in enumerate(net.groups):
+        sp = spx[i] if i == 0 else sp + spx[i]  # noqa: F821 (defined at i == 0)
+        sp = group[2](torch.relu(bottle2neck(group[0], sp)))
+        out = sp if i == 0 else torch.cat((out, sp), 1)  # noqa: F821 (defined at i == 0)
+    out = torch.relu(net.bn(torch.cat((out, spx[-1]), 1)))
+    if not net.attentive:
+        return torch.mean(out, dim=-1)
+    p = net.pooling  # ASTP, global_context_att=False
+    alpha = torch.softmax(p.linear2(torch.tanh(p.linear1(out))), dim=2)
+    mean = torch.sum(alpha * out, dim=2)
+    var = torch.sum(alpha * (out**2), dim=2) - mean**2
+    return torch.cat([mean, torch.sqrt(var.clamp(min=1e-10))], dim=1)
+
+
+@pytest.mark.parametrize("pool", ["mean", "attentive"])
+def test_forward_is_the_references(pool):
+    torch.manual_seed(0)
+    net = Nes2NetX(256, pool=pool).eval()  # the reference's nesting (8 × 8) on 256-d features
+    with torch.no_grad():
+        for module in net.modules():
+            if isinstance(module, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
+                module.running_mean.normal_(0, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+        x = torch.randn(2, 256, 60)
+        assert torch.allclose(net(x.transpose(1, 2)), reference_forward(net, x), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(("in_dim", "out_dim"), [(12, 16), (768, 768), (1, 8)])
 def test_feature_sizes_not_divisible_by_the_outer_scale_are_zero_padded(in_dim, out_dim):
     net = Nes2NetX(in_dim).eval()

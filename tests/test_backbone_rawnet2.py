@@ -12,7 +12,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import modforge as mf
-from modforge.components.backbones.rawnet2 import FMSResidualBlock, MelSincConv, RawNet2, SincFront, pool_time
+from modforge.components.backbones.rawnet2 import (
+    FMSResidualBlock,
+    MelSincConv,
+    RawNet2,
+    SincFront,
+    pool_time,
+    reference_state_dict,
+)
 from modforge.components.frontends.sinc import SincFrontend
 from modforge.components.layouts import Layout
 from modforge.engines import build_engine
@@ -27,13 +34,14 @@ def n_params(module: nn.Module) -> int:
 def test_parameter_count_is_the_reference_configurations():
     # asvspoof-challenge/2021 LA/Baseline-RawNet2 model.py with model_config_RawNet.yaml (filts [20, [20, 20],
     # [20, 128], [128, 128]], blocks [2, 4], gru_node 1024 x 3 layers, nb_fc_node 1024, nb_classes 2): 17,621,410
-    # parameters, fc2_gru (the 2-class output layer) included; checked against the reference module itself.
+    # parameters, fc2_gru (the 2-class output layer) included, of which the five blocks' bn1 (2 x (20 + 20 + 3 x 128)
+    # = 848) never reach the output. The default computes what that code computes, without the dead layers.
     backbone = mf.BACKBONES.build({"type": "rawnet2"}, in_dim=1, in_layout=Layout.WAVEFORM)
-    assert n_params(backbone) == 17_619_360
+    assert n_params(backbone) == 17_618_512
     model = mf.build_model({"backbone": "rawnet2", "head": "linear"}, in_dim=1, num_classes=2, layout="waveform")
-    assert n_params(model) == 17_621_410
-    # without pre-activation the five dead BatchNorms of the 2021 baseline code are gone: 2 x (20 + 20 + 3 x 128)
-    assert n_params(RawNet2(preactivation=False)) == 17_619_360 - 848
+    assert n_params(model) == 17_621_410 - 848
+    # the paper's pre-activation blocks use them: the reference module's count
+    assert n_params(RawNet2(preactivation=True)) == 17_618_512 + 848
 
 
 def test_structure_is_the_references():
@@ -44,10 +52,116 @@ def test_structure_is_the_references():
     assert [(b.conv1.in_channels, b.conv2.out_channels) for b in net.blocks] == [(20, 20)] * 2 + [(20, 128)] + [
         (128, 128)
     ] * 3
-    assert isinstance(net.blocks[0].pre, nn.Identity) and all(isinstance(b.pre, nn.Sequential) for b in net.blocks[1:])
+    assert all(isinstance(b.pre, nn.Identity) for b in net.blocks)  # the 2021 baseline: conv1 sees the block input
+    paper = RawNet2(preactivation=True)
+    assert isinstance(paper.blocks[0].pre, nn.Identity) and all(isinstance(b.pre, nn.Sequential) for b in paper.blocks[1:])
     assert isinstance(net.blocks[2].shortcut, nn.Conv1d) and isinstance(net.blocks[3].shortcut, nn.Identity)
     assert (net.gru.input_size, net.gru.hidden_size, net.gru.num_layers) == (128, 1024, 3)
     assert (net.fc.in_features, net.fc.out_features, net.out_dim) == (1024, 1024, 1024)
+
+
+# ----------------------------------------------------------------------------- the reference's computation
+def reference_state(gru_dim: int, gru_layers: int, fc_dim: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random weights under the keys and shapes of the ASVspoof 2021 baseline's RawNet (asvspoof-challenge/2021
+    LA/Baseline-RawNet2/model.py), written from its module list, with non-trivial BatchNorm statistics."""
+    g = torch.Generator().manual_seed(seed)
+    state: dict[str, torch.Tensor] = {}
+
+    def bn(name: str, n: int) -> None:
+        state.update({f"{name}.weight": 1 + 0.1 * torch.randn(n, generator=g), f"{name}.bias": 0.1 * torch.randn(n, generator=g),
+                      f"{name}.running_mean": 0.1 * torch.randn(n, generator=g),
+                      f"{name}.running_var": 0.5 + torch.rand(n, generator=g),
+                      f"{name}.num_batches_tracked": torch.tensor(7)})
+
+    def dense(name: str, *shape: int) -> None:
+        fan_in = int(np.prod(shape[1:]))
+        state[f"{name}.weight"] = torch.randn(*shape, generator=g) / fan_in**0.5
+        state[f"{name}.bias"] = 0.1 * torch.randn(shape[0], generator=g)
+
+    bn("first_bn", 20)
+    for i, (cin, cout) in enumerate([(20, 20), (20, 20), (20, 128), (128, 128), (128, 128), (128, 128)]):
+        if i > 0:
+            bn(f"block{i}.0.bn1", cin)  # dead in the reference
+        dense(f"block{i}.0.conv1", cout, cin, 3)
+        bn(f"block{i}.0.bn2", cout)
+        dense(f"block{i}.0.conv2", cout, cout, 3)
+        if cin != cout:
+            dense(f"block{i}.0.conv_downsample", cout, cin, 1)
+        dense(f"fc_attention{i}.0", cout, cout)
+    bn("bn_before_gru", 128)
+    for layer in range(gru_layers):
+        inputs = 128 if layer == 0 else gru_dim
+        state[f"gru.weight_ih_l{layer}"] = torch.randn(3 * gru_dim, inputs, generator=g) / inputs**0.5
+        state[f"gru.weight_hh_l{layer}"] = torch.randn(3 * gru_dim, gru_dim, generator=g) / gru_dim**0.5
+        state[f"gru.bias_ih_l{layer}"] = 0.1 * torch.randn(3 * gru_dim, generator=g)
+        state[f"gru.bias_hh_l{layer}"] = 0.1 * torch.randn(3 * gru_dim, generator=g)
+    dense("fc1_gru", fc_dim, gru_dim)
+    dense("fc2_gru", 2, fc_dim)
+    return state
+
+
+def reference_forward(state: dict[str, torch.Tensor], x: torch.Tensor, filters: torch.Tensor) -> torch.Tensor:
+    """RawNet.forward of the ASVspoof 2021 baseline in eval mode, step by step (its log-softmax output)."""
+
+    def bn(y: torch.Tensor, name: str) -> torch.Tensor:
+        return F.batch_norm(y, state[f"{name}.running_mean"], state[f"{name}.running_var"], state[f"{name}.weight"],
+                            state[f"{name}.bias"], False, 0.1, 1e-5)
+
+    x = F.conv1d(x.view(x.shape[0], 1, x.shape[1]), filters)
+    x = F.selu(bn(F.max_pool1d(torch.abs(x), 3), "first_bn"))
+    for i in range(6):
+        p = f"block{i}.0."
+        out = F.conv1d(x, state[p + "conv1.weight"], state[p + "conv1.bias"], padding=1)  # x, not bn1(x)
+        out = F.leaky_relu(bn(out, p + "bn2"), 0.3)
+        out = F.conv1d(out, state[p + "conv2.weight"], state[p + "conv2.bias"], padding=1)
+        if p + "conv_downsample.weight" in state:
+            out += F.conv1d(x, state[p + "conv_downsample.weight"], state[p + "conv_downsample.bias"])
+        else:
+            out += x
+        x0 = F.max_pool1d(out, 3)
+        y = F.linear(F.adaptive_avg_pool1d(x0, 1).view(x0.size(0), -1), state[f"fc_attention{i}.0.weight"],
+                     state[f"fc_attention{i}.0.bias"])
+        y = torch.sigmoid(y).view(y.size(0), y.size(1), -1)
+        x = x0 * y + y
+    x = F.selu(bn(x, "bn_before_gru")).permute(0, 2, 1)
+    hidden = state["fc1_gru.weight"].shape[1]
+    gru = nn.GRU(128, hidden, num_layers=sum(k.startswith("gru.weight_ih") for k in state), batch_first=True)
+    gru.load_state_dict({k.removeprefix("gru."): v for k, v in state.items() if k.startswith("gru.")})
+    x, _ = gru(x)
+    x = F.linear(x[:, -1, :], state["fc1_gru.weight"], state["fc1_gru.bias"])
+    return F.log_softmax(F.linear(x, state["fc2_gru.weight"], state["fc2_gru.bias"]), dim=1)
+
+
+def test_default_computes_the_2021_baseline_with_its_weights():
+    state = reference_state(gru_dim=32, gru_layers=2, fc_dim=16)
+    args = {"gru_dim": 32, "gru_layers": 2, "fc_dim": 16}
+    model = mf.build_model(
+        {"backbone": {"type": "rawnet2", "args": args}, "head": "linear"}, in_dim=1, num_classes=2, layout="waveform"
+    ).eval()
+    model.load_state_dict(reference_state_dict(state))  # strict: every key accounted for
+    filters = MelSincConv(20, 1024, 16000).filters
+    x = 0.1 * torch.randn(3, 16000, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours = torch.log_softmax(model(x), dim=1)
+        expected = reference_forward(state, x, filters)
+    assert torch.allclose(ours, expected, rtol=0, atol=1e-6)
+    # the bare backbone takes the same weights without the output layer
+    backbone = RawNet2(**args).eval()
+    backbone.load_state_dict(reference_state_dict(state, backbone_prefix="", head_prefix=None))
+    with torch.no_grad():
+        assert torch.equal(backbone(x), model.stage("backbone")(x))
+
+
+def test_reference_state_dict_names_what_it_cannot_map():
+    state = reference_state(gru_dim=8, gru_layers=1, fc_dim=4)
+    mapped = reference_state_dict(state)
+    assert not any(".bn1." in k or k.endswith("pre.0.weight") for k in mapped)  # the dead bn1 layers are left out
+    assert mapped["parts.backbone.blocks.2.shortcut.weight"] is state["block2.0.conv_downsample.weight"]
+    assert mapped["parts.head.fc.weight"] is state["fc2_gru.weight"]
+    assert mapped["parts.backbone.front.bn.running_var"] is state["first_bn.running_var"]
+    with pytest.raises(ValueError, match=r"2 key\(s\) are not those of .*module.fc1_gru.weight, block0.0.bn3.weight"):
+        reference_state_dict({"module.fc1_gru.weight": state["fc1_gru.weight"], "block0.0.bn3.weight": torch.ones(2),
+                              "gru.weight_ih_l0": state["gru.weight_ih_l0"]})
 
 
 def test_sinc_filters_are_mel_spaced_hamming_windowed_band_passes():
@@ -139,14 +253,52 @@ def test_sinc_frontend_feeds_the_channels_path():
     assert out.shape == (1, 2) and torch.isfinite(out).all()
 
 
-def test_preactivation_false_is_the_2021_baseline_block():
-    block = FMSResidualBlock(20, 20, preactivation=False).eval()
+def test_blocks_compute_the_2021_baseline_block_by_default():
+    block = FMSResidualBlock(20, 20).eval()
+    assert isinstance(block.pre, nn.Identity)
     x = torch.randn(2, 20, 30)
     with torch.no_grad():
-        out = block.conv2(block.act(block.bn2(block.conv1(x)))) + x  # conv1 sees the block input directly
+        out = block.conv2(F.leaky_relu(block.bn2(block.conv1(x)), 0.3)) + x  # conv1 sees the block input directly
         out = F.max_pool1d(out, 3)
         scale = torch.sigmoid(block.attention(out.mean(-1))).unsqueeze(-1)
-        assert torch.allclose(block(x), out * scale + scale)  # FMS: x * s + s
+        assert torch.equal(block(x), out * scale + scale)  # FMS: x * s + s
+        paper = FMSResidualBlock(20, 20, preactivation=True).eval()
+        pre = F.leaky_relu(paper.pre[0](x), 0.3)
+        out = F.max_pool1d(paper.conv2(F.leaky_relu(paper.bn2(paper.conv1(pre)), 0.3)) + x, 3)
+        scale = torch.sigmoid(paper.attention(out.mean(-1))).unsqueeze(-1)
+        assert torch.allclose(paper(x), out * scale + scale)
+
+
+def test_training_gradients_match_the_out_of_place_computation():
+    # the in-place activations and additions must leave autograd's saved tensors intact
+    torch.manual_seed(0)
+    net = RawNet2(**SMALL).train()
+    x = 0.1 * torch.randn(2, 6000)
+    net(x).square().sum().backward()
+    grads = {name: p.grad.clone() for name, p in net.named_parameters()}
+    net.zero_grad()
+
+    def plain_block(block: FMSResidualBlock, y: torch.Tensor) -> torch.Tensor:
+        out = block.conv2(F.leaky_relu(block.bn2(block.conv1(block.pre(y))), 0.3)) + block.shortcut(y)
+        out = F.max_pool1d(out, 3)
+        scale = torch.sigmoid(block.attention(out.mean(-1))).unsqueeze(-1)
+        return out * scale + scale
+
+    with torch.no_grad():  # the same batch statistics again: reset the running ones the first pass moved
+        for module in net.modules():
+            if isinstance(module, nn.BatchNorm1d):
+                module.reset_running_stats()
+    y = F.selu(net.front.bn(F.max_pool1d(torch.abs(net.front.sinc(x.unsqueeze(1))), 3)))
+    for block in net.blocks:
+        y = plain_block(block, y)
+    y, _ = net.gru(F.selu(net.gru_bn(y)).transpose(1, 2))
+    net.fc(y[:, -1]).square().sum().backward()
+    for name, p in net.named_parameters():
+        assert torch.allclose(p.grad, grads[name], rtol=1e-3, atol=1e-5), name
+    # a gradient with respect to the waveform (saliency, adversarial examples) goes through the out-of-place |x|
+    x.requires_grad_(True)
+    net(x).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0  # SELU's in-place backward rounds differently
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import modforge as mf
 from modforge.components.backbones.tcm_conformer import ConformerBlock, TCMAttention, TCMConformer
@@ -51,6 +52,71 @@ def test_head_tokens_join_the_attention_and_merge_into_the_class_token():
     assert torch.allclose(out[:, 1:], mixed[:, 1:9], atol=1e-6) and torch.allclose(out[:, :1], cls, atol=1e-6)
 
 
+def reference_forward(net: TCMConformer, x: torch.Tensor) -> torch.Tensor:
+    """ductuantruong/tcm_add Model.forward after XLS-R (LL, first_bn, selu, MyConformer) and conformer.py's blocks,
+    written out with the weights of ``net`` (eval mode): the class token's output."""
+    b, frames, _ = x.shape
+    dim = net.out_dim
+    x = F.selu(net.input_norm(net.projection(x).unsqueeze(dim=1))).squeeze(dim=1)
+    table = torch.FloatTensor([[p / (10000 ** (2 * (i // 2) / dim)) for i in range(dim)] for p in range(frames)])
+    table[:, 0::2] = torch.sin(table[:, 0::2])
+    table[:, 1::2] = torch.cos(table[:, 1::2])
+    x = x + table.unsqueeze(0)
+    x = torch.stack([torch.vstack((net.class_token[0], x[i])) for i in range(len(x))])
+    swish = lambda t: t * t.sigmoid()  # noqa: E731
+
+    def ff(module, t):
+        net_ = module.net
+        return net_[4](swish(net_[1](net_[0](t))))
+
+    for block in net.blocks:
+        x = ff(block.ff1, x) * 0.5 + x
+        a, y = block.attn, block.attn_norm(x)  # PreNorm(Attention)
+        n, heads, c = y.shape[1], a.heads, dim
+        x_ = y.reshape(b, -1, heads, c // heads).permute(0, 2, 1, 3).mean(dim=2)
+        x_ = a.token_proj(x_).reshape(b, -1, heads, c // heads)
+        x_ = F.gelu(a.token_norm(x_)).flatten(2) + a.token_pos.expand(b, -1, -1)
+        y = torch.cat([y, x_], dim=1)
+        qkv = a.qkv(y).reshape(b, n + heads, 3, heads, c // heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = ((q @ k.transpose(-2, -1)) * a.scale).softmax(dim=-1)
+        y = a.proj((attn @ v).transpose(1, 2).reshape(b, n + heads, c))
+        cls, patch, ht = torch.split(y, [1, n - 1, heads], dim=1)
+        cls = cls + torch.mean(ht, dim=1, keepdim=True) + torch.mean(patch, dim=1, keepdim=True)
+        x = torch.cat([cls, patch], dim=1) + x
+        conv = block.conv
+        y = conv.pointwise_in(conv.norm(x).permute(0, 2, 1))
+        out, gate = y.chunk(2, dim=1)
+        y = conv.depthwise(F.pad(out * gate.sigmoid(), (15, 15)))
+        y = conv.pointwise_out(swish(conv.bn(y))).permute(0, 2, 1)
+        x = y + x
+        x = ff(block.ff2, x) * 0.5 + x
+        x = block.post_norm(x)
+    return x[:, 0, :]
+
+
+def test_forward_is_the_references():
+    torch.manual_seed(0)
+    net = mf.BACKBONES.build("tcm_conformer", in_dim=64).eval()  # the reference configuration on 64-d features
+    with torch.no_grad():
+        for module in net.modules():
+            if isinstance(module, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
+                module.running_mean.normal_(0, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+            if isinstance(module, TCMAttention):
+                module.token_pos.normal_(0, 0.1)
+        x = torch.randn(2, 50, 64)
+        assert torch.allclose(net(x), reference_forward(net, x), rtol=1e-4, atol=1e-5)
+
+
+def test_blocks_start_from_one_initialisation_as_the_references_clones():
+    net = mf.BACKBONES.build("tcm_conformer", in_dim=32)
+    first = net.blocks[0].state_dict()
+    for block in net.blocks[1:]:
+        assert all(torch.equal(first[k], v) for k, v in block.state_dict().items())
+        assert block.ff1.net[1].weight.data_ptr() != net.blocks[0].ff1.net[1].weight.data_ptr()  # copies, not shared
+
+
 def test_position_encoding_is_the_references_sinusoid():
     net = small()
     pe = net.position_encoding(5, torch.zeros(1))[0]
@@ -58,6 +124,11 @@ def test_position_encoding_is_the_references_sinusoid():
         for i in range(16):
             angle = p / 10000 ** (2 * (i // 2) / 16)
             assert pe[p, i].item() == pytest.approx(math.sin(angle) if i % 2 == 0 else math.cos(angle), abs=1e-6)
+    # bit for bit the reference's float32 table (angles rounded to float32 before sin/cos), here at 144 channels
+    net = mf.BACKBONES.build("tcm_conformer", in_dim=8)
+    table = torch.FloatTensor([[p / (10000 ** (2 * (i // 2) / 144)) for i in range(144)] for p in range(700)])
+    table[:, 0::2], table[:, 1::2] = torch.sin(table[:, 0::2]), torch.cos(table[:, 1::2])
+    assert torch.equal(net.position_encoding(700, torch.zeros(1))[0], table)
 
 
 def test_block_order_is_half_ffn_attention_conv_half_ffn_norm():

@@ -197,14 +197,16 @@ def test_deltas_regression_and_plain_difference():
 
 # ----------------------------------------------------------------------------- LFCC and MFCC
 def ref_lfcc(x: torch.Tensor) -> np.ndarray:
-    """The ASVspoof 2021 LFCC-LCNN front-end (320/160/512, 20 filters, energy, deltas) from torch.stft,
-    a trimf filterbank loop and scipy's DCT."""
+    """The ASVspoof 2021 LFCC-LCNN front-end as its code computes it (asvspoof-challenge/2021 LA/Baseline-LFCC-LCNN:
+    baseline_LA/model.py's LFCC(320, 160, 1024, 16000, 20, with_energy=True, max_freq=0.5), sandbox/util_frontend.py):
+    torch.stft with a 320-tap Hamming window in a 1024-point DFT, the lowest int(0.5 · 513) = 256 bins given the
+    frequencies linspace(0, 4000, 256), a trimf filterbank loop, scipy's DCT, the energy of the kept bins."""
     x = x.double()
     x = torch.cat([x[:, :1], x[:, 1:] - 0.97 * x[:, :-1]], dim=1)
-    power = ref_power(x, 512, 160, 320, torch.hamming_window(320), pad_mode="constant").numpy()
-    f = 8000.0 * np.linspace(0, 1, 257)
-    bands = np.linspace(0.0, 8000.0, 22)
-    bank = np.zeros((257, 20))
+    power = ref_power(x, 1024, 160, 320, torch.hamming_window(320), pad_mode="constant").numpy()[:, :, :256]
+    f = 8000.0 * np.linspace(0, 0.5, 256)
+    bands = np.linspace(f.min(), f.max(), 22)
+    bank = np.zeros((256, 20))
     for i in range(20):
         a, b, c = bands[i : i + 3]
         bank[:, i] = np.where((a < f) & (f < b), (f - a) / (b - a), 0.0) + np.where(
@@ -213,7 +215,7 @@ def ref_lfcc(x: torch.Tensor) -> np.ndarray:
         bank[f == b, i] = 1.0
     eps = np.finfo(np.float32).eps
     coeffs = scipy.fft.dct(np.log10(power @ bank + eps), type=2, norm="ortho", axis=-1)[..., :20]
-    coeffs[..., 0] = np.log10(power.sum(-1) / 512 + eps)
+    coeffs[..., 0] = np.log10((power / 1024).sum(-1) + eps)
 
     def delta(c):
         p = np.concatenate([c[:, :1], c, c[:, -1:]], axis=1)
@@ -225,22 +227,23 @@ def ref_lfcc(x: torch.Tensor) -> np.ndarray:
 
 def test_lfcc_matches_the_asvspoof_baseline_recipe():
     x = signal(2, 8000)
-    ours = fe.LFCC()(x)
+    lfcc = fe.LFCC()
+    assert (lfcc.stft.n_fft, lfcc.stft.win_length, lfcc.stft.hop_length) == (1024, 320, 160)
+    assert (lfcc.low_bin, lfcc.high_bin) == (0, 256)  # the baseline's max_freq = 0.5
+    ours = lfcc(x)
     assert ours.shape == (2, 1 + 8000 // 160, 60)
-    assert np.allclose(ours.double().numpy(), ref_lfcc(x), atol=2e-3)
-    assert torch.equal(linear_filterbank(257, SR, 20) > 0, torch.from_numpy(ref_bank_support()))
-
-
-def ref_bank_support() -> np.ndarray:
-    f = 8000.0 * np.linspace(0, 1, 257)
-    bands = np.linspace(0.0, 8000.0, 22)
-    return np.stack([(bands[i] < f) & (f < bands[i + 2]) for i in range(20)], axis=1)
+    assert np.allclose(ours.double().numpy(), ref_lfcc(x), atol=1e-4)
+    f = 8000.0 * np.linspace(0, 0.5, 256)  # the baseline's frequencies for its 256 kept bins: the same triangles
+    bands = np.linspace(0.0, 4000.0, 22)
+    trimf = np.stack([np.clip(np.minimum((f - bands[i]) / (bands[i + 1] - bands[i]),
+                                         (bands[i + 2] - f) / (bands[i + 2] - bands[i + 1])), 0, None) for i in range(20)], 1)
+    assert np.allclose(lfcc.filterbank.double().numpy(), trimf, atol=1e-6)
 
 
 def test_lfcc_options_change_the_size():
     assert fe.LFCC(deltas=False).out_dim == 20
     assert fe.LFCC(n_filters=30, n_coeffs=12).out_dim == 36
-    plain = fe.LFCC(deltas=False, with_energy=False, pre_emphasis=0.0)
+    plain = fe.LFCC(deltas=False, with_energy=False, pre_emphasis=0.0, n_fft=512, f_max=8000.0)  # the whole spectrum
     x = signal(1, 4000)
     power = ref_power(x, 512, 160, 320, torch.hamming_window(320), pad_mode="constant")
     fbank = (power @ linear_filterbank(257, SR, 20).double() + np.finfo(np.float32).eps).log10().numpy()
@@ -377,7 +380,8 @@ def test_input_rank_is_checked_and_channel_dim_squeezed():
 
 def test_sample_rate_sets_the_default_windows():
     lfcc = mf.FRONTENDS.build("lfcc", sample_rate=8000)
-    assert (lfcc.stft.n_fft, lfcc.stft.win_length, lfcc.stft.hop_length) == (256, 160, 80)
+    assert (lfcc.stft.n_fft, lfcc.stft.win_length, lfcc.stft.hop_length) == (512, 160, 80)
+    assert lfcc.high_bin == 128 and lfcc.filterbank.shape == (128, 20)  # the lower half of the bins, as the baseline
     mel = mf.FRONTENDS.build({"type": "log_mel", "args": {"n_mels": 64}}, sample_rate=22050)
     assert (mel.stft.n_fft, mel.stft.win_length, mel.stft.hop_length, mel.out_dim) == (1024, 551, 220, 64)
     assert fe.Spectrogram(n_fft=1024).out_dim == 513

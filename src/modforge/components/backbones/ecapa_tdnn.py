@@ -3,25 +3,37 @@ Channel Attention, Propagation and Aggregation in TDNN Based Speaker Verificatio
 Interspeech 2020), a frame-level 1-D convolutional network that turns frame features
 (80 log-mel bands in the paper) into one utterance embedding.
 
-The layout follows the paper's Table/Figure 2 (and TaoRuijie/ECAPA-TDNN, which matches it):
+Matches: TaoRuijie/ECAPA-TDNN ``model.py`` (``ECAPA_TDNN(C=1024)`` after its feature
+extraction) at 4904fda (2023-05-29), whose released weights are ``exps/pretrain.model``:
 
-* ``Conv1D + ReLU + BN`` (k=5) to ``C`` channels;
+* ``Conv1D(k=5) → ReLU → BN`` to ``C`` channels;
 * three SE-Res2Blocks (k=3, dilations 2, 3, 4, Res2Net scale 8, SE bottleneck 128), each
   ``Conv1D(k=1) → Res2 dilated Conv1D → Conv1D(k=1) → SE`` with every convolution followed by
-  ReLU and BN, plus a residual connection. The input of each block is the *sum* of the
-  outputs of every block before it (the paper's Section 3.4: summed rather than
-  concatenated to keep the parameter count down);
+  ReLU and BN, plus a residual connection; in the Res2 stage group ``i ≥ 1`` is convolved
+  after adding the previous group's output and the last group passes through unchanged.
+  The input of each block is the *sum* of the outputs of every block before it (the
+  paper's Section 3.4);
 * multi-layer feature aggregation: the three blocks' outputs concatenated, ``Conv1D + ReLU``
   (k=1) to 1536 channels;
-* attentive statistics pooling with global context (modforge's ``attentive_stats_pool``
-  neck, attention bottleneck 128), ``BN``, ``FC`` to the 192-d embedding, ``BN``.
+* attentive statistics pooling with global context: the attention sees each frame, the
+  mean and the standard deviation over time (``Conv1D → ReLU → BN → tanh → Conv1D``, 256
+  wide, a softmax over time per channel); the global standard deviation is
+  ``sqrt(max(var, 1e-4))`` with the *sample* variance, the weighted one
+  ``sqrt(max(E_w[x²] − μ², 1e-4))``, as the reference computes them; then ``BN``, ``FC``
+  to the 192-d embedding, ``BN``.
 
-With 80 inputs the parameter counts are 14,657,728 for C=1024 and 6,191,360 for C=512
-(the paper's Table 2 gives 14.7 M and 6.2 M). TaoRuijie/ECAPA-TDNN's code uses a 256-wide
-attention bottleneck instead of 128 (``attention_dim=256``: 15,444,544 for C=1024). With that
-setting and the same weights this module reproduces TaoRuijie's network except for the
-pooling's numerics: the shared neck uses the population variance and a 1e-6 floor for the
-standard deviations where TaoRuijie uses the sample variance and a 1e-4 floor.
+With 80 inputs that is 15,444,544 parameters for C=1024 (the reference's count).
+``attention_dim=128`` is the paper's attention bottleneck (Table 2: 14.7 M for C=1024,
+6.2 M for C=512; 14,657,728 and 6,191,360 here).
+
+Remaining differences: the reference's module names differ (``conv1``/``bn1``,
+``layer1-3`` with ``convs``/``bns``, ``layer4``, ``attention``, ``bn5``, ``fc6``, ``bn6``), so its
+state dict needs its keys renamed; and the reference computes its features inside the
+model (pre-emphasis 0.97, an 80-band mel spectrogram of 25 ms Hamming windows, 512-point
+DFT, 20-7600 Hz, ``log(x + 1e-6)`` minus its mean over time, SpecAugment-style masking when
+training) — here that is the frontend's job. speechbrain's ``ECAPA_TDNN`` is a different
+network (blocks fed one after the other, a convolution + BN aggregation layer, no final
+BN), so its weights do not fit.
 """
 
 from __future__ import annotations
@@ -34,6 +46,10 @@ from ..base import Backbone
 from ..common import SqueezeExcitation, frame_layout, require_positive
 from ..layouts import Layout
 from ..necks.attentive_stats_pool import AttentiveStatsPool
+
+__all__ = ["ECAPATDNN", "ReferenceStatsPool", "SERes2Block", "conv_relu_bn"]
+
+STD_FLOOR = 1e-4  # TaoRuijie/ECAPA-TDNN's floor of both variances before the square root
 
 
 def conv_relu_bn(in_channels: int, out_channels: int, kernel_size: int = 1, dilation: int = 1) -> nn.Sequential:
@@ -73,6 +89,37 @@ class SERes2Block(nn.Module):
         return self.se(self.conv_out(torch.cat(outputs, dim=1))) + x
 
 
+@torch.jit.unused
+def _traced() -> bool:
+    """Whether the call is being traced or compiled (ONNX export, torch.jit.trace, torch.compile)."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()
+
+
+class ReferenceStatsPool(AttentiveStatsPool):
+    """Attentive statistics pooling with global context computed as TaoRuijie/ECAPA-TDNN's model.py does:
+    the global standard deviation from the sample variance, both variances floored at 1e-4, and the
+    weighted moments ``Σ x·w`` and ``Σ x²·w``. The layers (``attention``) are the neck's."""
+
+    def __init__(self, in_dim: int, attention_dim: int):
+        super().__init__(in_dim, Layout.CHANNELS, attention_dim=attention_dim, global_context=True)
+        self.floor = STD_FLOOR
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        frames = x.shape[-1]
+        # the sample variance; of one frame (where it is undefined and the reference gives NaN), 0.
+        # Exported graphs keep the sample variance (a traced length cannot choose between the two).
+        if torch.jit.is_scripting():
+            correction = 1 if frames > 1 else 0
+        else:
+            correction = 1 if _traced() or frames > 1 else 0
+        mean = x.mean(dim=2, keepdim=True).expand(-1, -1, frames)
+        std = x.var(dim=2, keepdim=True, correction=correction).clamp(min=self.floor).sqrt().expand(-1, -1, frames)
+        weights = torch.softmax(self.attention(torch.cat([x, mean, std], dim=1)), dim=2)
+        mu = (x * weights).sum(dim=2)
+        sigma = (((x * x) * weights).sum(dim=2) - mu * mu).clamp(min=self.floor).sqrt()
+        return torch.cat([mu, sigma], dim=1)
+
+
 @register_backbone("ecapa_tdnn")
 class ECAPATDNN(Backbone):
     """ECAPA-TDNN: SE-Res2Blocks, multi-layer aggregation, attentive statistics pooling → embedding.
@@ -88,8 +135,8 @@ class ECAPATDNN(Backbone):
         kernel_size: kernel of the dilated Res2 convolutions (odd).
         scale: Res2Net scale (number of channel groups).
         se_bottleneck: bottleneck width of the squeeze-excitation gates.
-        attention_dim: bottleneck width of the pooling attention (128 in the paper, 256 in
-            TaoRuijie/ECAPA-TDNN).
+        attention_dim: bottleneck width of the pooling attention (256: TaoRuijie/ECAPA-TDNN;
+            128: the paper).
     """
 
     accepts = (Layout.SEQUENCE, Layout.CHANNELS)
@@ -107,7 +154,7 @@ class ECAPATDNN(Backbone):
         kernel_size: int = 3,
         scale: int = 8,
         se_bottleneck: int = 128,
-        attention_dim: int = 128,
+        attention_dim: int = 256,
     ):
         super().__init__()
         layout = frame_layout("ecapa_tdnn", in_layout)
@@ -127,7 +174,7 @@ class ECAPATDNN(Backbone):
             SERes2Block(channels, kernel_size, dilation, scale, se_bottleneck) for dilation in dilations
         )
         self.mfa = nn.Sequential(nn.Conv1d(channels * len(dilations), mfa_dim, 1), nn.ReLU())
-        self.pool = AttentiveStatsPool(mfa_dim, Layout.CHANNELS, attention_dim=attention_dim, global_context=True)
+        self.pool = ReferenceStatsPool(mfa_dim, attention_dim)
         self.pool_norm = nn.BatchNorm1d(2 * mfa_dim)
         self.fc = nn.Linear(2 * mfa_dim, embed_dim)
         self.embed_norm = nn.BatchNorm1d(embed_dim)

@@ -2,8 +2,14 @@
 
 The LCNN of the STC systems for ASVspoof 2019 (Lavrentyeva et al., Interspeech 2019,
 "STC antispoofing systems for the ASVspoof2019 challenge") in the form of the ASVspoof
-2021 LFCC-LCNN baseline (Wang & Yamagishi; asvspoof-challenge/2021
-``LA/Baseline-LFCC-LCNN/project/baseline_LA/model.py``), which is the variant built here:
+2021 LFCC-LCNN baseline (Wang & Yamagishi), which is the variant built here.
+
+Matches: asvspoof-challenge/2021 ``LA/Baseline-LFCC-LCNN/project/baseline_LA/model.py``
+(``m_transform``, ``m_before_pooling`` and the mean before ``m_output_act``; the DF and PA
+baselines are the same) with ``sandbox/block_nn.py``'s ``MaxFeatureMap2D`` and ``BLSTMLayer``,
+at 4ab5666 (2021-06-01) — whose released weights (``__pretrained/trained_network.pt``) were
+trained on the ``lfcc`` frontend's default features (60 dims: 20 LFCC + deltas), which
+``lfcc`` + ``lcnn`` + ``linear`` reproduce:
 
 1. a stack of convolutions, each followed by Max-Feature-Map (MFM: the channels are split
    in two halves and their element-wise maximum kept, halving the channels):
@@ -17,12 +23,19 @@ The LCNN of the STC systems for ASVspoof 2019 (Lavrentyeva et al., Interspeech 2
    number of frames (the 2019 system instead used fully connected layers on fixed-size
    inputs, which is why it is not the variant chosen).
 
-Differences from the baseline, all deliberate:
+Differences from the baseline, all deliberate (none changes what the baseline computes
+on its 60-dim features):
 
 * Input orientation. modforge's image is [B, C, F, T] (frequency = H, time = W); the
   baseline convolves [B, 1, T, F]. The kernels are square, so this is the same network
-  with its kernels transposed; the flattened features keep the baseline's order
-  (channel-major, then frequency).
+  with its kernels transposed (a baseline weight ``w`` is ``w.transpose(-1, -2)`` here);
+  the flattened features keep the baseline's order (channel-major, then frequency).
+* Names. The two ``BLSTMLayer`` modules (each ``nn.LSTM(96, 48, bidirectional=True)``) are one
+  2-layer bidirectional ``nn.LSTM`` — the same computation, its layer-1 weights under
+  ``*_l1`` keys; the convolutions sit in four ``stages`` instead of one ``Sequential``. A
+  baseline state dict therefore needs its keys renamed (and the kernels transposed).
+* Output. The baseline's ``Linear(96, 1)`` gives one logit (a sigmoid and BCE in
+  training, the logit as the score); modforge's ``linear`` head gives ``num_classes``.
 * Frequency width. The baseline's width, 32 × (60 LFCC dims // 16) = 96, depends on the
   number of frequency bins, which the builder cannot hand over (a spectrogram arrives as
   a one-channel image, ``in_dim`` = 1). Here the frequency axis left after the four pools

@@ -1,7 +1,12 @@
 """``nes2net`` — Nes2Net-X, the nested Res2Net back-end of Liu, Truong, Das, Lee & Li,
 "Nes2Net: A Lightweight Nested Architecture for Foundation Model Driven Speech
-Anti-spoofing" (IEEE T-IFS 2025, arXiv 2504.05657; code: github.com/Liu-Tianchi/Nes2Net and
-Liu-Tianchi/Nes2Net_ASVspoof_ITW).
+Anti-spoofing" (IEEE T-IFS 2025, arXiv 2504.05657).
+
+Matches: Liu-Tianchi/Nes2Net_ASVspoof_ITW ``model_scripts/wav2vec2_Nes2Net_X.py``
+(``Nested_Res2Net_TDNN``, the back-end after XLS-R) at ee8b559 (2025-03-12), with ``main.py``'s
+defaults (``--Nes_ratio 8 8 --SE_ratio 1 --dilation 2 --pool_func mean``), the configuration of
+its released ASVspoof / In-the-Wild checkpoints. (Liu-Tianchi/Nes2Net's WavLM models for
+singing-voice deepfakes use the same blocks with ``--dilation 1``: pass ``dilation=1``.)
 
 Speech foundation models (XLS-R, WavLM) give 1024-d frames; instead of a dimensionality
 reduction layer, Nes2Net works on all of them directly:
@@ -23,9 +28,15 @@ The embedding is the pooled vector (the reference's 2-way linear classifier is m
 2, mean pooling): 509,989 parameters on 1024-d features, 512,039 with the reference's
 classifier (the paper and the repository report 511k).
 
-Feature sizes that are not a multiple of ``s₁`` are zero-padded up to the next multiple
-(no projection, in the spirit of the design), so ``out_dim`` is the padded size; groups
-narrower than ``s₂`` get inner groups of one channel.
+The tests check the forward against a transcription of the reference's. Remaining
+differences: the module names differ (``Build_in_Res2Nets.{i}`` → ``groups.{i}.0``, ``bns.{i}``
+→ ``groups.{i}.2``, ``convs``/``bns``/``weighted_sum`` → ``steps.{j}.conv``/``bn``/``weights``,
+``conv1``/``bn1``/``conv3``/``bn3`` → ``conv_in``/``bn_in``/``conv_out``/``bn_out``, ``se.se.1``/``se.se.3`` →
+``se.reduce``/``se.expand``), so its state dict needs its keys renamed; and inputs the
+reference refuses are accepted: feature sizes that are not a multiple of ``s₁`` are
+zero-padded up to the next multiple (no projection, in the spirit of the design), so
+``out_dim`` is the padded size; groups narrower than ``s₂`` get inner groups of one channel,
+and a squeeze-excitation bottleneck never narrower than 2 (the reference's ``C // SE_ratio``).
 """
 
 from __future__ import annotations
@@ -96,7 +107,7 @@ class AttentiveStatistics(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights = torch.softmax(self.linear2(torch.tanh(self.linear1(x))), dim=2)
         mean = (weights * x).sum(dim=2)
-        std = ((weights * x * x).sum(dim=2) - mean * mean).clamp(min=1e-10).sqrt()
+        std = ((weights * (x * x)).sum(dim=2) - mean * mean).clamp(min=1e-10).sqrt()  # the reference's α·x²
         return torch.cat([mean, std], dim=1)
 
 

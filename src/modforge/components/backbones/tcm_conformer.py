@@ -1,25 +1,39 @@
 """``tcm_conformer`` — the conformer back-end with temporal-channel modeling (TCM) self-attention
 of Truong, Tao, Nguyen, Luong, Lee & Chng, "Temporal-Channel Modeling in Multi-head
-Self-Attention for Synthetic Speech Detection", Interspeech 2024 (code:
-github.com/ductuantruong/tcm_add), meant to sit on XLS-R (wav2vec 2.0) frame features.
+Self-Attention for Synthetic Speech Detection", Interspeech 2024, meant to sit on XLS-R
+(wav2vec 2.0) frame features.
 
-The structure follows the reference code:
+Matches: ductuantruong/tcm_add ``model.py`` (``Model`` after its SSL front end, ``MyConformer``)
+and ``conformer.py`` at 726387e (2024-12-04), with ``main.py``'s defaults (``--emb-size 144
+--heads 4 --num_encoders 4 --kernel_size 31``), the configuration of its released models:
 
-* ``Linear(in_dim → 144)``, ``BatchNorm2d(1)`` over the whole [T, D] map, SELU;
-* fixed sinusoidal position encodings added to the frames, then a learned class token
-  prepended (the class token carries no position);
-* four conformer blocks: ``½·FFN → MHSA(TCM) → convolution module → ½·FFN → LayerNorm``, each
-  sub-layer pre-normed and residual; the convolution module is ``LayerNorm → pointwise conv
-  (×2 expansion) → GLU → depthwise conv (k=31) → BatchNorm → Swish → pointwise conv``;
-* the embedding is the class token's output (144-d); the reference's 2-way linear
-  classifier is modforge's ``linear`` head.
+* ``Linear(in_dim → 144)`` (``LL``), ``BatchNorm2d(1)`` over the whole [T, D] map, SELU;
+* fixed sinusoidal position encodings added to the frames — angle ``p / 10000^(2⌊i/2⌋/D)``
+  rounded to float32, sine on even channels, cosine on odd ones, as the reference's table —
+  then a learned class token (``torch.rand`` initialisation) prepended, without a position;
+* four conformer blocks: ``x + ½·FFN(x)``, ``x + MHSA(TCM)(LN(x))``, ``x + Conv(x)``,
+  ``x + ½·FFN(x)``, ``LayerNorm``; FFN = ``LayerNorm → Linear (×4) → Swish → Linear``; the
+  convolution module is ``LayerNorm → pointwise conv (×2 expansion) → GLU → depthwise conv
+  (k=31, "same" padding) → BatchNorm → Swish → pointwise conv``; Swish is ``x·sigmoid(x)``
+  and GLU ``a·sigmoid(b)``, computed as the reference computes them. The four blocks start
+  from one initialisation, deep-copied, as the reference's ``_get_clones`` does;
+* the embedding is the class token's output (144-d); the reference's ``fc5`` (2-way
+  linear) is modforge's ``linear`` head.
 
 TCM self-attention (the paper's Section 2, built on DHVT's head tokens): the channels are cut
-into one group per head; each group, averaged over time, is projected to a full-width *head
-token* (``Linear(d_head → D)``, LayerNorm over each head's slice, GELU, plus a learned head
-position). The head tokens join the sequence for ordinary multi-head self-attention, so
-frames attend to channel summaries and back; afterwards the head tokens and the mean of the
-frame tokens are added to the class token and the head tokens are dropped.
+into one group per head; each group, averaged over time (the class token included), is
+projected to a full-width *head token* (``Linear(d_head → D)``, LayerNorm over each head's
+slice, GELU, plus a learned head position). The head tokens join the sequence for ordinary
+multi-head self-attention (qkv without bias, scale d_head^-½, no attention dropout), so
+frames attend to channel summaries and back; afterwards the mean of the head tokens and the
+mean of the frame tokens are added to the class token and the head tokens are dropped.
+
+Remaining differences: the module names differ from the reference's (``LL``, ``first_bn``,
+``conformer.encoder_blocks.{i}.ff1.fn.fn.net``, ``attn.fn``/``attn.norm``, ``conv.net``, ...), so its
+state dict needs its keys renamed, and its stored ``positional_emb`` table (10,000 × 144,
+not trained) is computed here instead — the same values, for any number of frames (the
+reference stops at 10,000). ``dropout`` (0, as in the reference) sets the feed-forward,
+convolution and attention-output dropouts together.
 
 Reference configuration: embedding 144, 4 heads, 4 blocks, kernel 31, FFN ×4 — 2,382,338
 parameters on 1024-d XLS-R features (2,382,628 with the reference's 2-way classifier; the
@@ -27,6 +41,8 @@ Nes2Net paper lists TCM's back-end as 2,383k).
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 import torch.nn as nn
@@ -38,6 +54,13 @@ from ..common import frame_layout, require_positive
 from ..layouts import Layout
 
 
+class Swish(nn.Module):
+    """``x · sigmoid(x)``, rounded as the reference computes it (``nn.SiLU`` differs in the last bit)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * x.sigmoid()
+
+
 class FeedForward(nn.Module):
     """Pre-norm conformer feed-forward: ``LayerNorm → Linear (×mult) → Swish → Linear``."""
 
@@ -46,7 +69,7 @@ class FeedForward(nn.Module):
         self.net = nn.Sequential(
             nn.LayerNorm(dim),
             nn.Linear(dim, dim * mult),
-            nn.SiLU(),
+            Swish(),
             nn.Dropout(dropout),
             nn.Linear(dim * mult, dim),
             nn.Dropout(dropout),
@@ -111,7 +134,8 @@ class ConvModule(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.glu(self.pointwise_in(self.norm(x).transpose(1, 2)), dim=1)
         y = self.depthwise(F.pad(y, self.padding))
-        y = self.pointwise_out(F.silu(self.bn(y)))
+        y = self.bn(y)
+        y = self.pointwise_out(y * y.sigmoid())  # Swish
         return self.drop(y.transpose(1, 2))
 
 
@@ -182,22 +206,22 @@ class TCMConformer(Backbone):
         self.projection = nn.Linear(in_dim, embed_dim)
         self.input_norm = nn.BatchNorm2d(1)
         self.class_token = nn.Parameter(torch.rand(1, 1, embed_dim))
-        self.blocks = nn.ModuleList(
-            ConformerBlock(embed_dim, heads, ff_mult, conv_expansion, kernel_size, dropout) for _ in range(num_encoders)
-        )
+        block = ConformerBlock(embed_dim, heads, ff_mult, conv_expansion, kernel_size, dropout)
+        self.blocks = nn.ModuleList(copy.deepcopy(block) for _ in range(num_encoders))  # the reference's _get_clones
         # sinusoidal encoding: position p, channel i → sin/cos(p / 10000^(2⌊i/2⌋/D)), sin on even i
-        index = torch.arange(embed_dim)
-        self.register_buffer(
-            "inv_freq", 10000.0 ** (-(2 * (index // 2)).double() / embed_dim).float(), persistent=False
-        )
-        self.register_buffer("even", index % 2 == 0, persistent=False)
+        self.pe_denominators: list[float] = [10000 ** (2 * (i // 2) / embed_dim) for i in range(embed_dim)]
+        self.register_buffer("even", torch.arange(embed_dim) % 2 == 0, persistent=False)
         self.out_dim = embed_dim
 
     def position_encoding(self, frames: int, like: torch.Tensor) -> torch.Tensor:
-        """``[1, frames, D]`` fixed sinusoidal encodings on ``like``'s device and dtype."""
-        position = torch.arange(frames, device=like.device, dtype=like.dtype)
-        angles = position.unsqueeze(1) * self.inv_freq.to(like.dtype).unsqueeze(0)
-        return torch.where(self.even, torch.sin(angles), torch.cos(angles)).unsqueeze(0)
+        """``[1, frames, D]`` fixed sinusoidal encodings on ``like``'s device and dtype: the angles
+        divided in float64 and rounded to float32, then sine / cosine in float32 (the
+        reference's table; float32 division on MPS, which has no float64)."""
+        exact = torch.float32 if like.device.type == "mps" else torch.float64
+        denominators = torch.tensor(self.pe_denominators, dtype=exact, device=like.device)
+        position = torch.arange(frames, device=like.device, dtype=exact)
+        angles = (position.unsqueeze(1) / denominators.unsqueeze(0)).float()
+        return torch.where(self.even, torch.sin(angles), torch.cos(angles)).to(like.dtype).unsqueeze(0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         axis = 1 if self.channel_first else 2

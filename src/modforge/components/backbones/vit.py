@@ -1,9 +1,28 @@
 """``vit_tiny`` — Vision Transformer, tiny size (ViT-Ti: 192 wide, 12 blocks, 3 heads,
 MLP ratio 4; Touvron et al., DeiT, 2021) with a configurable patch size.
 
-Position embeddings are learned for an ``image_size`` grid and interpolated
-(bicubically) when an input's grid differs, so one model takes any image size that is
-a multiple of the patch size.
+Matches: huggingface/pytorch-image-models ``timm/models/vision_transformer.py`` at 9456764,
+``vit_tiny_patch16_224`` (the architecture of facebookresearch/deit's ``deit_tiny_patch16_224``):
+a 16×16/16 patch convolution (with bias), a class token and
+learned position embeddings for 1 + 14×14 tokens (the class token has one), 12 pre-norm
+blocks ``x + Attn(LN(x))``, ``x + MLP(LN(x))`` (qkv with bias, scale head_dim^-½, exact
+GELU, MLP ratio 4), LayerNorm eps 1e-6 everywhere, a final LayerNorm and the class token's
+output; ``pool="mean"`` is timm's ``global_pool="avg"``: the mean of the patch tokens, then
+the LayerNorm (timm's ``fc_norm``). Initialisation is timm's: truncated normal (std 0.02)
+position embeddings and linear weights (the packed qkv included), zero biases, class token
+normal (std 1e-6). The tests check the forward against a plain-PyTorch transcription of
+timm's. timm's ``head`` is modforge's ``linear`` head.
+
+Remaining differences: the qkv / proj / MLP weights sit in ``nn.TransformerEncoderLayer``
+(``self_attn.in_proj_weight``, ``self_attn.out_proj``, ``linear1``/``linear2``,
+``norm1``/``norm2``), so a timm state dict needs its keys renamed (the tensors carry over
+as they are); ``dropout`` is one rate for timm's ``pos_drop_rate``, ``proj_drop_rate`` and
+``attn_drop_rate`` (timm's ``drop_rate`` is the head's), and there is no stochastic depth
+(``drop_path_rate``; DeiT trains with 0.1, ``vit_tiny`` has 0); the patch convolution keeps PyTorch's default initialisation, as timm's. Extension: grids
+other than ``image_size`` / ``patch_size`` resample the position embeddings bicubically
+(timm's model takes only its ``img_size`` unless ``dynamic_img_size`` is set); timm's own
+resampling (``resample_abs_pos_embed``) also antialiases, which ONNX cannot export, so
+resampled embeddings differ from timm's a little (not at the native grid).
 """
 
 from __future__ import annotations
@@ -29,14 +48,16 @@ class ViTTiny(Backbone):
         patch_size: side of the square patches; the image sides must be multiples of it.
         image_size: the grid the position embeddings are learned for (other sizes are
             interpolated).
-        pool: 'cls' (the class token) or 'mean' (mean of the patch tokens).
-        dropout: dropout inside the blocks and after the embeddings.
+        pool: 'cls' (the normalised class token, timm's 'token') or 'mean' (the mean of the
+            patch tokens, then the final LayerNorm: timm's 'avg').
+        dropout: dropout inside the blocks (attention weights included) and after the embeddings.
     """
 
     accepts = (Layout.IMAGE,)
     produces = Layout.VECTOR
     out_dim_rule = "192 (the embedding width)"
     embed_dim, depth, num_heads, mlp_ratio = 192, 12, 3, 4
+    norm_eps = 1e-6  # timm's ViT LayerNorms (PyTorch's default is 1e-5)
 
     def __init__(
         self,
@@ -62,15 +83,26 @@ class ViTTiny(Backbone):
                 self.embed_dim * self.mlp_ratio,
                 dropout,
                 activation="gelu",
+                layer_norm_eps=self.norm_eps,
                 batch_first=True,
                 norm_first=True,
             )
             for _ in range(self.depth)
         )
-        self.norm = nn.LayerNorm(self.embed_dim)
+        self.norm = nn.LayerNorm(self.embed_dim, eps=self.norm_eps)  # timm's norm ('cls') or fc_norm ('mean')
         self.out_dim = self.embed_dim
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """timm's default ViT initialisation (``init_weights_vit_timm``)."""
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        nn.init.normal_(self.cls_token, std=1e-6)
+        for block in self.blocks:
+            nn.init.trunc_normal_(block.self_attn.in_proj_weight, std=0.02)  # timm's qkv Linear
+            nn.init.zeros_(block.self_attn.in_proj_bias)
+            for linear in (block.self_attn.out_proj, block.linear1, block.linear2):
+                nn.init.trunc_normal_(linear.weight, std=0.02)
+                nn.init.zeros_(linear.bias)
 
     def _position_embedding(self, grid_h: int, grid_w: int) -> torch.Tensor:
         cls_pos, patch_pos = self.pos_embed[:, :1], self.pos_embed[:, 1:]
@@ -78,6 +110,7 @@ class ViTTiny(Backbone):
         if (grid_h, grid_w) == (side, side):
             return self.pos_embed
         patch_pos = patch_pos.reshape(1, side, side, -1).permute(0, 3, 1, 2)
+        # timm resamples with antialias=True, which ONNX cannot export (aten::_upsample_bicubic2d_aa)
         patch_pos = F.interpolate(patch_pos, size=(grid_h, grid_w), mode="bicubic", align_corners=False)
         return torch.cat([cls_pos, patch_pos.flatten(2).transpose(1, 2)], dim=1)
 
@@ -92,5 +125,6 @@ class ViTTiny(Backbone):
         tokens = self.drop(tokens + self._position_embedding(grid_h, grid_w))
         for block in self.blocks:
             tokens = block(tokens)
-        tokens = self.norm(tokens)
-        return tokens[:, 0] if self.pool == "cls" else tokens[:, 1:].mean(dim=1)
+        if self.pool == "cls":
+            return self.norm(tokens[:, 0])  # LayerNorm is per token: normalising the class token alone is the same
+        return self.norm(tokens[:, 1:].mean(dim=1))

@@ -1,16 +1,30 @@
 """``lfcc`` — linear-frequency cepstral coefficients, as in the ASVspoof 2019/2021 LFCC baselines.
 
 Sahidullah, Kinnunen & Hanilçi, "A comparison of features for synthetic speech detection"
-(Interspeech 2015); the front-end of the ASVspoof 2019 LFCC-GMM and the ASVspoof 2021
-LFCC-LCNN baselines (Wang & Yamagishi, "A comparative study on recent neural spoofing
-countermeasures for synthetic speech detection", Interspeech 2021). The pipeline and the
-defaults follow the LCNN baseline's front-end:
+(Interspeech 2015); the front-end of the ASVspoof 2021 LFCC-LCNN baseline (Wang & Yamagishi,
+"A comparative study on recent neural spoofing countermeasures for synthetic speech
+detection", Interspeech 2021).
 
-pre-emphasis (0.97) → STFT (20 ms Hamming window, 10 ms hop, 512-point DFT, zero-padded
-centred frames) → power spectrum → 20 linearly spaced triangular filters over 0..fs/2 →
-``log10(· + ε)`` (ε = float32 eps) → orthonormal DCT-II → 20 coefficients, the first replaced
-by the log frame energy ``log10(Σ|X|²/n_fft + ε)`` → deltas ``c[t+1] − c[t−1]`` and
-double-deltas (edges replicated) → 60 dimensions.
+Matches: asvspoof-challenge/2021 ``LA/Baseline-LFCC-LCNN`` at 4ab5666 (2021-06-01) —
+``project/baseline_LA/model.py`` (``LFCC(320, 160, 1024, 16000, 20, with_energy=True,
+max_freq=0.5)``, the same for DF and PA) and ``sandbox/util_frontend.py`` (``LFCC``) — whose
+released LCNN weights were trained on these features:
+
+pre-emphasis (0.97) → STFT (20 ms periodic Hamming window centred in a 1024-point DFT,
+10 ms hop, frames centred by zero padding) → power spectrum, of which the baseline keeps the
+lower half of the bins (``max_freq=0.5``: ``int(0.5 · 513) = 256`` bins, 0 to 3984.4 Hz) →
+20 linearly spaced triangular filters spanning those bins → ``log10(· + ε)`` (ε = float32
+eps) → orthonormal DCT-II → 20 coefficients, the first replaced by the log energy of the
+kept bins ``log10(Σ|X|²/n_fft + ε)`` → deltas ``c[t+1] − c[t−1]`` and double-deltas (edges
+replicated) → 60 dimensions. (The baseline gives its kept bins the frequencies
+``linspace(0, 4000, 256)`` rather than ``k · 15.625`` Hz; spacing the filters evenly over
+the same bins is the same filterbank.)
+
+Remaining differences: the STFT is a DFT computed as a convolution in float32 and the
+filterbank is designed in float64 (the reference: ``torch.stft`` and a float32 ``trimf``),
+so values agree to float32 rounding; ``f_min`` > 0 keeps the bins from ``f_min`` up (the
+baseline's ``min_freq`` also re-maps their frequencies). At another sample rate the window,
+hop and DFT sizes scale with it (20 ms, 10 ms, twice the window's power of two).
 """
 
 from __future__ import annotations
@@ -21,7 +35,7 @@ from ...core.registries import register_frontend
 from .cepstral import Deltas, dct_matrix
 from .filterbanks import linear_filterbank
 from .spectral import SpectralFrontend
-from .stft import PadMode, Window
+from .stft import PadMode, Window, next_power_of_two
 
 __all__ = ["LFCC"]
 
@@ -37,9 +51,13 @@ class LFCC(SpectralFrontend):
         n_coeffs: cepstral coefficients kept after the DCT (≤ n_filters).
         with_energy: replace the first coefficient by the log10 frame energy (as the LCNN baseline).
         deltas: append deltas and double-deltas (3 × n_coeffs outputs).
-        f_min: lowest filter edge in Hz.
-        f_max: highest filter edge in Hz (default: sample_rate / 2).
-        n_fft: DFT size (default: the next power of two ≥ win_length, 512 at 16 kHz).
+        f_min: lowest filter edge in Hz; lower bins are left out of the energy too.
+        f_max: highest filter edge in Hz; higher bins are left out of the energy too. Default:
+            the baseline's ``max_freq=0.5`` — the lowest ``int((n_fft/2 + 1) / 2)`` bins, the top
+            one's frequency as the edge (3984.375 Hz at the defaults); ``sample_rate / 2``
+            keeps the whole spectrum.
+        n_fft: DFT size (default: twice the next power of two ≥ win_length, the baseline's
+            1024 at 16 kHz).
         win_length: window length in samples (default 20 ms: 320 at 16 kHz).
         hop_length: hop between frames in samples (default 10 ms: 160 at 16 kHz).
         window: window function: 'hamming' (the baseline's), 'hann' or 'rectangular'.
@@ -72,6 +90,9 @@ class LFCC(SpectralFrontend):
         sample_rate: int = 16000,
         in_dim: int = 1,
     ):
+        if n_fft is None:  # the baseline's 1024-point DFT for its 320-sample window
+            win = win_length if win_length is not None else max(1, round(self.default_win_ms * sample_rate / 1000))
+            n_fft = 2 * next_power_of_two(win)
         super().__init__(
             sample_rate=sample_rate,
             n_fft=n_fft,
@@ -82,9 +103,14 @@ class LFCC(SpectralFrontend):
             pad_mode=pad_mode,
             pre_emphasis=pre_emphasis,
         )
-        self.register_buffer(
-            "filterbank", linear_filterbank(self.n_freqs, sample_rate, n_filters, f_min, f_max), persistent=False
-        )
+        fft = self.stft.n_fft
+        if f_max is None:  # the baseline's max_freq = 0.5: the lower half of the bins
+            f_max = (int(0.5 * self.n_freqs) - 1) * sample_rate / fft
+        bank = linear_filterbank(self.n_freqs, sample_rate, n_filters, f_min, f_max)
+        bin_hz = [k * sample_rate / fft for k in range(self.n_freqs)]
+        self.low_bin = next(k for k, hz in enumerate(bin_hz) if hz >= f_min)
+        self.high_bin = max(k for k, hz in enumerate(bin_hz) if hz <= f_max) + 1  # bins [low, high) are kept
+        self.register_buffer("filterbank", bank[self.low_bin : self.high_bin].contiguous(), persistent=False)
         self.register_buffer("dct", dct_matrix(n_filters, n_coeffs), persistent=False)
         self.with_energy, self.with_deltas = with_energy, deltas
         self.n_fft = self.stft.n_fft
@@ -93,7 +119,7 @@ class LFCC(SpectralFrontend):
         self.out_dim = 3 * n_coeffs if deltas else n_coeffs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        power = self.power_spectrum(x)
+        power = self.power_spectrum(x)[:, :, self.low_bin : self.high_bin]
         coeffs = torch.matmul(torch.log10(torch.matmul(power, self.filterbank) + self.eps), self.dct)
         if self.with_energy:
             energy = torch.log10(power.sum(dim=-1, keepdim=True) / self.n_fft + self.eps)
