@@ -121,7 +121,12 @@ def test_the_promised_configs_exist():
 def test_every_spoofing_config_validates_and_builds(path):
     from modforge.experiment.schema import validate_config
 
-    cfg = validate_config(mf.load_config(path))
+    overrides = []
+    if path.stem == "aasist_official":  # evaluates the authors' weights on a folder the user names
+        if not (path.parents[3] / "shared" / "weights" / "AASIST.pth").is_file():
+            pytest.skip("the authors' AASIST weights (../shared/weights beside the project) are absent")
+        overrides = ["data.args.root=."]
+    cfg = validate_config(mf.load_config(path, overrides))
     assert cfg.data["task"] == "spoofing"
     model = mf.build_model(cfg, in_dim=1, num_classes=2, layout="waveform", input_shape=(SR,), sample_rate=SR,
                            scores=True)

@@ -1,4 +1,5 @@
-"""AASIST and AASIST-L: reference sizes, both input layouts, short inputs, engines, errors."""
+"""AASIST and AASIST-L: reference sizes, the released code's residual block (and the paper's
+as an option), both input layouts, short inputs, the fast max-pools, Freq_aug, engines, errors."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 
 import modforge as mf
 import modforge.components.backbones.aasist as aasist  # noqa: F401 - registers aasist, aasist_l
+from modforge.components.backbones.aasist import ResidualBlock, TimeMaxPool
 from modforge.components.backbones.graph_attention import GraphPool, HeteroGraphAttentionLayer, kept_nodes
 
 NAMES = ("aasist", "aasist_l")
@@ -33,6 +35,101 @@ def test_parameter_counts_match_the_reference_models(name, count):
                            input_shape=(64600,))
     assert n_params(model) == count
     assert n_params(model.parts["backbone"]) == count - (160 * 2 + 2)
+
+
+def test_residual_blocks_convolve_their_input_as_the_released_code_does():
+    # clovaai/aasist a04c986: blocks 2-6 compute SELU(bn1(x)), discard it, and apply conv1 to x
+    torch.manual_seed(0)
+    block = ResidualBlock(8, 8).train()
+    assert not any(p.requires_grad for p in block.bn1.parameters())  # kept for the checkpoints, never used
+    assert all(p.requires_grad for name, p in block.named_parameters() if not name.startswith("bn1."))
+    x = torch.randn(2, 8, 5, 30)
+    with torch.no_grad():
+        expected = F.max_pool2d(block.conv2(F.selu(block.bn2(block.conv1(x)))) + x, (1, 3))
+        assert torch.allclose(block(x), expected, atol=1e-6)
+        block.bn1.weight.fill_(3.0)
+        assert torch.allclose(block(x), expected, atol=1e-6)
+    paper = ResidualBlock(8, 8, preactivation=True).train()
+    assert all(p.requires_grad for p in paper.parameters())
+    paper.load_state_dict(block.state_dict())
+    with torch.no_grad():
+        pre = F.selu(paper.bn1(x))
+        expected = F.max_pool2d(paper.conv2(F.selu(paper.bn2(paper.conv1(pre)))) + x, (1, 3))
+        assert torch.allclose(paper(x), expected, atol=1e-6)
+    assert ResidualBlock(1, 8, first=True, preactivation=True).preactivation is False  # no bn1 in the first
+
+
+@pytest.mark.parametrize("preactivation", [False, True])
+def test_block_gives_the_reference_formulas_values_and_gradients_bit_for_bit(preactivation):
+    # the reference: SELU in place after bn2 (its backward, from the result, rounds differently
+    # from an out-of-place SELU's), an out-of-place sum, nn.MaxPool2d; modforge adds in place
+    # and pools with TimeMaxPool: the same bits, forward and backward
+    torch.manual_seed(0)
+    block = ResidualBlock(4, 6, preactivation=preactivation).train()
+    x = torch.randn(3, 4, 5, 47)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out = block(x1)
+    out.pow(2).sum().backward()
+    ours = [x1.grad, *(p.grad for p in block.parameters() if p.grad is not None)]
+    torch.manual_seed(0)
+    again = ResidualBlock(4, 6, preactivation=preactivation).train()  # the same weights, computed out of place
+    h = F.selu(again.bn1(x2)) if preactivation else x2
+    h = again.conv2(F.selu(again.bn2(again.conv1(h)), inplace=True))
+    expected = F.max_pool2d(h + again.conv_downsample(x2), (1, 3))
+    expected.pow(2).sum().backward()
+    reference = [x2.grad, *(p.grad for p in again.parameters() if p.grad is not None)]
+    assert torch.equal(out, expected)
+    assert len(ours) == len(reference) and all(torch.equal(a, b) for a, b in zip(ours, reference, strict=True))
+    for name, buffer in block.named_buffers():
+        assert torch.equal(buffer, dict(again.named_buffers())[name]), name
+
+
+def test_time_max_pool_matches_max_pool2d_with_ties_and_remainders():
+    pool = TimeMaxPool()
+    generator = torch.Generator().manual_seed(0)
+    for length in (3, 29, 30, 31):
+        x = torch.randint(-2, 3, (2, 3, 4, length), generator=generator).float()  # many ties within windows
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out, expected = pool(a), F.max_pool2d(b, (1, 3))
+        grad = torch.randn(expected.shape, generator=generator)
+        out.backward(grad)
+        expected.backward(grad)
+        assert torch.equal(out, expected) and torch.equal(a.grad, b.grad), length  # gradient to the first maximum
+        with torch.no_grad():
+            assert torch.equal(pool(x), expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(pool)
+    assert torch.equal(scripted(x), F.max_pool2d(x, (1, 3)))
+
+
+def test_waveform_front_without_autograd_equals_the_max_pool2d_path():
+    net = backbone("aasist_l").eval()
+    x = torch.randn(2, 5000)
+    with torch.no_grad():
+        fast = net.front(x)
+    slow = net.front(x.clone().requires_grad_())  # the autograd path: abs, then F.max_pool2d
+    assert torch.equal(fast, slow.detach())
+
+
+def test_freq_aug_masks_a_run_of_filters_in_train_mode_only():
+    plain = backbone("aasist_l").eval()
+    aug = backbone("aasist_l", freq_aug=True)
+    aug.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 4000)
+    with torch.no_grad():
+        assert torch.equal(aug.eval()(x), plain(x))
+        torch.manual_seed(1)
+        widths = set()
+        for _ in range(60):
+            bank = aug.front._masked(aug.front.band_pass)
+            zeroed = (bank.abs().sum(dim=(1, 2)) == 0).nonzero().flatten().tolist()
+            assert zeroed == list(range(zeroed[0], zeroed[0] + len(zeroed))) if zeroed else True  # one run
+            widths.add(len(zeroed))
+        assert max(widths) <= 19 and len(widths) > 5
+    assert not torch.equal(aug.front.band_pass, torch.zeros_like(aug.front.band_pass))  # the buffer untouched
+    with pytest.raises(ValueError, match="freq_aug"):
+        aasist.AASIST(in_dim=8, in_layout="sequence", freq_aug=True)
 
 
 def test_ssl_variant_size_matches_ssl_aasist():

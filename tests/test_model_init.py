@@ -209,3 +209,39 @@ def test_a_hugging_face_folder_loads_into_an_ssl_frontend(tmp_path, caplog):
     assert "left out 1 tensors of the pre-training/CTC heads" in caplog.text
     assert torch.equal(again.state_dict()["parts.frontend.model.encoder.layer_norm.weight"],
                        expected["parts.frontend.model.encoder.layer_norm.weight"])  # fmt: skip
+
+
+def test_a_torchvision_resnet_file_is_a_recognised_format(tmp_path):
+    section = {"backbone": {"type": "resnet18", "args": {"stem": "imagenet"}}, "head": "linear"}
+    source = mf.build_model(section, in_dim=3, num_classes=10, input_shape=[3, 32, 32])
+    torchvision = {}
+    for key, value in source.state_dict().items():  # modforge's names → torchvision's
+        name = key.replace("parts.backbone.", "").replace("parts.head.", "").replace("stem.0.", "conv1.")
+        torchvision[name.replace("stem.1.", "bn1.").replace("shortcut.", "downsample.")] = value + 0.5
+    torch.save(torchvision, tmp_path / "resnet18.pth")
+    model = mf.build_model({**section, "init": {"path": str(tmp_path / "resnet18.pth")}}, in_dim=3, num_classes=10,
+                           input_shape=[3, 32, 32])  # fmt: skip
+    assert model.init_records[0]["format"] == "torchvision_resnet"
+    assert all(torch.equal(model.state_dict()[k], v + 0.5) for k, v in source.state_dict().items()
+               if not k.endswith("num_batches_tracked"))  # fmt: skip
+    new_head = mf.build_model({**section, "init": {"path": str(tmp_path / "resnet18.pth"), "part": "backbone"}},
+                              in_dim=3, num_classes=7, input_shape=[3, 32, 32])  # fmt: skip
+    assert new_head.state_dict()["parts.head.fc.weight"].shape == (7, 512)  # fc left out: a new head
+    with pytest.raises(ConfigError, match=r"2 shapes differ: parts.head.fc.bias \(file \[10\], model \[7\]\)"):
+        mf.build_model({**section, "init": str(tmp_path / "resnet18.pth")}, in_dim=3, num_classes=7,
+                       input_shape=[3, 32, 32])  # fmt: skip
+
+
+def test_the_2021_baseline_rawnet2_file_is_a_recognised_format(tmp_path):
+    from modforge.components.backbones.rawnet2 import reference_state_dict
+    from test_backbone_rawnet2 import reference_state
+
+    args = {"gru_dim": 32, "gru_layers": 2, "fc_dim": 16}
+    state = reference_state(**args)
+    torch.save(state, tmp_path / "pre_trained_DF_RawNet2.pth")
+    section = {"backbone": {"type": "rawnet2", "args": args}, "head": "linear"}
+    model = mf.build_model({**section, "init": str(tmp_path / "pre_trained_DF_RawNet2.pth")}, in_dim=1,
+                           num_classes=2, layout="waveform")  # fmt: skip
+    assert model.init_records[0]["format"] == "rawnet2_baseline"
+    expected = reference_state_dict(state)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in expected.items())

@@ -9,6 +9,7 @@ from . import (  # noqa: F401 - registration
     mlp,
     nes2net,
     preact_resnet,
+    published_weights,
     rawnet2,
     resnet,
     tcm_conformer,

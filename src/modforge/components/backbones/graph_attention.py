@@ -11,7 +11,11 @@
   AASIST's two parallel branches whose outputs are merged by an element-wise max.
 
 Sizes, dropout rates and the order of operations follow the authors' code
-(clovaai/aasist ``models/AASIST.py``). Shape arithmetic (:func:`kept_nodes`, and
+(clovaai/aasist ``models/AASIST.py``, commit a04c986): attention softmaxes over each
+node's neighbours, the HS-GAL's three edge types scored with their own vectors (the
+reference fills a zero board block by block; here one matmul scores all three and
+``where`` picks, the same values), the master node updated from the dropped-out nodes,
+pooled nodes scaled by their scores, SELUs in place after batch norm. Shape arithmetic (:func:`kept_nodes`, and
 :func:`shortfall` for the padding of short inputs) is written so that TorchScript can
 script the layers and a traced ONNX export keeps it dependent on the input length.
 """
@@ -92,7 +96,7 @@ class GraphAttentionLayer(nn.Module):
         scores = torch.matmul(torch.tanh(self.att_proj(pairs)), self.att_weight).squeeze(-1)
         att = torch.softmax(scores / self.temperature, dim=-1)
         out = self.proj_with_att(torch.matmul(att, x)) + self.proj_without_att(x)
-        return F.selu(self.bn(out.reshape(-1, out.size(-1))).reshape(out.shape))  # BN over all nodes
+        return F.selu(self.bn(out.reshape(-1, out.size(-1))), inplace=True).reshape(out.shape)  # BN over all nodes
 
 
 class HeteroGraphAttentionLayer(nn.Module):
@@ -137,7 +141,7 @@ class HeteroGraphAttentionLayer(nn.Module):
         att = self._node_attention(x, n1)
         master = self._update_master(x, master)
         out = self.proj_with_att(torch.matmul(att, x)) + self.proj_without_att(x)
-        out = F.selu(self.bn(out.reshape(-1, out.size(-1))).reshape(out.shape))  # BN over all nodes
+        out = F.selu(self.bn(out.reshape(-1, out.size(-1))), inplace=True).reshape(out.shape)  # BN over all nodes
         return out.narrow(1, 0, n1), out.narrow(1, n1, n2), master
 
     def _node_attention(self, x: torch.Tensor, n1: int) -> torch.Tensor:
