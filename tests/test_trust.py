@@ -102,6 +102,14 @@ def test_a_type_may_not_reach_an_object_a_plugin_imported_from_elsewhere(cli, wr
         refused(cli("config", "configs/c.yaml"), marker)
 
 
+def test_a_type_path_to_a_class_that_is_no_module_is_refused_unbuilt(cli, write, tmp_path):
+    marker = tmp_path / "MARKER"
+    write("configs/parts.py", f"import os\nclass Runner:\n    def __init__(self, in_dim: int, command: str = 'touch {marker}'):\n"
+          "        os.system(command)\n")  # fmt: skip
+    write("configs/c.yaml", "plugins: [parts.py]\nmodel: {backbone: {type: 'parts.py:Runner'}}\n")
+    refused(cli("config", "configs/c.yaml"), marker, "is a class but not a Module")
+
+
 def test_plugins_beside_the_config_files_and_packages_are_imported(cli, write):
     write("configs/head.py", "import modforge as mf\nimport torch.nn as nn\n@mf.register_head('beside_head')\n"
           "def beside_head(in_dim: int, num_classes: int):\n    return nn.Linear(in_dim, num_classes)\n")  # fmt: skip

@@ -612,12 +612,15 @@ def import_object(
     base_dir: str | os.PathLike | None = None,
     path: str | None = None,
     source: str | None = None,
+    base: str | None = None,
 ) -> Any:
     """Resolve ``pkg.mod:Obj`` (or ``pkg.mod.Obj``, or ``file.py:Obj``) to a class or function.
 
     The module must be a plug-in listed in ``allowed_modules`` *and already loaded* through
     a route that vouches for it; the object must be a class or a Python function defined
-    in that module (not imported into it). Checked before anything is called.
+    in that module (not imported into it), and a class must derive from ``base``
+    (``module:Class``, e.g. ``torch.nn:Module`` for model parts) when given. Checked before
+    anything is called.
 
     Raises:
         UnknownComponentError: not a listed, loaded plug-in; no such object; or not one
@@ -657,4 +660,10 @@ def import_object(
             path=path,
             source=source,
         )
+    if base is not None and inspect.isclass(obj):
+        base_module, _, base_name = base.partition(":")
+        required = getattr(importlib.import_module(base_module), base_name)
+        if not issubclass(obj, required):
+            raise UnknownComponentError(f"'{name}' is a class but not a {base_name} ({base}), so it is no {kind}",
+                                        path=path, source=source)  # fmt: skip
     return obj

@@ -34,12 +34,14 @@ from .errors import UnknownComponentError
 from .registry import Registry
 
 T = TypeVar("T")
+MODULE = "torch.nn:Module"
+"""What every model part derives from (a function that builds one is also accepted)."""
 
-FRONTENDS = Registry("frontend", injected=("in_dim", "in_layout", "sample_rate"))
-BACKBONES = Registry("backbone", injected=("in_dim", "in_layout", "num_classes"))
-NECKS = Registry("neck", injected=("in_dim", "in_layout"))
-HEADS = Registry("head", injected=("in_dim", "in_layout", "num_classes"))
-LOSSES = Registry("loss", injected=("in_dim", "num_classes"))
+FRONTENDS = Registry("frontend", injected=("in_dim", "in_layout", "sample_rate"), base=MODULE)
+BACKBONES = Registry("backbone", injected=("in_dim", "in_layout", "num_classes"), base=MODULE)
+NECKS = Registry("neck", injected=("in_dim", "in_layout"), base=MODULE)
+HEADS = Registry("head", injected=("in_dim", "in_layout", "num_classes"), base=MODULE)
+LOSSES = Registry("loss", injected=("in_dim", "num_classes"), base=MODULE)
 DATASETS = Registry("dataset", injected=("seed",))
 METRICS = Registry("metric", injected=("num_classes",))
 OPTIMIZERS = Registry("optimizer", injected=("params",))

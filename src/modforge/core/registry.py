@@ -143,10 +143,15 @@ class Registry:
             (``in_dim``, ``num_classes``, an optimizer's ``params``); never required
             from the user and never offered as command-line flags.
         providers: modules that define the built-in parts, imported on first use.
+        base: ``module:Class`` every class of this kind derives from (``torch.nn:Module`` for
+            model parts); a ``type:`` import path naming any other class is refused unbuilt.
     """
 
-    def __init__(self, kind: str, *, injected: Iterable[str] = (), providers: Iterable[str] = ()):
+    def __init__(
+        self, kind: str, *, injected: Iterable[str] = (), providers: Iterable[str] = (), base: str | None = None
+    ):
         self.kind = kind
+        self.base = base
         self.injected = tuple(injected)
         self._providers = list(providers)
         self._entries: dict[str, Entry] = {}
@@ -332,9 +337,8 @@ class Registry:
             entry = self._entries[name]
             return entry.obj, entry.signature
         if isinstance(name, str) and is_import_path(name):
-            obj = import_object(
-                name, kind=self.kind, allowed_modules=allowed_modules, base_dir=base_dir, path=path, source=source
-            )
+            obj = import_object(name, kind=self.kind, allowed_modules=allowed_modules, base_dir=base_dir, path=path,
+                                source=source, base=self.base)  # fmt: skip
             return obj, signature_of(obj, self.injected)
         raise self._unknown(name, path=path, source=source)
 

@@ -89,7 +89,7 @@ def _registry_with(kind: str, target: str | Any, plugins: Iterable[str]) -> tupl
         return registry, target
     if isinstance(target, str):
         load_plugin(_module_of(target), origin="the part to check")  # named by the user: vouched for
-        obj = import_object(target, kind=kind, allowed_modules=[_module_of(target), *plugins])
+        obj = import_object(target, kind=kind, allowed_modules=[_module_of(target), *plugins], base=registry.base)
     else:
         obj = target
     scratch = Registry(kind, injected=registry.injected)
