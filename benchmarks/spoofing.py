@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-SYSTEMS = ("lfcc_mlp", "lfcc_lcnn", "log_mel_resnet18", "ssl_tiny_aasist")
+SYSTEMS = ("lfcc_mlp", "lfcc_lcnn", "log_mel_resnet18", "ssl_tiny_aasist", "raw_rawnet2")
 """Default systems: those that train in minutes on two CPU cores (raw-waveform AASIST and
 RawNet2 take hours there; add them with --systems on a GPU)."""
 
