@@ -15,6 +15,7 @@ Reading is :func:`read_torch_file` — ``torch.load(weights_only=True)``, checks
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import re
@@ -25,22 +26,40 @@ from typing import Any
 from .errors import UsageError
 from .integrity import IntegrityError, verify_zip
 
-__all__ = ["CheckpointFormat", "WeightFormatError", "read_torch_file", "tensors_of"]
+__all__ = ["CheckpointFormat", "DamagedFileError", "UnsafeFileError", "WeightFormatError", "read_torch_file",
+           "tensors_of"]
 
 
 class WeightFormatError(UsageError):
     """A weights file that cannot be read or converted (the message says which and why)."""
 
 
+class DamagedFileError(WeightFormatError):
+    """A file whose checksums do not match its bytes, or that cannot be parsed at all."""
+
+
+class UnsafeFileError(WeightFormatError):
+    """A pickle that would import and call something to load; refused, nothing run."""
+
+
+log = logging.getLogger("modforge")
+
+
 def read_torch_file(path: str | os.PathLike, *, map_location: str = "cpu") -> Any:
-    """``torch.load(path, weights_only=True)`` with one clear error per way it can fail:
-    damaged (checksum), a pickle that would run code (refused unrun), not a torch file.
-    A ``.safetensors`` file is read with safetensors."""
+    """``torch.load(path, weights_only=True)`` — the one place modforge unpickles a file —
+    after every zip record's CRC-32 is checked against its bytes (a file without checksums
+    loads with a warning), with one clear error per way it can fail. A ``.safetensors``
+    file is read with safetensors.
+
+    Raises:
+        WeightFormatError: missing; :class:`DamagedFileError`: damaged, truncated, not a
+            torch file; :class:`UnsafeFileError`: unpickling would run code (nothing ran).
+    """
     import torch
 
     path = Path(path)
     if not path.is_file():
-        raise WeightFormatError(f"weights file not found: {path}")
+        raise WeightFormatError(f"file not found: {path}")
     if path.suffix == ".safetensors":
         try:
             from safetensors.torch import load_file
@@ -49,25 +68,29 @@ def read_torch_file(path: str | os.PathLike, *, map_location: str = "cpu") -> An
         try:
             return load_file(str(path), device=map_location)
         except Exception as exc:  # noqa: BLE001 - any failure of the reader is "not readable"
-            raise WeightFormatError(f"{path} is not a readable safetensors file ({_short(exc)})") from None
+            raise DamagedFileError(f"{path} is not a readable safetensors file ({_short(exc)})") from None
     try:
-        verify_zip(path)
+        verified = verify_zip(path)
     except IntegrityError as exc:
-        raise WeightFormatError(f"{path} is {exc}") from None
+        raise DamagedFileError(f"{path} is {exc}") from None
     except OSError as exc:
-        raise WeightFormatError(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
+        raise DamagedFileError(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        content = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", str(exc))
-        if found:
-            raise WeightFormatError(
+        if found:  # the file asks to import and call something: exactly what weights_only exists to stop
+            raise UnsafeFileError(
                 f"refused to load {path}: it references {found.group(1)}, and unpickling that could run code; "
                 "nothing in it was executed"
             ) from None
-        raise WeightFormatError(f"{path} is not a readable weights file ({_short(exc)})") from None
+        raise DamagedFileError(f"{path} is not a readable file (damaged, or not written by torch.save)") from None
     except (EOFError, RuntimeError, ValueError, OSError, KeyError, IndexError) as exc:
-        raise WeightFormatError(f"{path} is not a readable weights file ({_short(exc)})") from None
+        raise DamagedFileError(f"{path} is truncated or damaged ({_short(exc)})") from None
+    if not verified:
+        log.warning("%s carries no checksums (written with PyTorch's CRC-32 off, by another tool, or in its legacy "
+                    "format); its content was not verified", path)
+    return content
 
 
 def _short(exc: BaseException) -> str:

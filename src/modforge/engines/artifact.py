@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..core.integrity import IntegrityError, torch_zip_checksums, verify_zip
+from ..core.weight_formats import WeightFormatError, read_torch_file
 from .base import EngineError
 
 __all__ = ["ARTIFACT_FORMAT", "check_zip_artifact", "make_metadata", "read_torch_artifact", "rebuild_model",
@@ -100,21 +100,17 @@ def write_torch_artifact(payload: Any, path: str | os.PathLike, metadata: dict[s
 
 
 def read_torch_artifact(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
-    """What :func:`write_torch_artifact` wrote: ``(payload, metadata)``; never runs code from the file."""
-    import torch
-
+    """What :func:`write_torch_artifact` wrote: ``(payload, metadata)``; never runs code from
+    the file, and checks its checksums first (:func:`~modforge.core.weight_formats.read_torch_file`)."""
     path = Path(path)
     if not path.is_file():
         raise EngineError(f"artifact not found: {path}")
-    verified = check_zip_artifact(path)
     try:
-        record = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
-        raise EngineError(f"{path} is not a readable modforge artifact ({' '.join(str(exc).split())[:160]})") from None
+        record = read_torch_file(path)
+    except WeightFormatError as exc:
+        raise EngineError(str(exc)) from None
     if not isinstance(record, dict) or record.get("format") != ARTIFACT_FORMAT:
         raise EngineError(f"{path} is not a modforge artifact (expected format {ARTIFACT_FORMAT!r})")
-    if not verified:
-        warn_unverified(path)
     return record["payload"], record["metadata"]
 
 

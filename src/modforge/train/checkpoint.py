@@ -27,7 +27,6 @@ import io
 import itertools
 import logging
 import os
-import pickle
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -36,7 +35,8 @@ from typing import Any
 import torch
 
 from ..core.errors import UsageError
-from ..core.integrity import IntegrityError, torch_zip_checksums, verify_zip
+from ..core.integrity import torch_zip_checksums
+from ..core.weight_formats import UnsafeFileError, WeightFormatError, read_torch_file
 from .checkpoint_commit import commit
 from .commit_helper import HELPER, CommitJob
 
@@ -196,31 +196,13 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        verified = verify_zip(path)
-    except IntegrityError as exc:
-        raise CorruptCheckpointError(f"{path} is {exc}") from None
-    except OSError as exc:
-        raise CorruptCheckpointError(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", str(exc))
-        if found:  # the file asks to import and call something: exactly what weights_only exists to stop
-            raise UnsafeCheckpointError(
-                f"refused to load {path}: it references {found.group(1)}, and unpickling that could run code; "
-                "nothing in it was executed"
-            ) from None
-        raise CorruptCheckpointError(
-            f"{path} is not a readable checkpoint (damaged, or not written by torch.save)"
-        ) from None
-    except (EOFError, RuntimeError, ValueError, OSError, KeyError, IndexError) as exc:
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        raise CorruptCheckpointError(f"{path} is truncated or damaged ({text[:200]})") from None
+        payload = read_torch_file(path)
+    except UnsafeFileError as exc:
+        raise UnsafeCheckpointError(str(exc)) from None
+    except WeightFormatError as exc:
+        raise CorruptCheckpointError(str(exc)) from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a modforge checkpoint (expected format {CHECKPOINT_FORMAT!r})")
-    if not verified:
-        log.warning("%s carries no checksums (written with PyTorch's CRC-32 off, or in its legacy format); "
-                    "its content was not verified", path)
     return payload
 
 
