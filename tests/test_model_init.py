@@ -181,6 +181,8 @@ def test_fine_tuning_from_init_is_an_ordinary_train_and_resumes_without_the_file
     recorded = yaml.safe_load((tmp_path / "tuned" / "config.yaml").read_text())["model"]["init"]
     assert Path(recorded["path"]).parent.parent == source.resolve()
     shutil.rmtree(source)  # the starting weights are gone; the run's checkpoints hold its own
+    resumed = cli("train", "--resume", "tuned", "train.max_epochs=4")
+    assert resumed.code == 0, resumed.err
     (tmp_path / "tuned" / "checkpoints" / "best.pt").unlink()
     assert cli("test", "tuned").code == 0
 

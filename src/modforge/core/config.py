@@ -79,6 +79,9 @@ class Config:
         """Plug-in entry → the folder of the config file that listed it (where it may be
         imported from). Filled only by loading config files the user gave: a stored config
         (a checkpoint's, an artifact's) vouches for no plug-in. Never serialized."""
+        self.stored = False
+        """A config modforge saved (a checkpoint's, a run's ``config.yaml`` being resumed): data
+        describing a finished or running run, whose starting weights its checkpoints hold."""
 
     # ------------------------------------------------------------------ access
     @property
@@ -195,6 +198,7 @@ class Config:
     def copy(self) -> Config:
         duplicate = Config(copy.deepcopy(self.data), dict(self.origins), self.file)
         duplicate.plugin_sources = dict(self.plugin_sources)
+        duplicate.stored = self.stored
         return duplicate
 
     def __repr__(self) -> str:
@@ -437,6 +441,7 @@ def load_config(
         loading = _Loading()
         data, origins = _load_file(path, (), loading)
         cfg = Config(data, origins, path.expanduser().resolve())
+        cfg.stored = stored
         if not stored:  # only the tree of the file the user gave vouches: not a _base_ elsewhere
             cfg.plugin_sources = {e: f for e, f in loading.sources.items() if _within(f, cfg.base_dir)}
     return cfg.apply_overrides(overrides)

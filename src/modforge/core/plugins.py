@@ -130,13 +130,6 @@ def _run_source(name: str, path: Path, source: bytes, origin: str, spec: str) ->
     return module
 
 
-def forget_plugins() -> None:
-    """Forget every vouched-for plug-in and folder (the modules stay imported). For tests."""
-    with _lock:
-        _LOADED.clear()
-        _TRUSTED_FOLDERS.clear()
-
-
 def loaded_plugin(entry: str) -> LoadedPlugin | None:
     """The record of plug-in ``entry`` (module name or file/folder path), if it was loaded."""
     record = _LOADED.get(_normal(entry))
@@ -428,22 +421,17 @@ def _load_vouched(entry: str, sources: Mapping[str, Path], origin: str) -> Loade
     if covering is not None:  # an installed plug-in wins over a file of the same name planted beside a config
         return _remember(LoadedPlugin(entry, _import_module(entry, origin), covering))
     vouched = _vouched(entry, sources)
-    if vouched is not None:
-        path, why = vouched
-        if _looks_like_file(entry):
-            return _import_path(path, entry, f"{origin}, {why}")
-        top = entry.split(".", 1)[0]
-        if path.is_dir():
-            package = _import_path(path, entry, f"{origin}, {why}")
-            module = package.module if entry == top else _submodule(package, entry, origin)
-            if module is None:
-                return None
-        else:
-            module = _import_path(path, entry, f"{origin}, {why}").module
-            if entry != top:
-                return None  # a dotted name cannot point inside a single-file module
-        return _remember(LoadedPlugin(entry, module, f"{origin}, {why}", path))
-    return None
+    if vouched is None:
+        return None
+    path, why = vouched
+    origin = f"{origin}, {why}"
+    if _looks_like_file(entry):
+        return _import_path(path, entry, origin)
+    if "." in entry and not path.is_dir():
+        return None  # a dotted name cannot point inside a single-file module: refused before importing it
+    loaded = _import_path(path, entry, origin)
+    module = loaded.module if "." not in entry else _submodule(loaded, entry, origin)
+    return _remember(LoadedPlugin(entry, module, origin, path)) if module is not None else None
 
 
 def load_config_plugins(

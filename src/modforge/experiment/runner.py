@@ -337,6 +337,7 @@ def load_trained(target: Path, which: str = "best", overrides: Sequence[str] = (
         raise ConfigError(f"{display_path(path)} holds no config (a modforge checkpoint stores the config it was "
                           "trained with); it cannot be rebuilt")  # fmt: skip
     cfg = Config(stored, {}, None)
+    cfg.stored = True
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     what = f"the config stored in {display_path(path)}"
     in_force = load_stored_plugins(cfg.data.get("plugins"), run_dir=run_dir, what=what)

@@ -138,7 +138,7 @@ def validate_config(
     model = cfg.data.get("model")
     if model is not None:
         stages, _losses = parse_model_section(require_mapping(model, path="model", origin_of=where), origin_of=where)
-        if model.get("init") is not None and cfg.file is not None:  # a stored config's weights come from its checkpoint
+        if model.get("init") is not None and not cfg.stored:  # a stored config's weights come from its checkpoint
             from ..model.init import parse_init
 
             parse_init(model["init"], origin_of=where, base_dir=cfg.base_dir)
