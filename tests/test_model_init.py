@@ -88,6 +88,15 @@ def test_part_and_exclude_choose_what_is_loaded(foreign):
         build({"path": str(path), "format": state_dict_format(), "part": "neck"})
 
 
+def test_a_device_this_machine_lacks_is_a_config_error(foreign):
+    path, _ = foreign
+    with pytest.raises(ConfigError, match=r"model.init.map_location: expected a device such as cpu"):
+        build({"path": str(path), "format": state_dict_format(), "map_location": "tpu:9"})
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match=r"model.init.map_location: expected a device this machine has"):
+            build({"path": str(path), "format": state_dict_format(), "map_location": "cuda"})
+
+
 def test_a_pinned_digest_refuses_another_file(foreign):
     path, _ = foreign
     with pytest.raises(ConfigError, match=r"model.init.sha256: .*has SHA-256 [0-9a-f]{64}, not the 00ff the config pins"):

@@ -119,11 +119,25 @@ def _spec(entry: dict[str, Any], at: str, where: Callable[[str], str | None], ba
     for key in ("part", "map_location", "sha256"):
         if entry.get(key) is not None and not isinstance(entry[key], str):
             raise bad(key, "a string")
+    if entry.get("map_location") is not None:
+        _check_device(entry["map_location"], bad)
     fmt = entry.get("format", "auto")
     if fmt != "auto":
         fmt = CHECKPOINT_FORMATS.validate(fmt, path=f"{at}.format", origin_of=where)
     return InitSpec(path, fmt, entry.get("strict", True), tuple(exclude), entry.get("part"),
                     entry.get("map_location") or "cpu", entry.get("sha256"), at, where(at))  # fmt: skip
+
+
+def _check_device(name: str, bad: Callable[[str, str], ConfigValueError]) -> None:
+    """``map_location`` must name a device this machine has (torch.load fails obscurely otherwise)."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise bad("map_location", "a device such as cpu or cuda:0") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise bad("map_location", "a device this machine has (no CUDA here; cpu)")
 
 
 # ----------------------------------------------------------------- loading
