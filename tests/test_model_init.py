@@ -75,6 +75,23 @@ def test_strict_false_loads_what_fits_and_warns_about_the_rest(foreign, caplog):
     assert state["parts.head.fc.weight"].shape == (5, 8)  # left as initialised
 
 
+def test_a_files_network_loads_beside_the_configs_own_loss_state(foreign):
+    """Published weights hold no loss: a weighted or centred loss keeps its own state; a file
+    that does hold losses (modforge's own) must hold all of them."""
+    path, expected = foreign
+    losses = [{"type": "cross_entropy", "args": {"class_weights": [0.2, 0.3, 0.5]}}, {"type": "oc_softmax", "weight": 0.5}]
+    section = dict(MODEL, losses=losses, init={"path": str(path), "format": state_dict_format()})
+    model = mf.build_model(section, in_dim=4, num_classes=3)
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in expected.items())
+    assert torch.equal(state["loss_fns.loss_cross_entropy.weight"], torch.tensor([0.2, 0.3, 0.5]))
+    partial = {k: v for k, v in state.items() if not k.startswith("loss_fns.loss_oc_softmax")}
+    torch.save(partial, path.parent / "partial.pt")
+    with pytest.raises(ConfigError, match=r"model keys not in the file: loss_fns.loss_oc_softmax"):
+        mf.build_model(dict(section, init={"path": str(path.parent / "partial.pt"), "format": "state_dict"}),
+                       in_dim=4, num_classes=3)
+
+
 def test_part_and_exclude_choose_what_is_loaded(foreign):
     path, expected = foreign
     fresh = build().state_dict()

@@ -20,6 +20,8 @@ the model's: keys the model lacks, keys the file lacks and shapes that differ ar
 reported at once — an error when ``strict`` (the default), a warning listing them when not.
 Nothing is renamed by guesswork. A missing ``num_batches_tracked`` buffer (files from
 PyTorch before 0.4.1) is not a missing weight: batch norm uses it only without momentum.
+Nor is a loss's state (class-weight buffers, a one-class centre) missing from a file that
+holds no loss at all — published weights are a network's; the config's losses start fresh.
 """
 
 from __future__ import annotations
@@ -217,9 +219,22 @@ def _selected(spec: InitSpec, target: dict[str, Any], converted: dict[str, Any])
     return {k: v for k, v in target.items() if kept(k)}, {k: v for k, v in converted.items() if kept(k)}
 
 
+_LOSS_PREFIX = "loss_fns."
+
+
+def _needed(key: str, file_has_losses: bool) -> bool:
+    """Whether a model key must come from the file. Not ``num_batches_tracked`` (see the
+    module's docstring), and not the losses' state (class weights, centres) when the file holds
+    no loss at all: published weights are a network's, and the config's losses start fresh."""
+    if key.endswith("num_batches_tracked"):
+        return False
+    return file_has_losses or not key.startswith(_LOSS_PREFIX)
+
+
 def _problems(target: dict[str, Any], converted: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(one text per kind of misfit, the keys whose shapes differ)."""
-    missing = [k for k in target if k not in converted and not k.endswith("num_batches_tracked")]
+    file_has_losses = any(k.startswith(_LOSS_PREFIX) for k in converted)
+    missing = [k for k in target if k not in converted and _needed(k, file_has_losses)]
     unexpected = [k for k in converted if k not in target]
     mismatched = [k for k in converted if k in target and tuple(converted[k].shape) != tuple(target[k].shape)]
     problems = []
