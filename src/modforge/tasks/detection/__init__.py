@@ -1,0 +1,1 @@
+"""Object detection (the United Perception world): COCO evaluation, the detection task."""
