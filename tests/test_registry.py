@@ -154,7 +154,7 @@ def test_build_user_value_for_injected_argument_must_agree():
     reg = make_registry()
     assert reg.build({"type": "resnet18", "args": {"in_dim": 5}}, in_dim=5).in_dim == 5
     assert reg.build({"type": "resnet18", "args": {"in_dim": 7}}).in_dim == 7  # nothing to wire: the user's value
-    with pytest.raises(ConfigError, match=r"'in_dim' is wired by the builder \(5 here\) but the config sets 7"):
+    with pytest.raises(ConfigError, match=r"'in_dim' is wired from the previous part's output size \(5 here\) but the config sets 7"):
         reg.build({"type": "resnet18", "args": {"in_dim": 7}}, in_dim=5)
 
 

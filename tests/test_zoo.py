@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import modforge as mf
+from modforge.core.errors import ConfigValueError
 from modforge.model import StageError
 
 
@@ -34,8 +35,8 @@ def test_resnet_stems_width_and_channels():
     multi = mf.BACKBONES.build({"type": "resnet34", "args": {"width": 0.25, "features_only": True}}, in_dim=3).eval()
     maps = multi(torch.randn(1, 3, 32, 32))
     assert [m.shape[1] for m in maps] == multi.out_dim == [16, 32, 64, 128] and multi.out_strides == [1, 2, 4, 8]
-    with pytest.raises(mf.BuildError, match="width must be positive"):
-        mf.BACKBONES.build({"type": "resnet18", "args": {"width": 0}}, in_dim=3)
+    with pytest.raises(ConfigValueError, match=r"backbone.args.width: expected a finite number > 0, got 0"):
+        mf.BACKBONES.build({"type": "resnet18", "args": {"width": 0}}, in_dim=3)  # refused before building
 
 
 def test_vit_interpolates_position_embeddings_and_checks_patch_multiples():
@@ -86,8 +87,8 @@ def test_mlp_backbone_and_head_options():
     assert identity_like.out_dim == 7
     normed = mf.BACKBONES.build({"type": "mlp", "args": {"hidden_dims": [5, 3], "norm": "layer", "activation": "gelu"}}, in_dim=4)
     assert normed(torch.randn(2, 4)).shape == (2, 3) and len(list(normed.children())) == 2
-    with pytest.raises(mf.BuildError, match="hidden_dims must be positive"):
-        mf.BACKBONES.build({"type": "mlp", "args": {"hidden_dims": [0]}}, in_dim=4)
+    with pytest.raises(ConfigValueError, match=r"hidden_dims: expected tuple of whole numbers > 0, got \[0\]"):
+        mf.BACKBONES.build({"type": "mlp", "args": {"hidden_dims": [0]}}, in_dim=4)  # refused before building
     head = mf.HEADS.build({"type": "mlp", "args": {"hidden_dims": [6]}}, in_dim=4, num_classes=2)
     assert head(torch.randn(3, 4)).shape == (3, 2)
 

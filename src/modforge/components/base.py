@@ -20,6 +20,8 @@ the conveniences documented here.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, ClassVar
 
 import torch
@@ -74,6 +76,15 @@ class Loss(Part):
     accepts: ClassVar[tuple[Layout, ...]] = (Layout.VECTOR,)
 
 
+@functools.cache
+def _takes_returnt(cls: type) -> bool:
+    """Whether ``cls.forward`` has a ``returnt`` parameter (read once per class)."""
+    try:
+        return "returnt" in inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def flat_params(module: nn.Module) -> torch.Tensor:
     """All parameters of ``module`` concatenated into one vector (a copy)."""
     params = [p.detach().reshape(-1) for p in module.parameters()]
@@ -115,7 +126,11 @@ class Backbone(Part):
     """
 
     def features(self, x: Any) -> Any:
-        """The features before the classifier (for a backbone without one: its output)."""
+        """The features before the classifier: ``self(x, returnt="features")`` for a backbone
+        whose ``forward`` takes ``returnt`` (Mammoth style: it owns its classifier, so its plain
+        output is the logits), else its output (a backbone without a classifier)."""
+        if _takes_returnt(type(self)):
+            return self(x, returnt="features")
         return self(x)
 
     def intermediate_modules(self) -> list[nn.Module]:

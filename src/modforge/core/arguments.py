@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
 from .coercion import choices_of, coerce, describe_type, to_plain
-from .errors import ConfigError, MissingArgumentError, UnknownKeyError
+from .errors import ConfigError, ConfigValueError, MissingArgumentError, UnknownKeyError
+from .porting_hints import CLASS_COUNT_NAMES, INPUT_SIZE_NAMES, missing_hint, unannotated_hint
 
 __all__ = ["ArgSpec", "INJECTED_ALIASES", "PartSignature", "REQUIRED", "signature_of", "summary_of"]
 
@@ -31,8 +32,8 @@ REQUIRED = inspect.Parameter.empty
 
 
 INJECTED_ALIASES: dict[str, str] = {
-    **dict.fromkeys(("input_dim", "in_features", "in_planes", "inplanes", "input_size", "in_dim"), "in_dim"),
-    **dict.fromkeys(("n_classes", "nclasses", "num_class", "n_class", "num_classes"), "num_classes"),
+    **dict.fromkeys((*INPUT_SIZE_NAMES, "in_dim"), "in_dim"),
+    **dict.fromkeys((*CLASS_COUNT_NAMES, "num_classes"), "num_classes"),
 }
 """Names other frameworks use for what modforge's builder injects (DeepFense's
 ``input_dim``, UP's ``inplanes``...), so a ported config gets a precise message."""
@@ -81,8 +82,18 @@ class ArgSpec:
         return "--" + self.name.replace("_", "-")
 
     def coerce(self, value: Any) -> Any:
-        """Validate and convert one value for this argument (location added by the caller)."""
-        return coerce(value, self.type)
+        """Validate and convert one value for this argument (location added by the caller).
+
+        When the type was not annotated but inferred, the error says so: ``config: expected
+        str, got {…} (it has no type annotation, so it is read as str)``.
+        """
+        try:
+            return coerce(value, self.type)
+        except ConfigValueError as exc:
+            hint = unannotated_hint(self.inferred, self.default, REQUIRED)
+            if not hint:
+                raise
+            raise ConfigValueError(exc.message + hint, path=exc.path, source=exc.source) from None
 
 
 def _infer_type(param: inspect.Parameter, hint: Any) -> tuple[Any, bool]:
@@ -114,7 +125,7 @@ def _admits_none(tp: Any) -> bool:
 def _type_hints(func: Any) -> dict[str, Any]:
     """Annotations with string forward references resolved where possible."""
     try:
-        return typing.get_type_hints(func)
+        return typing.get_type_hints(func, include_extras=True)  # keep Annotated constraints (Probability...)
     except Exception:
         raw = dict(getattr(func, "__annotations__", {}) or {})
         return {k: (Any if isinstance(v, str) else v) for k, v in raw.items()}
@@ -160,6 +171,9 @@ class PartSignature:
     var_positional: str | None = None
     summary: str = ""
     doc: str = ""
+    wired: tuple[str, ...] = ()
+    """What the builder fills in for parts of this kind (``in_dim``...), whether or not this
+    signature names it: a missing ``input_dim`` is then reported as a misnamed ``in_dim``."""
 
     def __iter__(self):
         return iter(self.args)
@@ -232,11 +246,20 @@ class PartSignature:
         for spec in self.args:
             if spec.required and spec.name not in out and spec.name not in provided:
                 raise MissingArgumentError(
-                    f"required argument missing (expected {spec.type_name})",
+                    f"required argument missing (expected {spec.type_name}){self.missing_hint(spec)}",
                     path=f"{path}.{spec.name}",
                     source=where(path),
                 )
         return out
+
+    def missing_hint(self, spec: ArgSpec) -> str:
+        """Why ``spec`` may be missing (a misnamed ``in_dim``, an un-annotated argument), or ``""``."""
+        wired_as = INJECTED_ALIASES.get(spec.name.lower())
+        if wired_as is not None and wired_as not in self:  # the part has no in_dim of its own: this is it, misnamed
+            hint = missing_hint(spec.name, self.wired)
+            if hint:
+                return hint
+        return "; it has no type annotation, so it is read as str" if spec.inferred else ""
 
     def _unknown_message(self, key: str) -> str:
         wired = INJECTED_ALIASES.get(key.lower())
@@ -271,7 +294,9 @@ def signature_of(obj: Any, injected: Iterable[str] = ()) -> PartSignature:
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
-        return PartSignature(args=(), var_keyword="kwargs", summary="", doc=inspect.getdoc(obj) or "")
+        return PartSignature(
+            args=(), var_keyword="kwargs", summary="", doc=inspect.getdoc(obj) or "", wired=tuple(injected)
+        )
     hints = _type_hints(init)
     summary, doc, helps = _docstring_params(obj, init if is_class else None)
     args: list[ArgSpec] = []
@@ -294,4 +319,4 @@ def signature_of(obj: Any, injected: Iterable[str] = ()) -> PartSignature:
                 inferred=inferred,
             )
         )
-    return PartSignature(tuple(args), var_kw, var_pos, summary, doc)
+    return PartSignature(tuple(args), var_kw, var_pos, summary, doc, tuple(sorted(injected)))

@@ -20,11 +20,12 @@ import functools
 import inspect
 import types
 import typing
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 
 from .errors import ConfigValueError
+from .type_names import describe_constrained
 
 __all__ = [
     "allows_none",
@@ -54,16 +55,24 @@ def parse_scalar(text: str) -> Any:
         return text
 
 
+def _unwrap(tp: Any) -> Any:
+    """``Annotated[X, ...]`` → ``X`` (the constraints are pydantic's to check); else ``tp``."""
+    while typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    return tp
+
+
 def _is_union(tp: Any) -> bool:
-    return typing.get_origin(tp) in (Union, types.UnionType)
+    return typing.get_origin(_unwrap(tp)) in (Union, types.UnionType)
 
 
 def _non_none_members(tp: Any) -> list[Any]:
-    return [arg for arg in typing.get_args(tp) if arg is not type(None)]
+    return [arg for arg in typing.get_args(_unwrap(tp)) if arg is not type(None)]
 
 
 def allows_none(tp: Any) -> bool:
     """True when ``None`` is a valid value for annotation ``tp``."""
+    tp = _unwrap(tp)
     if tp is Any or tp is None or tp is type(None):
         return True
     if _is_union(tp):
@@ -74,11 +83,12 @@ def allows_none(tp: Any) -> bool:
 
 
 def _strip_optional(tp: Any) -> Any:
-    """``Optional[X]`` → ``X``; any other annotation unchanged."""
+    """``Optional[X]`` → ``X`` and ``Annotated[X, ...]`` → ``X``; any other annotation unchanged."""
+    tp = _unwrap(tp)
     if _is_union(tp):
         members = _non_none_members(tp)
         if len(members) == 1:
-            return members[0]
+            return _unwrap(members[0])
     return tp
 
 
@@ -98,6 +108,8 @@ def describe_type(tp: Any) -> str:
         return "any"
     if tp is type(None) or tp is None:
         return "None"
+    if typing.get_origin(tp) is Annotated:
+        return describe_constrained(tp)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if _is_union(tp):
@@ -110,10 +122,10 @@ def describe_type(tp: Any) -> str:
         return "one of " + ", ".join(repr(m.value) for m in tp)
     if origin in (list, set, frozenset) or (origin is not None and _is_sequence_origin(origin)):
         name = {set: "set", frozenset: "set"}.get(origin, "list")
-        return f"{name} of {describe_type(args[0])}" if args else name
+        return f"{name} of {_element_name(args[0])}" if args else name
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return f"tuple of {describe_type(args[0])}"
+            return f"tuple of {_element_name(args[0])}"
         if args:
             return "tuple (" + ", ".join(describe_type(a) for a in args) + ")"
         return "tuple"
@@ -124,6 +136,11 @@ def describe_type(tp: Any) -> str:
     if inspect.isclass(tp):
         return {dict: "mapping"}.get(tp, tp.__name__)
     return str(tp).replace("typing.", "")
+
+
+def _element_name(tp: Any) -> str:
+    """An element type inside ``list of …``: a constrained one in the plural."""
+    return describe_constrained(tp, plural=True) if typing.get_origin(tp) is Annotated else describe_type(tp)
 
 
 def _is_sequence_origin(origin: Any) -> bool:
@@ -155,7 +172,7 @@ def _admits_bool(tp: Any) -> bool:
     if tp is bool or tp is Any:
         return True
     if _is_union(tp):
-        return any(_admits_bool(m) for m in typing.get_args(tp))
+        return any(_admits_bool(m) for m in typing.get_args(_unwrap(tp)))
     if typing.get_origin(tp) is Literal:
         return any(isinstance(a, bool) for a in typing.get_args(tp))
     return False

@@ -40,6 +40,7 @@ from .errors import (
     UnknownComponentError,
     UsageError,
 )
+from .part_layouts import normalize_layouts
 from .plugins import PLUGIN_MODULE_PREFIX, import_object, is_import_path, load_entry_point_plugins
 from .specs import normalize_spec
 
@@ -214,6 +215,7 @@ class Registry:
                 f"invalid {self.kind} name {name!r}: use letters, digits, '_', '-' and '.' "
                 "(no spaces or ':'), starting with a letter, digit or '_'"
             )
+        normalize_layouts(obj, f"{self.kind} '{name}'")  # accepts = ("vector",) → (Layout.VECTOR,)
         module = getattr(obj, "__module__", None) or "?"
         entry = Entry(name, self.kind, obj, module, self.injected)
         with self._lock:
@@ -413,8 +415,9 @@ class Registry:
                 )
         for key, value in passed.items():
             if key in args and not _equal(args[key], value):
+                origin = _WIRED_FROM.get(key, "the builder")
                 raise ConfigError(
-                    f"'{key}' is wired by the builder ({value!r} here) but the config sets {args[key]!r}; "
+                    f"'{key}' is wired from {origin} ({value!r} here) but the config sets {args[key]!r}; "
                     "remove it from the config",
                     path=f"{label}.args.{key}",
                     source=where(f"{label}.args.{key}"),
@@ -434,6 +437,14 @@ class Registry:
     def signature(self, name: str) -> PartSignature:
         """The arguments of registered part ``name``."""
         return self.entry(name).signature
+
+
+_WIRED_FROM = {
+    "num_classes": "the data's class count",
+    "in_dim": "the previous part's output size",
+    "in_layout": "the previous part's output layout",
+    "sample_rate": "the data's sample rate",
+}
 
 
 def _equal(a: Any, b: Any) -> bool:

@@ -9,14 +9,30 @@ Anything else next to ``type`` is an error — most often arguments written outs
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import ConfigValueError, UnknownKeyError
 
-__all__ = ["normalize_spec", "SPEC_KEYS"]
+__all__ = ["ARGS_ALIASES", "normalize_spec", "SPEC_KEYS"]
 
 SPEC_KEYS = ("type", "args")
+
+ARGS_ALIASES = frozenset({"kwarg", "kwargs", "arguments", "params", "parameters", "options", "cfg"})
+"""What other frameworks call a part's ``args:`` mapping (United Perception: ``kwarg:``)."""
+
+
+def _unknown_key_message(key: str, value: Any, allowed: set[str]) -> str:
+    """Say what an unexpected key beside ``type`` most likely meant: ``args`` misnamed
+    (a mapping under ``kwarg:``), another allowed key mistyped, or an argument outside ``args:``."""
+    valid = ", ".join(sorted(allowed))
+    if key.lower() in ARGS_ALIASES and (isinstance(value, Mapping) or value is None):
+        return f"unknown key '{key}'; did you mean 'args'? Rename '{key}:' to 'args:' (allowed here: {valid})"
+    close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.75)
+    if close:
+        return f"unknown key '{key}'; did you mean '{close[0]}'? (allowed here: {valid})"
+    return f"unknown key '{key}' beside 'type' (allowed here: {valid}); part arguments go under 'args:', e.g. args.{key}"
 
 
 def normalize_spec(
@@ -74,12 +90,7 @@ def normalize_spec(
         if key in SPEC_KEYS:
             continue
         if key not in allowed:
-            valid = ", ".join(sorted(allowed))
-            raise UnknownKeyError(
-                f"unknown key '{key}' beside 'type' (allowed here: {valid}); "
-                f"part arguments go under 'args:', e.g. args.{key}",
-                path=f"{path}.{key}",
-                source=where(f"{path}.{key}"),
-            )
+            raise UnknownKeyError(_unknown_key_message(str(key), extra, allowed), path=f"{path}.{key}",
+                                  source=where(f"{path}.{key}"))  # fmt: skip
         spec[key] = extra
     return spec

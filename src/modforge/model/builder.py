@@ -209,9 +209,7 @@ def build_model(
         try:
             out = _dry_run(part, arg)
             if dict_io:
-                if isinstance(out, Mapping) and out is not dry_batch:
-                    dry_batch.update(out)
-                out = dry_batch.get(output_key(part, stage.kind))
+                out = _dict_io_output(out, dry_batch, part, stage, where)
             declared_layout = getattr(part, "produces", None)
             out_layout = Layout(declared_layout) if declared_layout else infer_layout(out, hint=target)
             measured = out_dim_of(out, out_layout)
@@ -252,11 +250,63 @@ def build_model(
         dry_batch[stage.name] = out
     loss_parts = _build_losses(losses, built, outputs, inputs, num_classes, label, common)
     model = ModularModel(built, loss_parts, num_classes, scores=scores)
+    if model.classifier_loss is None:  # a margin loss that owns its classifier sizes its own logits
+        last = next(stage for stage in stages if stage.name == built[-1][0].name)
+        _check_class_count(built[-1][0], outputs[last.name][2], num_classes, last, "stages" in section, where)
     model.input_layout = in_layout  # what the model takes, before any adapter of the first stage
     model.init_records = []
     if init_weights and section.get("init") is not None:
         model.init_records = apply_init(model, parse_init(section["init"], origin_of=where, base_dir=base_dir))
     return model
+
+
+def _check_class_count(info: StageInfo, logits: Any, num_classes: int | None, stage: Any, general: bool,
+                       where: Any) -> None:  # fmt: skip
+    """Refuse a model whose logits do not have one column per class — before any training step
+    (a backbone of 256 features with ``head: null`` would otherwise train as a 256-class model and
+    fail in the first confusion matrix)."""
+    if num_classes is None or not isinstance(logits, torch.Tensor) or logits.dim() != 2:
+        return
+    width = int(logits.shape[1])
+    if width == num_classes:
+        return
+    part = f"{info.kind} '{info.type}'"
+    if info.kind == "head":
+        message = (f"{part} outputs {width} logits per sample but the data has {num_classes} classes; a head gets "
+                   "num_classes from the data (its num_classes argument) — make it use that")  # fmt: skip
+        path = stage.path
+    else:
+        message = (f"the model has no head, so its logits are the output of {part}: {width} values per sample, "
+                   f"but the data has {num_classes} classes; add a head (e.g. 'head: linear'), use a backbone that "
+                   "classifies (one taking num_classes), or a loss that owns its classifier (am_softmax...)")  # fmt: skip
+        path = stage.path if general else "model.head"
+    raise ModelBuildError(message, path=path, source=where(path) or where(stage.path))
+
+
+def _dict_io_output(returned: Any, batch: dict[str, Any], part: nn.Module, stage: Any, where: Any) -> Any:
+    """The output of a dict-in/dict-out (UP-style) part's dry run, or one clear error when the
+    part broke that contract: it must return the batch dict (or the keys it adds) with its
+    ``output_key`` (``logits`` for a head, ``features`` otherwise) set to its output."""
+    key = output_key(part, stage.kind)
+    label = f"{stage.kind} '{stage.spec['type']}' is dict_io (batch dict in, batch dict out)"
+    if not isinstance(returned, Mapping):
+        raise ModelBuildError(
+            f"{label}: its forward must return the batch dict with {key!r} set, but it returned "
+            f"{describe_value(returned) if returned is not None else 'None'} (end forward with 'return input')",
+            path=stage.path,
+            source=where(stage.path),
+        )
+    if returned is not batch:
+        batch.update(returned)
+    if batch.get(key) is None:
+        written = sorted(k for k in returned if k not in ("input", "label"))
+        raise ModelBuildError(
+            f"{label}: it must write its output to batch[{key!r}] (set output_key = '...' to read another key), "
+            f"but {key!r} is {'None' if key in batch else 'missing'}; keys it returned: {', '.join(map(str, written)) or 'none'}",
+            path=stage.path,
+            source=where(stage.path),
+        )
+    return batch[key]
 
 
 def _producer(name: str, built: list[tuple[StageInfo, nn.Module, Any]]) -> str:

@@ -151,8 +151,9 @@ def check_gradients(ctx: Context) -> str:
 
 
 def check_returnt(ctx: Context) -> str:
-    """``returnt`` modes agree: "both" == ("out", "features"); a backbone's
-    ``features``/``forward_intermediates`` agree with its forward."""
+    """``returnt`` modes agree: "both" == ("out", "features"), ``features()`` ==
+    ``returnt="features"`` and ``returnt="full"`` is a list of tensors (Mammoth style); a
+    backbone without ``returnt`` has ``features``/``forward_intermediates`` agreeing with its forward."""
     part, x = ctx.part.eval(), ctx.subject.example
     if ctx.subject.dict_io:
         raise CheckSkipped("a dict-in/dict-out part")
@@ -162,11 +163,20 @@ def check_returnt(ctx: Context) -> str:
             both = part(x, returnt="both")
             if not (_close(both[0], out)[0] and _close(both[1], feats)[0]):
                 raise CheckFailed('returnt="both" differs from ("out", "features")')
-            return "out/features/both agree"
+            if callable(getattr(part, "features", None)) and not _close(part.features(x), feats)[0]:
+                raise CheckFailed('features() differs from returnt="features"')
+            full = part(x, returnt="full")
+            if not isinstance(full, (list, tuple)) or not full or not all(isinstance(t, torch.Tensor) for t in full):
+                raise CheckFailed(f'returnt="full" must return a non-empty list of tensors (every layer\'s output), '
+                                  f"got {describe_value(full)}")  # fmt: skip
+            return f"out/features/both/full agree; full: {len(full)} layers"
         if callable(getattr(part, "forward_intermediates", None)):
             final, blocks = part.forward_intermediates(x)
             if not _close(final, ctx.output)[0]:
                 raise CheckFailed("forward_intermediates() output differs from forward()")
+            if not isinstance(blocks, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in blocks):
+                raise CheckFailed(f'forward_intermediates() blocks (returnt="full") must be a list of tensors, '
+                                  f"got {describe_value(blocks)}")  # fmt: skip
             if callable(getattr(part, "features", None)) and not _close(part.features(x), ctx.output)[0]:
                 raise CheckFailed("features() differs from forward()")
             return f"{len(blocks)} intermediate blocks"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -78,7 +78,14 @@ class Subject:
         if target is not None:
             batch["label"] = target
         result = part(batch)
-        return (result if isinstance(result, dict) else batch)[self.output_key]
+        if not isinstance(result, Mapping):
+            raise TypeError(
+                f"a dict_io part must return the batch dict with {self.output_key!r} set, "
+                f"but it returned {type(result).__name__}"
+            )
+        if result.get(self.output_key) is None:
+            raise KeyError(f"a dict_io {self.kind} must write its output to batch[{self.output_key!r}]; it did not")
+        return result[self.output_key]
 
 
 def _registry_with(kind: str, target: str | Any, plugins: Iterable[str]) -> tuple[Registry, str]:

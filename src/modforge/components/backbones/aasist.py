@@ -72,6 +72,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..frontends.filterbanks import mel_sinc_filters
@@ -361,18 +362,18 @@ class AASIST(Backbone):
         self,
         in_dim: int = 1,
         in_layout: Layout = Layout.WAVEFORM,
-        sinc_filters: int = 70,
-        first_conv: int = 128,
+        sinc_filters: PositiveInt = 70,
+        first_conv: PositiveInt = 128,
         filts: Pairs = ((1, 32), (32, 32), (32, 64), (64, 64)),
         gat_dims: tuple[int, int] = (64, 32),
         pool_ratios: tuple[float, ...] = (0.5, 0.7, 0.5, 0.5),
         temperatures: tuple[float, ...] = (2.0, 2.0, 100.0, 100.0),
-        ssl_dim: int = 128,
-        sample_rate: int = 16000,
-        dropout: float = 0.5,
-        branch_dropout: float = 0.2,
-        gat_dropout: float = 0.2,
-        pool_dropout: float = 0.3,
+        ssl_dim: PositiveInt = 128,
+        sample_rate: PositiveInt = 16000,
+        dropout: Probability = 0.5,
+        branch_dropout: Probability = 0.2,
+        gat_dropout: Probability = 0.2,
+        pool_dropout: Probability = 0.3,
         preactivation: bool = False,
         freq_aug: bool = False,
     ):
@@ -459,18 +460,18 @@ class AASISTL(AASIST):
         self,
         in_dim: int = 1,
         in_layout: Layout = Layout.WAVEFORM,
-        sinc_filters: int = 70,
-        first_conv: int = 128,
+        sinc_filters: PositiveInt = 70,
+        first_conv: PositiveInt = 128,
         filts: Pairs = ((1, 32), (32, 32), (32, 24), (24, 24)),
         gat_dims: tuple[int, int] = (24, 32),
         pool_ratios: tuple[float, ...] = (0.4, 0.5, 0.7, 0.5),
         temperatures: tuple[float, ...] = (2.0, 2.0, 100.0, 100.0),
-        ssl_dim: int = 128,
-        sample_rate: int = 16000,
-        dropout: float = 0.5,
-        branch_dropout: float = 0.2,
-        gat_dropout: float = 0.2,
-        pool_dropout: float = 0.3,
+        ssl_dim: PositiveInt = 128,
+        sample_rate: PositiveInt = 16000,
+        dropout: Probability = 0.5,
+        branch_dropout: Probability = 0.2,
+        gat_dropout: Probability = 0.2,
+        pool_dropout: Probability = 0.3,
         preactivation: bool = False,
         freq_aug: bool = False,
     ):

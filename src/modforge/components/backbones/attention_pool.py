@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..layouts import Layout
@@ -27,7 +28,9 @@ class AttentionPoolMLP(Backbone):
     produces = Layout.VECTOR
     out_dim_rule = "embed_dim"
 
-    def __init__(self, in_dim: int, attention_dim: int = 128, embed_dim: int = 128, dropout: float = 0.0):
+    def __init__(
+        self, in_dim: int, attention_dim: PositiveInt = 128, embed_dim: PositiveInt = 128, dropout: Probability = 0.0
+    ):
         super().__init__()
         self.attention = nn.Sequential(nn.Linear(in_dim, attention_dim), nn.Tanh(), nn.Linear(attention_dim, 1))
         self.projection = nn.Sequential(

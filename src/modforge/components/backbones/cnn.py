@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..layouts import Layout
@@ -29,10 +30,10 @@ class SmallCNN(Backbone):
     def __init__(
         self,
         in_dim: int,
-        channels: tuple[int, ...] = (32, 64),
-        kernel_size: int = 3,
+        channels: tuple[PositiveInt, ...] = (32, 64),
+        kernel_size: PositiveInt = 3,
         pool: bool = True,
-        dropout: float = 0.0,
+        dropout: Probability = 0.0,
     ):
         super().__init__()
         if not channels or any(c <= 0 for c in channels):

@@ -41,6 +41,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ...core.constraints import PositiveInt
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..common import SqueezeExcitation, frame_layout, require_positive
@@ -147,14 +148,14 @@ class ECAPATDNN(Backbone):
         self,
         in_dim: int,
         in_layout: Layout = Layout.SEQUENCE,
-        channels: int = 1024,
-        embed_dim: int = 192,
-        mfa_dim: int = 1536,
-        dilations: tuple[int, ...] = (2, 3, 4),
-        kernel_size: int = 3,
-        scale: int = 8,
-        se_bottleneck: int = 128,
-        attention_dim: int = 256,
+        channels: PositiveInt = 1024,
+        embed_dim: PositiveInt = 192,
+        mfa_dim: PositiveInt = 1536,
+        dilations: tuple[PositiveInt, ...] = (2, 3, 4),
+        kernel_size: PositiveInt = 3,
+        scale: PositiveInt = 8,
+        se_bottleneck: PositiveInt = 128,
+        attention_dim: PositiveInt = 256,
     ):
         super().__init__()
         layout = frame_layout("ecapa_tdnn", in_layout)

@@ -57,6 +57,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..layouts import Layout
@@ -138,7 +139,7 @@ class LCNN(Backbone):
     produces = Layout.VECTOR
     out_dim_rule = "32 × freq_bins (96 with the default 3, the baseline's 60 LFCC dims // 16)"
 
-    def __init__(self, in_dim: int = 1, freq_bins: int = 3, dropout: float = 0.7):
+    def __init__(self, in_dim: int = 1, freq_bins: PositiveInt = 3, dropout: Probability = 0.7):
         super().__init__()
         if int(in_dim) < 1:
             raise ValueError(f"lcnn: in_dim must be a positive number of input channels, got {in_dim}")

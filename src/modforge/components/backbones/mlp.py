@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..common import Activation, Norm, mlp_layers
@@ -29,9 +30,9 @@ class MLP(Backbone):
     def __init__(
         self,
         in_dim: int,
-        hidden_dims: tuple[int, ...] = (256, 256),
+        hidden_dims: tuple[PositiveInt, ...] = (256, 256),
         activation: Activation = "relu",
-        dropout: float = 0.0,
+        dropout: Probability = 0.0,
         norm: Norm = "none",
     ):
         super().__init__()
@@ -42,6 +43,6 @@ class MLP(Backbone):
         self.out_dim = hidden_dims[-1] if hidden_dims else in_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self._modules.values():  # the blocks in order (as nn.Sequential iterates)
+        for block in self.children():  # the blocks in order (registration order; TorchScript can script this)
             x = block(x)
         return x

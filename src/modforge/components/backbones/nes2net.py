@@ -47,6 +47,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...core.constraints import PositiveInt
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..common import SqueezeExcitation, frame_layout, require_positive
@@ -135,11 +136,11 @@ class Nes2NetX(Backbone):
         in_dim: int,
         in_layout: Layout = Layout.SEQUENCE,
         nes_ratio: tuple[int, int] = (8, 8),
-        se_ratio: int = 1,
-        dilation: int = 2,
-        kernel_size: int = 3,
+        se_ratio: PositiveInt = 1,
+        dilation: PositiveInt = 2,
+        kernel_size: PositiveInt = 3,
         pool: Literal["mean", "attentive"] = "mean",
-        attention_dim: int = 128,
+        attention_dim: PositiveInt = 128,
     ):
         super().__init__()
         layout = frame_layout("nes2net", in_layout)

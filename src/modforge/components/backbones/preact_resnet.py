@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ...core.constraints import PositiveFloat
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..layouts import Layout
@@ -64,7 +65,7 @@ class PreActResNet18(Backbone):
     produces = Layout.IMAGE
     out_dim_rule = "512 × width channels"
 
-    def __init__(self, in_dim: int, width: float = 1.0, post_activation: bool = True):
+    def __init__(self, in_dim: int, width: PositiveFloat = 1.0, post_activation: bool = True):
         super().__init__()
         planes = widths(width)
         self.stem = nn.Conv2d(in_dim, planes[0], 3, padding=1, bias=False)
@@ -73,7 +74,9 @@ class PreActResNet18(Backbone):
             stride = 1 if i == 0 else 2
             self.add_module(f"layer{i + 1}", nn.Sequential(PreActBlock(in_planes, out, stride), PreActBlock(out, out)))
             in_planes = out
-        self.post = nn.Sequential(nn.BatchNorm2d(in_planes), nn.ReLU(inplace=True)) if post_activation else nn.Identity()
+        self.post = (
+            nn.Sequential(nn.BatchNorm2d(in_planes), nn.ReLU(inplace=True)) if post_activation else nn.Identity()
+        )
         self.out_dim = planes[-1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

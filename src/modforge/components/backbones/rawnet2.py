@@ -65,6 +65,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...core.constraints import PositiveInt
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..frontends.filterbanks import mel_sinc_filters
@@ -209,14 +210,14 @@ class RawNet2(Backbone):
         self,
         in_dim: int = 1,
         in_layout: Layout = Layout.WAVEFORM,
-        sinc_filters: int = 20,
-        sinc_kernel: int = 1024,
-        sample_rate: int = 16000,
+        sinc_filters: PositiveInt = 20,
+        sinc_kernel: PositiveInt = 1024,
+        sample_rate: PositiveInt = 16000,
         widths: tuple[int, int] = (20, 128),
         blocks: tuple[int, int] = (2, 4),
-        gru_dim: int = 1024,
-        gru_layers: int = 3,
-        fc_dim: int = 1024,
+        gru_dim: PositiveInt = 1024,
+        gru_layers: PositiveInt = 3,
+        fc_dim: PositiveInt = 1024,
         preactivation: bool = False,
     ):
         super().__init__()

@@ -31,6 +31,7 @@ from typing import Literal
 import torch
 import torch.nn as nn
 
+from ...core.constraints import PositiveFloat
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..layouts import Layout
@@ -84,7 +85,12 @@ def make_stem(in_dim: int, planes: int, stem: Stem) -> nn.Sequential:
 
 
 class ResNet(Backbone):
-    """A ResNet of :class:`BasicBlock` stages; outputs the last stage's feature map."""
+    """A ResNet of :class:`BasicBlock` stages; outputs the last stage's feature map.
+
+    Not scriptable by ``torch.jit.script``: its forward returns a tensor or, with ``features_only``,
+    a list of maps — one type per build, which TorchScript cannot type statically. The
+    ``torchscript`` engine traces it instead, with a warning (see the engines table in the README).
+    """
 
     accepts = (Layout.IMAGE,)
     produces = Layout.IMAGE
@@ -95,7 +101,7 @@ class ResNet(Backbone):
         in_dim: int,
         blocks: tuple[int, int, int, int],
         stem: Stem = "cifar",
-        width: float = 1.0,
+        width: PositiveFloat = 1.0,
         features_only: bool = False,
         zero_init_residual: bool = False,
     ):
@@ -152,7 +158,7 @@ def _variant(name: str, blocks: tuple[int, int, int, int], summary: str) -> type
             self,
             in_dim: int,
             stem: Stem = "cifar",
-            width: float = 1.0,
+            width: PositiveFloat = 1.0,
             features_only: bool = False,
             zero_init_residual: bool = False,
         ):
@@ -220,7 +226,9 @@ def torchvision_resnet_state_dict(
     if unmapped or missing:
         problems = []
         if unmapped:
-            problems.append(f"{len(unmapped)} unmapped (not in a torchvision resnet{depth}): " + ", ".join(unmapped[:10]))
+            problems.append(
+                f"{len(unmapped)} unmapped (not in a torchvision resnet{depth}): " + ", ".join(unmapped[:10])
+            )
         if missing:
             problems.append(f"{len(missing)} missing: " + ", ".join(missing[:10]))
         raise ValueError("torchvision_resnet_state_dict: " + "; ".join(problems))

@@ -48,6 +48,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..common import frame_layout, require_positive
@@ -184,13 +185,13 @@ class TCMConformer(Backbone):
         self,
         in_dim: int,
         in_layout: Layout = Layout.SEQUENCE,
-        embed_dim: int = 144,
-        heads: int = 4,
-        num_encoders: int = 4,
-        kernel_size: int = 31,
-        ff_mult: int = 4,
-        conv_expansion: int = 2,
-        dropout: float = 0.0,
+        embed_dim: PositiveInt = 144,
+        heads: PositiveInt = 4,
+        num_encoders: PositiveInt = 4,
+        kernel_size: PositiveInt = 31,
+        ff_mult: PositiveInt = 4,
+        conv_expansion: PositiveInt = 2,
+        dropout: Probability = 0.0,
     ):
         super().__init__()
         layout = frame_layout("tcm_conformer", in_layout)

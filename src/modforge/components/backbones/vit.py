@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..layouts import Layout
@@ -62,10 +63,10 @@ class ViTTiny(Backbone):
     def __init__(
         self,
         in_dim: int,
-        patch_size: int = 16,
-        image_size: int = 224,
+        patch_size: PositiveInt = 16,
+        image_size: PositiveInt = 224,
         pool: Literal["cls", "mean"] = "cls",
-        dropout: float = 0.0,
+        dropout: Probability = 0.0,
     ):
         super().__init__()
         if patch_size <= 0 or image_size % patch_size:

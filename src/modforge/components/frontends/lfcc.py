@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_frontend
 from .cepstral import Deltas, dct_matrix
 from .filterbanks import linear_filterbank
@@ -74,20 +75,20 @@ class LFCC(SpectralFrontend):
 
     def __init__(
         self,
-        n_filters: int = 20,
-        n_coeffs: int = 20,
+        n_filters: PositiveInt = 20,
+        n_coeffs: PositiveInt = 20,
         with_energy: bool = True,
         deltas: bool = True,
-        f_min: float = 0.0,
-        f_max: float | None = None,
-        n_fft: int | None = None,
-        win_length: int | None = None,
-        hop_length: int | None = None,
+        f_min: NonNegativeFloat = 0.0,
+        f_max: PositiveFloat | None = None,
+        n_fft: PositiveInt | None = None,
+        win_length: PositiveInt | None = None,
+        hop_length: PositiveInt | None = None,
         window: Window = "hamming",
         center: bool = True,
         pad_mode: PadMode = "constant",
-        pre_emphasis: float = 0.97,
-        sample_rate: int = 16000,
+        pre_emphasis: Probability = 0.97,
+        sample_rate: PositiveInt = 16000,
         in_dim: int = 1,
     ):
         if n_fft is None:  # the baseline's 1024-point DFT for its 320-sample window

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_frontend
 from .filterbanks import MelNorm, MelScale, mel_filterbank
 from .spectral import SpectralFrontend
@@ -44,20 +45,20 @@ class LogMel(SpectralFrontend):
 
     def __init__(
         self,
-        n_mels: int = 80,
-        f_min: float = 0.0,
-        f_max: float | None = None,
+        n_mels: PositiveInt = 80,
+        f_min: NonNegativeFloat = 0.0,
+        f_max: PositiveFloat | None = None,
         mel_scale: MelScale = "htk",
         norm: MelNorm = "none",
-        n_fft: int | None = None,
-        win_length: int | None = None,
-        hop_length: int | None = None,
+        n_fft: PositiveInt | None = None,
+        win_length: PositiveInt | None = None,
+        hop_length: PositiveInt | None = None,
         window: Window = "hann",
         center: bool = True,
         pad_mode: PadMode = "reflect",
-        log_floor: float = 1e-10,
-        pre_emphasis: float = 0.0,
-        sample_rate: int = 16000,
+        log_floor: PositiveFloat = 1e-10,
+        pre_emphasis: Probability = 0.0,
+        sample_rate: PositiveInt = 16000,
         in_dim: int = 1,
     ):
         super().__init__(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_frontend
 from .cepstral import Deltas, dct_matrix
 from .filterbanks import MelNorm, MelScale, mel_filterbank
@@ -49,23 +50,23 @@ class MFCC(SpectralFrontend):
 
     def __init__(
         self,
-        n_mfcc: int = 20,
-        n_mels: int = 40,
+        n_mfcc: PositiveInt = 20,
+        n_mels: PositiveInt = 40,
         deltas: bool = False,
-        delta_width: int = 2,
-        f_min: float = 0.0,
-        f_max: float | None = None,
+        delta_width: PositiveInt = 2,
+        f_min: NonNegativeFloat = 0.0,
+        f_max: PositiveFloat | None = None,
         mel_scale: MelScale = "htk",
         norm: MelNorm = "none",
-        n_fft: int | None = None,
-        win_length: int | None = None,
-        hop_length: int | None = None,
+        n_fft: PositiveInt | None = None,
+        win_length: PositiveInt | None = None,
+        hop_length: PositiveInt | None = None,
         window: Window = "hamming",
         center: bool = True,
         pad_mode: PadMode = "reflect",
-        log_floor: float = 1e-10,
-        pre_emphasis: float = 0.97,
-        sample_rate: int = 16000,
+        log_floor: PositiveFloat = 1e-10,
+        pre_emphasis: Probability = 0.97,
+        sample_rate: PositiveInt = 16000,
         in_dim: int = 1,
     ):
         super().__init__(

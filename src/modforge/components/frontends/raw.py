@@ -11,6 +11,7 @@ from typing import Literal
 
 import torch
 
+from ...core.constraints import PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_frontend
 from ..base import Frontend
 from ..layouts import Layout
@@ -38,9 +39,9 @@ class RawWaveform(Frontend):
     def __init__(
         self,
         normalize: Literal["none", "peak", "rms"] = "none",
-        pre_emphasis: float = 0.0,
-        eps: float = 1e-8,
-        sample_rate: int = 16000,
+        pre_emphasis: Probability = 0.0,
+        eps: PositiveFloat = 1e-8,
+        sample_rate: PositiveInt = 16000,
         in_dim: int = 1,
     ):
         super().__init__()

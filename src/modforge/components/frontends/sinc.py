@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...core.constraints import NonNegativeFloat, PositiveInt
 from ...core.registries import register_frontend
 from ..base import Frontend
 from ..common import activation
@@ -59,10 +60,10 @@ class SincConv(nn.Module):
         out_channels: int,
         kernel_size: int,
         sample_rate: int,
-        stride: int = 1,
+        stride: PositiveInt = 1,
         padding: int = 0,
-        min_low_hz: float = 50.0,
-        min_band_hz: float = 50.0,
+        min_low_hz: NonNegativeFloat = 50.0,
+        min_band_hz: NonNegativeFloat = 50.0,
         learnable: bool = True,
     ):
         super().__init__()
@@ -143,18 +144,18 @@ class SincFrontend(Frontend):
 
     def __init__(
         self,
-        out_channels: int = 20,
-        kernel_size: int = 1025,
-        stride: int = 1,
+        out_channels: PositiveInt = 20,
+        kernel_size: PositiveInt = 1025,
+        stride: PositiveInt = 1,
         padding: Literal["valid", "same"] = "valid",
-        min_low_hz: float = 50.0,
-        min_band_hz: float = 50.0,
+        min_low_hz: NonNegativeFloat = 50.0,
+        min_band_hz: NonNegativeFloat = 50.0,
         learnable: bool = True,
         use_abs: bool = True,
-        max_pool: int = 3,
+        max_pool: PositiveInt = 3,
         batch_norm: bool = True,
         activation: Literal["selu", "relu", "leaky_relu", "gelu", "silu", "tanh", "none"] = "selu",
-        sample_rate: int = 16000,
+        sample_rate: PositiveInt = 16000,
         in_dim: int = 1,
     ):
         super().__init__()

@@ -12,6 +12,7 @@ from typing import Literal
 
 import torch
 
+from ...core.constraints import PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_frontend
 from .spectral import SpectralFrontend
 from .stft import PadMode, Window
@@ -43,17 +44,17 @@ class Spectrogram(SpectralFrontend):
 
     def __init__(
         self,
-        n_fft: int | None = None,
-        win_length: int | None = None,
-        hop_length: int | None = None,
+        n_fft: PositiveInt | None = None,
+        win_length: PositiveInt | None = None,
+        hop_length: PositiveInt | None = None,
         window: Window = "hann",
         center: bool = True,
         pad_mode: PadMode = "reflect",
         power: Literal["magnitude", "power"] = "power",
         log: bool = True,
-        log_floor: float = 1e-10,
-        pre_emphasis: float = 0.0,
-        sample_rate: int = 16000,
+        log_floor: PositiveFloat = 1e-10,
+        pre_emphasis: Probability = 0.0,
+        sample_rate: PositiveInt = 16000,
         in_dim: int = 1,
     ):
         super().__init__(

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
+from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_checkpoint_format, register_frontend
 from ...core.weight_formats import CheckpointFormat, WeightFormatError, tensors_of
 from ..base import Frontend
@@ -86,6 +87,10 @@ class SSLFrontend(Frontend):
         sample_rate: sample rate of the input in Hz (wired by the builder); must match the
             pretrained model's.
         in_dim: input size (1 for a waveform; wired by the builder).
+
+    Not scriptable by ``torch.jit.script``: the Hugging Face model inside it is not written for
+    TorchScript (its config classes have no retrievable source). The ``torchscript`` engine traces
+    it instead, with a warning (see the engines table in the README).
     """
 
     produces = Layout.SEQUENCE
@@ -95,23 +100,23 @@ class SSLFrontend(Frontend):
         self,
         path: str | None = None,
         model_type: ModelType = "wav2vec2",
-        hidden_size: int = 32,
-        num_hidden_layers: int = 2,
-        num_attention_heads: int = 2,
-        intermediate_size: int = 64,
-        conv_dim: tuple[int, ...] = (32, 32, 32),
-        conv_kernel: tuple[int, ...] = (10, 8, 4),
-        conv_stride: tuple[int, ...] = (5, 8, 8),
-        num_conv_pos_embeddings: int = 16,
-        num_conv_pos_embedding_groups: int = 2,
+        hidden_size: PositiveInt = 32,
+        num_hidden_layers: PositiveInt = 2,
+        num_attention_heads: PositiveInt = 2,
+        intermediate_size: PositiveInt = 64,
+        conv_dim: tuple[PositiveInt, ...] = (32, 32, 32),
+        conv_kernel: tuple[PositiveInt, ...] = (10, 8, 4),
+        conv_stride: tuple[PositiveInt, ...] = (5, 8, 8),
+        num_conv_pos_embeddings: PositiveInt = 16,
+        num_conv_pos_embedding_groups: PositiveInt = 2,
         extra_config: dict[str, Any] | None = None,
         layer: int | Literal["weighted"] = -1,
         freeze: bool = False,
         freeze_feature_encoder: bool = False,
         normalize: bool | None = None,
         apply_spec_augment: bool = False,
-        layerdrop: float = 0.0,
-        sample_rate: int = 16000,
+        layerdrop: Probability = 0.0,
+        sample_rate: PositiveInt = 16000,
         in_dim: int = 1,
     ):
         super().__init__()
@@ -313,8 +318,10 @@ class HuggingFaceSSL(CheckpointFormat):
     @classmethod
     def recognises(cls, loaded: Any, path: Path) -> bool:
         marker = "feature_extractor.conv_layers."
-        return isinstance(loaded, dict) and (path.parent / "config.json").is_file() and any(
-            str(k).startswith(marker) or f".{marker}" in str(k) for k in loaded
+        return (
+            isinstance(loaded, dict)
+            and (path.parent / "config.json").is_file()
+            and any(str(k).startswith(marker) or f".{marker}" in str(k) for k in loaded)
         )
 
     def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
@@ -327,5 +334,7 @@ class HuggingFaceSSL(CheckpointFormat):
                 continue
             out[f"parts.{self.stage}.model.{inner}"] = value
         if heads:
-            logging.getLogger("modforge.model").info("%s: left out %d tensors of the pre-training/CTC heads", path, heads)
+            logging.getLogger("modforge.model").info(
+                "%s: left out %d tensors of the pre-training/CTC heads", path, heads
+            )
         return out

@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...core.constraints import PositiveFloat
 from ...core.registries import register_head
 from ..base import Head
 
@@ -25,7 +26,7 @@ class CosineHead(Head):
 
     out_dim_rule = "num_classes"
 
-    def __init__(self, in_dim: int, num_classes: int, scale: float = 16.0, learn_scale: bool = True):
+    def __init__(self, in_dim: int, num_classes: int, scale: PositiveFloat = 16.0, learn_scale: bool = True):
         super().__init__()
         if scale <= 0:
             raise ValueError(f"scale must be positive, got {scale}")

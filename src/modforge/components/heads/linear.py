@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ...core.constraints import Probability
 from ...core.registries import register_head
 from ..base import Head
 
@@ -22,7 +23,7 @@ class LinearHead(Head):
 
     out_dim_rule = "num_classes"
 
-    def __init__(self, in_dim: int, num_classes: int, bias: bool = True, dropout: float = 0.0):
+    def __init__(self, in_dim: int, num_classes: int, bias: bool = True, dropout: Probability = 0.0):
         super().__init__()
         self.dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.fc = nn.Linear(in_dim, num_classes, bias=bias)

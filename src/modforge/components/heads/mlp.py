@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_head
 from ..base import Head
 from ..common import Activation, Norm, mlp_layers
@@ -29,9 +30,9 @@ class MLPHead(Head):
         self,
         in_dim: int,
         num_classes: int,
-        hidden_dims: tuple[int, ...] = (256,),
+        hidden_dims: tuple[PositiveInt, ...] = (256,),
         activation: Activation = "relu",
-        dropout: float = 0.0,
+        dropout: Probability = 0.0,
         norm: Norm = "none",
     ):
         super().__init__()

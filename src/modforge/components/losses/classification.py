@@ -12,6 +12,7 @@ from typing import Literal, Optional
 import torch
 import torch.nn.functional as F
 
+from ...core.constraints import NonNegativeFloat, PositiveFloat, Probability
 from ...core.registries import register_loss
 from ..base import Loss
 
@@ -52,8 +53,8 @@ class CrossEntropy(Loss):
     def __init__(
         self,
         num_classes: Optional[int] = None,
-        label_smoothing: float = 0.0,
-        class_weights: Optional[list[float]] = None,
+        label_smoothing: Probability = 0.0,
+        class_weights: Optional[list[NonNegativeFloat]] = None,
         ignore_index: int = -100,
         score: Literal["log_odds", "logit"] = "log_odds",
     ):
@@ -85,7 +86,12 @@ class FocalLoss(Loss):
         alpha: one weight per class, or None.
     """
 
-    def __init__(self, num_classes: Optional[int] = None, gamma: float = 2.0, alpha: Optional[list[float]] = None):
+    def __init__(
+        self,
+        num_classes: Optional[int] = None,
+        gamma: NonNegativeFloat = 2.0,
+        alpha: Optional[list[NonNegativeFloat]] = None,
+    ):
         super().__init__()
         if gamma < 0:
             raise ValueError(f"gamma must not be negative, got {gamma}")
@@ -110,7 +116,7 @@ class BCEWithLogits(Loss):
         pos_weight: weight of positive examples (e.g. #negatives / #positives), or None.
     """
 
-    def __init__(self, pos_weight: Optional[float] = None):
+    def __init__(self, pos_weight: Optional[PositiveFloat] = None):
         super().__init__()
         self.register_buffer("pos_weight", None if pos_weight is None else torch.tensor(float(pos_weight)))
 

@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...core.constraints import FiniteFloat, NonNegativeFloat, PositiveFloat, PositiveInt
 from ...core.registries import register_loss
 from ..base import Loss
 
@@ -89,13 +90,22 @@ class AMSoftmax(Loss):
         scale: s, the multiplier of the cosines (the paper uses 30).
         margin: m, subtracted from the true class's cosine (the paper finds 0.35 best).
         bonafide_label: class index of bona fide speech, used by ``score``.
+
+    Not scriptable by ``torch.jit.script``: its argument checks build lists of sizes TorchScript
+    cannot infer; losses run eager in every engine anyway (engines run the stages). The
+    ``torchscript`` engine traces it instead, with a warning (see the engines table in the README).
     """
 
     input_key = "embedding"
     out_dim_rule = "a scalar loss; logits() gives [batch, num_classes] cosines"
 
     def __init__(
-        self, in_dim: int, num_classes: int, scale: float = 30.0, margin: float = 0.35, bonafide_label: int = 1
+        self,
+        in_dim: int,
+        num_classes: int,
+        scale: PositiveFloat = 30.0,
+        margin: NonNegativeFloat = 0.35,
+        bonafide_label: int = 1,
     ):
         super().__init__()
         _check_dims("am_softmax", in_dim, num_classes)
@@ -151,6 +161,10 @@ class OCSoftmax(Loss):
         alpha: scale α inside the softplus (the paper: 20).
         bonafide_label: the label of bona fide speech in the training data (``logits`` keeps
             modforge's column order regardless: 0 = spoof, 1 = bona fide).
+
+    Not scriptable by ``torch.jit.script``: its argument checks build lists of sizes TorchScript
+    cannot infer; losses run eager in every engine anyway (engines run the stages). The
+    ``torchscript`` engine traces it instead, with a warning (see the engines table in the README).
     """
 
     input_key = "embedding"
@@ -160,9 +174,9 @@ class OCSoftmax(Loss):
         self,
         in_dim: int,
         num_classes: Optional[int] = None,
-        m_real: float = 0.9,
-        m_fake: float = 0.2,
-        alpha: float = 20.0,
+        m_real: FiniteFloat = 0.9,
+        m_fake: FiniteFloat = 0.2,
+        alpha: NonNegativeFloat = 20.0,
         bonafide_label: int = 1,
     ):
         super().__init__()
@@ -240,6 +254,10 @@ class ASoftmax(Loss):
         lambda_gamma: annealing rate γ (reference: 0.12).
         lambda_power: annealing power (reference: 1).
         bonafide_label: class index of bona fide speech, used by ``score``.
+
+    Not scriptable by ``torch.jit.script``: its argument checks build lists of sizes TorchScript
+    cannot infer; losses run eager in every engine anyway (engines run the stages). The
+    ``torchscript`` engine traces it instead, with a warning (see the engines table in the README).
     """
 
     input_key = "embedding"
@@ -249,11 +267,11 @@ class ASoftmax(Loss):
         self,
         in_dim: int,
         num_classes: int,
-        margin: int = 4,
-        lambda_base: float = 1000.0,
-        lambda_min: float = 5.0,
-        lambda_gamma: float = 0.12,
-        lambda_power: float = 1.0,
+        margin: PositiveInt = 4,
+        lambda_base: PositiveFloat = 1000.0,
+        lambda_min: NonNegativeFloat = 5.0,
+        lambda_gamma: NonNegativeFloat = 0.12,
+        lambda_power: NonNegativeFloat = 1.0,
         bonafide_label: int = 1,
     ):
         super().__init__()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ...core.constraints import PositiveInt
 from ...core.registries import register_neck
 from ..base import Neck
 from ..layouts import Layout
@@ -29,7 +30,11 @@ class AttentiveStatsPool(Neck):
     out_dim_rule = "2 × in_dim (mean and standard deviation)"
 
     def __init__(
-        self, in_dim: int, in_layout: Layout = Layout.CHANNELS, attention_dim: int = 128, global_context: bool = True
+        self,
+        in_dim: int,
+        in_layout: Layout = Layout.CHANNELS,
+        attention_dim: PositiveInt = 128,
+        global_context: bool = True,
     ):
         super().__init__()
         self.channel_first = Layout(in_layout) is Layout.CHANNELS

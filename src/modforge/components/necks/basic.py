@@ -38,6 +38,10 @@ class GlobalAvgPool(Neck):
     Args:
         in_dim: channels (a list for multiscale; wired by the builder).
         in_layout: layout of the input (wired by the builder).
+
+    Not scriptable by ``torch.jit.script``: it takes a tensor or (multiscale) a list of maps, chosen
+    by ``in_layout`` at build time, which TorchScript cannot type statically. The ``torchscript``
+    engine traces it instead, with a warning (see the engines table in the README).
     """
 
     accepts = (Layout.IMAGE, Layout.CHANNELS, Layout.SEQUENCE, Layout.MULTISCALE)

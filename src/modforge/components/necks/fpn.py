@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...core.constraints import PositiveInt
 from ...core.registries import register_neck
 from ..base import Neck
 from ..layouts import Layout
@@ -20,13 +21,17 @@ class FPN(Neck):
     Args:
         in_dim: channels of each input level, finest first (wired by the builder).
         out_channels: channels of every output level.
+
+    Not scriptable by ``torch.jit.script``: it zips its per-level convolutions with a list of maps
+    whose length TorchScript cannot know statically. The ``torchscript`` engine traces it instead,
+    with a warning (see the engines table in the README).
     """
 
     accepts = (Layout.MULTISCALE,)
     produces = Layout.MULTISCALE
     out_dim_rule = "out_channels for each input level"
 
-    def __init__(self, in_dim: list[int], out_channels: int = 256):
+    def __init__(self, in_dim: list[int], out_channels: PositiveInt = 256):
         super().__init__()
         if isinstance(in_dim, int) or not in_dim:
             raise ValueError(f"fpn needs a list of channel counts (a multiscale input), got {in_dim!r}")

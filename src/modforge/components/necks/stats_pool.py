@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ...core.constraints import PositiveFloat
 from ...core.registries import register_neck
 from ..base import Neck
 from ..layouts import Layout
@@ -26,7 +27,7 @@ class StatsPool(Neck):
     produces = Layout.VECTOR
     out_dim_rule = "2 × in_dim (mean and standard deviation)"
 
-    def __init__(self, in_dim: int, in_layout: Layout = Layout.SEQUENCE, eps: float = 1e-5):
+    def __init__(self, in_dim: int, in_layout: Layout = Layout.SEQUENCE, eps: PositiveFloat = 1e-5):
         super().__init__()
         if eps <= 0:
             raise ValueError(f"eps must be positive, got {eps}")

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ...core.constraints import PositiveInt
 from ..buffer import Buffer, Policy
 
 __all__ = ["Algorithm", "ReplayAlgorithm", "Teacher", "joined"]
@@ -129,8 +130,8 @@ class ReplayAlgorithm(Algorithm):
         self,
         model: torch.nn.Module,
         num_classes: int | None = None,
-        buffer_size: int = 200,
-        minibatch_size: int | None = None,
+        buffer_size: PositiveInt = 200,
+        minibatch_size: PositiveInt | None = None,
         buffer_policy: Policy = "reservoir",
         seed: int = 0,
     ):

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ...core.constraints import NonNegativeFloat, PositiveFloat
 from ...core.registries import register_algorithm
 from .base import Algorithm, Teacher
 
@@ -27,8 +28,13 @@ class LwF(Algorithm):
         temperature: softmax temperature of teacher and student (T; the term is scaled by T²).
     """
 
-    def __init__(self, model: torch.nn.Module, num_classes: int | None = None, alpha: float = 1.0,
-                 temperature: float = 2.0):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        num_classes: int | None = None,
+        alpha: NonNegativeFloat = 1.0,
+        temperature: PositiveFloat = 2.0,
+    ):
         super().__init__(model, num_classes)
         if alpha < 0:
             raise ValueError(f"alpha must not be negative, got {alpha}")

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ...core.constraints import PositiveInt
 from ...core.registries import register_algorithm
 from ..exemplars import ExemplarMemory
 from .base import Algorithm, Teacher, joined
@@ -45,8 +46,14 @@ class ICaRL(Algorithm):
     uses_buffer = True
     settings = ("class-il",)
 
-    def __init__(self, model: torch.nn.Module, num_classes: int | None = None, buffer_size: int = 200,
-                 minibatch_size: int | None = None, seed: int = 0):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        num_classes: int | None = None,
+        buffer_size: PositiveInt = 200,
+        minibatch_size: PositiveInt | None = None,
+        seed: int = 0,
+    ):
         super().__init__(model, num_classes)
         if minibatch_size is not None and minibatch_size < 1:
             raise ValueError(f"minibatch_size must be at least 1, got {minibatch_size}")
@@ -116,7 +123,7 @@ class ICaRL(Algorithm):
         out = trainer.collect(loader, ("features", "logits", "label"))
         features = F.normalize(out["features"], dim=1)
         scores = torch.full_like(out["logits"], float("-inf"))
-        scores[:, self.mean_classes] = -torch.cdist(features, self.class_means.to(features)) ** 2
+        scores[:, self.mean_classes] = -(torch.cdist(features, self.class_means.to(features)) ** 2)
         return {"scores": scores, "label": out["label"]}
 
     # -------------------------------------------------------------- checkpoint

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ...core.constraints import NonNegativeFloat, PositiveInt
 from ...core.registries import register_algorithm
 from ..buffer import Policy
 from .base import ReplayAlgorithm, Teacher, joined
@@ -39,9 +40,9 @@ class LayerDistillation(ReplayAlgorithm):
         self,
         model: torch.nn.Module,
         num_classes: int | None = None,
-        alpha: float = 0.3,
-        buffer_size: int = 200,
-        minibatch_size: int | None = None,
+        alpha: NonNegativeFloat = 0.3,
+        buffer_size: PositiveInt = 200,
+        minibatch_size: PositiveInt | None = None,
         buffer_policy: Policy = "reservoir",
         seed: int = 0,
     ):

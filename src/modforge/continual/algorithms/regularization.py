@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ...core.constraints import NonNegativeFloat
 from ...core.registries import register_algorithm
 from .base import Algorithm
 
@@ -49,8 +50,13 @@ class EWCOnline(Algorithm):
         gamma: decay of the Fisher information accumulated over earlier tasks (1: no decay).
     """
 
-    def __init__(self, model: torch.nn.Module, num_classes: int | None = None, e_lambda: float = 10.0,
-                 gamma: float = 1.0):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        num_classes: int | None = None,
+        e_lambda: NonNegativeFloat = 10.0,
+        gamma: NonNegativeFloat = 1.0,
+    ):
         super().__init__(model, num_classes)
         if e_lambda < 0:
             raise ValueError(f"e_lambda must not be negative, got {e_lambda}")

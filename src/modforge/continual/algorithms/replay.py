@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ...core.constraints import NonNegativeFloat, PositiveInt
 from ...core.registries import register_algorithm
 from ..buffer import Policy
 from .base import ReplayAlgorithm, joined
@@ -62,9 +63,9 @@ class DER(ReplayAlgorithm):
         self,
         model: torch.nn.Module,
         num_classes: int | None = None,
-        alpha: float = 0.3,
-        buffer_size: int = 200,
-        minibatch_size: int | None = None,
+        alpha: NonNegativeFloat = 0.3,
+        buffer_size: PositiveInt = 200,
+        minibatch_size: PositiveInt | None = None,
         buffer_policy: Policy = "reservoir",
         seed: int = 0,
     ):
@@ -109,10 +110,10 @@ class DERpp(DER):
         self,
         model: torch.nn.Module,
         num_classes: int | None = None,
-        alpha: float = 0.1,
-        beta: float = 0.5,
-        buffer_size: int = 200,
-        minibatch_size: int | None = None,
+        alpha: NonNegativeFloat = 0.1,
+        beta: NonNegativeFloat = 0.5,
+        buffer_size: PositiveInt = 200,
+        minibatch_size: PositiveInt | None = None,
         buffer_policy: Policy = "reservoir",
         seed: int = 0,
     ):
