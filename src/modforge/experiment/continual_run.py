@@ -15,7 +15,6 @@ backward transfer) and ``cl_matrix.png``.
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,6 @@ from ..core.config import Config
 from ..core.errors import ConfigError, ModforgeError, UsageError
 from ..core.registries import ALGORITHMS
 from ..data.loader import make_loader
-from .run_plugins import snapshot_plugins
 from .runs import write_json
 
 __all__ = ["ContinualSettings", "continual_run", "continual_settings", "evaluate_continual"]
@@ -68,9 +66,12 @@ def continual_settings(cfg: Config) -> ContinualSettings:
         raise ConfigError(str(exc), path="continual", source=cfg.where("continual")) from None
 
 
-def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train the task sequence of ``cfg``'s dataset with its algorithm; return the summary."""
-    from .runner import Experiment
+def continual_run(
+    cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None = None, restart: bool = False
+) -> dict[str, Any]:
+    """Train the task sequence of ``cfg``'s dataset with its algorithm; return the summary
+    (``run_dir`` is made once everything is built; ``restart``: see :func:`.runner.train_run`)."""
+    from .runner import Experiment, continue_run_folder, start_run_folder
 
     exp = Experiment.build(cfg, init_weights=resume is None)
     tasks = getattr(exp.splits, "tasks", None)
@@ -86,14 +87,18 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
                           f"data.type '{cfg.data['data']['type']}' is {exp.splits.setting}",
                           path="continual.algorithm", source=cfg.where("continual.algorithm"))
     _refuse_whole_run_stopping(cfg, exp)
+    if exp.settings.trainer is not None:
+        raise ConfigError("a continual run's training step is its algorithm's (continual.algorithm); "
+                          "train.trainer applies to other runs", path="train.trainer",
+                          source=cfg.where("train.trainer"))  # fmt: skip
     loaders = [_train_loader(exp, tasks, i, cumulative=algorithm.cumulative) for i in range(len(tasks))]
     trainer = exp.trainer(loaders[0], run_dir, trainer_class=ContinualTrainer, algorithm=algorithm)
     if resume is None:
-        (run_dir / "config.yaml").write_text(cfg.to_yaml())
-        snapshot_plugins(cfg.plugins, run_dir)
+        start_run_folder(cfg, run_dir, restart=restart)
+    else:
+        continue_run_folder(cfg, run_dir)
     epochs = settings.epochs_per_task
     keep_last = next((cb.keep_last for cb in trainer.callbacks if hasattr(cb, "keep_last")), 3)
-    started = time.perf_counter()
     first = 0
     if resume is not None:  # the task the checkpoint is in (or the one whose evaluation is missing)
         first = min(len(tasks) - 1, int(resume.get("continual", {}).get("tasks_done", 0)))
@@ -129,7 +134,7 @@ def continual_run(cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None =
         trainer.save_checkpoint(keep_last=keep_last)  # the boundary is part of the run's state
         log.info("task %d/%d: class-IL %s", t + 1, len(tasks), " ".join(f"{a:.3f}" for a in class_row))
     trainer.writer.wait()
-    trainer.extra_results["train_seconds"] = time.perf_counter() - started  # this process's share
+    trainer.extra_results["train_seconds"] = trainer.train_seconds  # the whole run's, resumed sessions included
     return _summary(cfg, run_dir, exp, settings, trainer)
 
 

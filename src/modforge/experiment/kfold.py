@@ -9,11 +9,12 @@ fold's best checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import statistics
 from pathlib import Path
 from typing import Any
 
-from ..core.config import Config
+from ..core.config import Config, display_path
 from ..core.errors import UsageError
 from ..core.registries import DATASETS
 from ..data.base import DataSplits
@@ -21,7 +22,9 @@ from .runner import train_run
 from .runs import write_json
 from .settings import LOADER_KEYS
 
-__all__ = ["run_kfold"]
+__all__ = ["check_folds", "run_kfold"]
+
+log = logging.getLogger("modforge.experiment")
 
 
 def _splits(cfg: Config) -> DataSplits:
@@ -32,18 +35,35 @@ def _splits(cfg: Config) -> DataSplits:
     )
 
 
+def check_folds(folds: int, flag: str = "--folds") -> None:
+    """Refuse a fold count below 2 before anything is loaded or made."""
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise UsageError(f"{flag}: expected a whole number of at least 2, got {folds!r}")
+
+
 def run_kfold(cfg: Config, folds: int, run_dir: Path) -> dict[str, Any]:
-    """Train ``folds`` models into ``run_dir/fold<i>/``; write and return ``kfold.json``."""
+    """Train ``folds`` models into ``run_dir/fold<i>/``; write and return ``kfold.json``.
+
+    ``run_dir`` (and its ``config.yaml``) is made only once the data is loaded and ``folds``
+    is known to fit it: a fold count the data cannot have leaves nothing on disk."""
     from sklearn.model_selection import StratifiedKFold
 
-    if folds < 2:
-        raise UsageError(f"--folds must be at least 2, got {folds}")
+    from .runs import create_run_dir
+
+    check_folds(folds)
     base = _splits(cfg)
     parts = [s for s in (base.train, base.val) if s is not None and len(s)]
     if not parts or not all(callable(getattr(p, "subset", None)) and hasattr(type(p), "concat") for p in parts):
         raise UsageError("k-fold needs a dataset whose splits can be pooled and re-split (subset/concat)")
     pool = type(parts[0]).concat(parts)
+    largest = int(pool.labels.bincount().max()) if len(pool.labels) else 0
+    if folds > largest:
+        raise UsageError(f"--folds: expected at most {largest} (the most frequent class has {largest} samples in the "
+                         f"pooled training and validation data; each fold needs some of them), got {folds}")  # fmt: skip
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=int(cfg.data.get("seed") or 0))
+    create_run_dir(run_dir)
+    log.info("k-fold run folder: %s", display_path(run_dir))
+    (run_dir / "config.yaml").write_text(cfg.to_yaml())
     rows = []
     for i, (train_idx, val_idx) in enumerate(splitter.split(pool.labels.numpy(), pool.labels.numpy())):
         fold_splits = dataclasses.replace(

@@ -24,17 +24,17 @@ from ..engines import build_engine
 from ..model import build_model
 from ..tasks.base import Task, get_task
 from ..train import distributed
-from ..train.checkpoint import CorruptCheckpointError, find_resumable, load_checkpoint
+from ..train.checkpoint import CorruptCheckpointError, find_resumable, load_checkpoint, load_weights
 from ..train.metrics import Metric
 from ..train.optim_builder import build_optimizer, build_scheduler
 from ..train.rng import seed_everything
 from ..train.trainer import Trainer
 from .plots import plot_curves
 from .run_plugins import load_stored_plugins, snapshot_plugins
-from .runs import write_json
+from .runs import RunFolderError, create_run_dir, write_json
 from .settings import LOADER_KEYS, TrainSettings
 
-__all__ = ["Experiment", "evaluate_checkpoint", "train_run"]
+__all__ = ["Experiment", "checkpoint_digest", "evaluate_checkpoint", "evaluation_stem", "start_run_folder", "train_run"]
 
 log = logging.getLogger("modforge.experiment")
 _DEFAULT_CALLBACKS = ("csv_logger", "progress", "checkpoint", "nan_guard")
@@ -120,6 +120,14 @@ class Experiment:
                 spec, path=f"train.metrics.{i}", origin_of=cfg.where, num_classes=splits.num_classes
             )
         return cls(cfg, settings, splits, loader, seed, model, metrics, task)
+
+    @property
+    def trainer_class(self) -> type[Trainer]:
+        """The Trainer class ``train.trainer`` names (checked at validation), else :class:`Trainer`."""
+        from ..train.trainers import resolve_trainer
+
+        return resolve_trainer(self.settings.trainer, allowed_modules=self.cfg.plugins, base_dir=str(self.cfg.base_dir),
+                               source=self.cfg.where("train.trainer"))  # fmt: skip
 
     def check_monitor(self) -> None:
         """Refuse a ``train.monitor`` no epoch will ever log, before any training."""
@@ -241,12 +249,46 @@ def _task(cfg: Config, splits: DataSplits) -> Task:
         raise ConfigError(str(exc), path="task", source=cfg.where("task")) from None
 
 
+def start_run_folder(cfg: Config, run_dir: Path, *, restart: bool = False) -> None:
+    """Make the run folder (once data, model and trainer are built: a config that fails to
+    build leaves nothing behind), say where it is, and write ``config.yaml`` and the plug-in
+    copies. ``restart``: the folder is a run that never reached its first checkpoint,
+    started again from scratch — its config is rewritten, its plug-in copies are kept."""
+    if restart:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        create_run_dir(run_dir)
+        log.info("run folder: %s", display_path(run_dir))
+    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    if not (restart and (run_dir / "plugins" / "manifest.json").exists()):
+        snapshot_plugins(cfg.plugins, run_dir)
+
+
+def continue_run_folder(cfg: Config, run_dir: Path) -> None:
+    """The folder a resumed run continues in: its own, or (a checkpoint resumed with
+    ``--run-dir``) a new one, made now and given the run's ``config.yaml``."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not (run_dir / "config.yaml").exists():
+            (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    except OSError as exc:
+        raise RunFolderError(f"cannot use the run folder {display_path(run_dir)}: {exc.strerror or exc}") from None
+
+
 def train_run(
-    cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None = None, splits: DataSplits | None = None
+    cfg: Config,
+    run_dir: Path,
+    *,
+    resume: dict[str, Any] | None = None,
+    splits: DataSplits | None = None,
+    restart: bool = False,
 ) -> dict[str, Any]:
     """Train, test the best checkpoint, write ``summary.json`` and ``curves.png``; return the summary.
     A config with a ``continual:`` section trains its task sequence instead
-    (:func:`~modforge.experiment.continual_run.continual_run`)."""
+    (:func:`~modforge.experiment.continual_run.continual_run`).
+
+    ``run_dir`` is made (:func:`start_run_folder`) only once everything is built; it may
+    exist if empty. ``restart``: it is a run folder without a checkpoint, trained again from scratch."""
     train_settings = cfg.data.get("train") or {}
     distributed.join_if_launched(
         distributed.DistributedSettings(**(train_settings.get("distributed") or {})),
@@ -259,16 +301,22 @@ def train_run(
             raise ConfigError("a continual run trains in one process (its methods step on several forward passes "
                               "per batch, which DDP does not synchronise); launch it without torchrun/--nproc",
                               path="continual", source=cfg.where("continual"))  # fmt: skip
-        return continual_run(cfg, run_dir, resume=resume)
+        return continual_run(cfg, run_dir, resume=resume, restart=restart)
     exp = Experiment.build(cfg, splits, init_weights=resume is None)  # a resumed run's weights are its checkpoint's
     if len(exp.splits.train) == 0:
         raise ConfigError("the dataset's training split is empty: nothing to train on", path="data")
     train_loader, val_loader, test_loader = exp.loaders()
-    trainer = exp.trainer(train_loader, run_dir)
+    if len(train_loader) == 0:
+        raise ConfigError(f"data.batch_size ({exp.loader.batch_size}) with drop_last leaves no batch of the "
+                          f"{len(exp.splits.train)} training samples", path="data.batch_size",
+                          source=cfg.where("data.batch_size"))  # fmt: skip
+    trainer = exp.trainer(train_loader, run_dir, trainer_class=exp.trainer_class)
     main = distributed.is_main_process()
-    if resume is None and main:
-        (run_dir / "config.yaml").write_text(cfg.to_yaml())
-        snapshot_plugins(cfg.plugins, run_dir)
+    if main:
+        if resume is None:
+            start_run_folder(cfg, run_dir, restart=restart)
+        else:
+            continue_run_folder(cfg, run_dir)
     trainer.fit(train_loader, val_loader, resume=resume)
     summary: dict[str, Any] = {
         "config": cfg.name,
@@ -361,18 +409,7 @@ def _validated_stored(cfg: Config, what: str) -> Config:
 
 def _load_weights(model: torch.nn.Module, state: Any, path: Path) -> None:
     """The checkpoint's weights into the model rebuilt from its config; a misfit is one message."""
-    if not isinstance(state, dict):
-        raise ConfigError(f"{display_path(path)} holds no model weights")
-    target = model.state_dict()
-    missing = [k for k in target if k not in state]
-    unexpected = [str(k) for k in state if k not in target]
-    mismatched = [k for k, v in state.items() if k in target and getattr(v, "shape", None) != target[k].shape]
-    if missing or unexpected or mismatched:
-        parts = [f"{len(keys)} {label}: {', '.join(keys[:5])}{' …' if len(keys) > 5 else ''}"
-                 for label, keys in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", mismatched))
-                 if keys]  # fmt: skip
-        raise ConfigError(f"the weights in {display_path(path)} do not fit the model its config builds ({'; '.join(parts)})")
-    model.load_state_dict(state)
+    load_weights(model, state, display_path(path))
 
 
 def _overridden(cfg: Config, overrides: Sequence[str]) -> Config:
@@ -390,15 +427,37 @@ def _overridden(cfg: Config, overrides: Sequence[str]) -> Config:
     return validate_config(cfg)
 
 
-def evaluation_stem(checkpoint: Path, split: str, overrides: Sequence[str]) -> str:
-    """``best-test-`` — the name prefix of an evaluation's files; with overrides (another
-    dataset...), their digest too, so evaluations on other data never replace each other."""
-    if not overrides:
-        return f"{checkpoint.stem}-{split}-"
+def checkpoint_digest(path: Path) -> str:
+    """The SHA-256 of a checkpoint file's bytes (what an evaluation's record says it evaluated)."""
     import hashlib
 
-    digest = hashlib.sha1("\n".join(overrides).encode()).hexdigest()[:8]
-    return f"{checkpoint.stem}-{split}-{digest}-"
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def evaluation_stem(checkpoint: Path, split: str, overrides: Sequence[str], out_dir: Path | None = None) -> str:
+    """``best-test-`` — the name prefix of an evaluation's files; with overrides (another
+    dataset...), their digest too, so evaluations on other data never replace each other.
+
+    An evaluation never replaces one of *other weights*: when ``out_dir`` already holds the
+    record (``<stem>.json``) of an evaluation of a checkpoint with other content (``best.pt``
+    has changed since), the stem also gets a digest of this checkpoint's content
+    (``best-test-1a2b3c4d-``). Evaluating the same weights again replaces its own files."""
+    import hashlib
+    import json
+
+    stem = f"{checkpoint.stem}-{split}-"
+    if overrides:
+        stem += hashlib.sha1("\n".join(overrides).encode()).hexdigest()[:8] + "-"
+    record = out_dir / f"{stem.rstrip('-')}.json" if out_dir is not None else None
+    if record is None or not record.exists():
+        return stem
+    digest = checkpoint_digest(checkpoint)
+    try:
+        earlier = json.loads(record.read_text()).get("checkpoint_sha256")
+    except (OSError, ValueError, AttributeError):
+        earlier = None
+    return stem if earlier == digest else f"{stem}{digest[:8]}-"
 
 
 def evaluate_checkpoint(
@@ -417,7 +476,7 @@ def evaluate_checkpoint(
 
         return {split: evaluate_continual(exp, load_checkpoint(path), split)}, path
     out_dir = path.parent.parent / "evaluations" if path.parent.name == "checkpoints" else None
-    stem = evaluation_stem(path, split, overrides)
+    stem = evaluation_stem(path, split, overrides, out_dir)
     return evaluate_split(exp, split, out_dir=out_dir, stem=stem, what=f"the dataset of {path}"), path
 
 
@@ -434,7 +493,7 @@ def evaluate_split(exp: Experiment, split: str, *, out_dir: Path | None, stem: s
     if dataset is None or len(dataset) == 0:
         raise UsageError(f"{what} has no {split} split")
     loader = make_loader(dataset, exp.loader, train=False)
-    trainer = Trainer(
+    trainer = exp.trainer_class(  # the run's own class: its prepare_batch applies to evaluation too
         exp.model, torch.optim.SGD(exp.model.parameters(), lr=0.0), metrics=exp.metrics, device=exp.settings.device
     )
     return exp.task.test(trainer, loader, dataset, split=split, out_dir=out_dir, stem=stem)

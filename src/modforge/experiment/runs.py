@@ -12,38 +12,82 @@ from typing import Any
 from ..core.config import Config, display_path
 from ..core.errors import UsageError
 
-__all__ = ["RunFolderError", "new_run_dir", "write_json"]
+__all__ = ["RunFolderError", "create_run_dir", "new_run_dir", "plan_run_dir", "write_json"]
 
 
 class RunFolderError(UsageError):
     """A run folder that cannot be used (it exists and is not being resumed...)."""
 
 
-def new_run_dir(cfg: Config, run_dir: str | os.PathLike | None = None, root: str | os.PathLike = "runs") -> Path:
-    """Create the folder for a new run: ``run_dir`` as given (must not hold anything yet),
-    or ``root/<config name>/<YYYYmmdd-HHMMSS>`` (a ``-2``, ``-3``... suffix on collisions).
+def plan_run_dir(
+    cfg: Config, run_dir: str | os.PathLike | None = None, root: str | os.PathLike = "runs", flag: str = "--run-dir"
+) -> Path:
+    """Choose the folder for a new run and check it can be made — creating nothing: ``run_dir``
+    as given (it must not hold anything yet), or ``root/<config name>/<YYYYmmdd-HHMMSS>`` (a
+    ``-2``, ``-3``... suffix when taken). :func:`create_run_dir` makes it, once everything
+    the run needs has been built, so a bad config leaves nothing on disk.
 
     Raises:
-        RunFolderError: ``run_dir`` exists and is not empty (resume it with ``--resume``).
+        RunFolderError: ``run_dir`` exists and is not empty (resume it with ``--resume``), is
+            a file, lies under a file, or the folder it would be made in is not writable.
     """
     if run_dir is not None:
         path = Path(run_dir)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            what = "is a file" if not path.is_dir() else "already exists and is not empty"
             raise RunFolderError(
-                f"run folder {display_path(path)} already exists and is not empty; nothing was changed. "
-                f"Continue it with --resume {display_path(path)}, or choose another --run-dir"
+                f"{flag} {display_path(path)}: run folder {display_path(path)} {what}; nothing was changed. "
+                f"Continue it with --resume {display_path(path)}, or choose another {flag}"
             )
-        path.mkdir(parents=True, exist_ok=True)
+        _check_creatable(path, flag)
         return path
     base = Path(root) / cfg.name / datetime.now().strftime("%Y%m%d-%H%M%S")
     path, n = base, 1
-    while True:
-        try:
-            path.mkdir(parents=True, exist_ok=False)
-            return path
-        except FileExistsError:
-            n += 1
-            path = base.with_name(f"{base.name}-{n}")
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    _check_creatable(path, "the run folder")
+    return path
+
+
+def _check_creatable(path: Path, flag: str) -> None:
+    """Refuse a folder that cannot be made or written: one under a file, or in a read-only folder."""
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise RunFolderError(f"{flag} {display_path(path)}: {display_path(existing)} is a file, not a folder; "
+                             "choose another run folder")  # fmt: skip
+    if existing.exists() and not os.access(existing, os.W_OK | os.X_OK):
+        raise RunFolderError(f"{flag} {display_path(path)}: {display_path(existing)} is not writable; "
+                             "choose another run folder")  # fmt: skip
+
+
+def create_run_dir(path: Path) -> Path:
+    """Make the run folder :func:`plan_run_dir` chose (an empty existing one is used as it is).
+
+    Raises:
+        RunFolderError: it cannot be made or written, or something else started a run in it meanwhile.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if any(path.iterdir()):
+            raise RunFolderError(f"run folder {display_path(path)} is no longer empty (another run started in it); "
+                                 "nothing was changed. Choose another --run-dir")  # fmt: skip
+        probe = path / ".modforge-write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise RunFolderError(f"cannot create the run folder {display_path(path)}: {exc.strerror or exc}") from None
+    return path
+
+
+def new_run_dir(cfg: Config, run_dir: str | os.PathLike | None = None, root: str | os.PathLike = "runs") -> Path:
+    """:func:`plan_run_dir` and :func:`create_run_dir` at once (for callers with nothing to
+    build first)."""
+    return create_run_dir(plan_run_dir(cfg, run_dir, root))
 
 
 def _clean(value: Any) -> Any:

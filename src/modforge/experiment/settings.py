@@ -7,17 +7,26 @@ configs/x.yaml:7)``).
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+import sys
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import Field
 
 from ..core.arguments import signature_of
 from ..core.config import Config
+from ..core.constraints import NonNegativeInt, PositiveFloat, PositiveInt
+from ..core.errors import ConfigValueError
 from ..core.registries import CALLBACKS, DATASETS, ENGINES, METRICS, OPTIMIZERS, SCHEDULERS
 from ..data.loader import LoaderSettings
 from ..train.distributed import DistributedSettings
+from ..train.ranges import check_ranges
+from ..train.trainers import resolve_trainer
 
-__all__ = ["LOADER_KEYS", "TrainSettings", "validate_data_section", "validate_train_section"]
+__all__ = ["LOADER_KEYS", "TrainSettings", "check_device", "validate_data_section", "validate_train_section"]
 
 LOADER_KEYS = tuple(a.name for a in signature_of(LoaderSettings).args)
+BatchSize = Annotated[int, Field(gt=0, le=sys.maxsize)]
+"""A batch size: at least 1, and no more than a sequence can hold (``sys.maxsize``)."""
 
 
 class TrainSettings:
@@ -35,10 +44,11 @@ class TrainSettings:
             ``val_loss``/``train_loss``).
         callbacks: extra callback specs (early_stopping, lr_monitor, ...).
         checkpoint: arguments of the checkpoint callback (every_n_epochs, every_n_steps, keep_last).
-        grad_clip: clip the gradient norm to this value.
-        accumulate: micro-batches per optimizer step.
+        grad_clip: clip the gradient norm to this value (above 0; None: no clipping).
+        accumulate: micro-batches per optimizer step (at least 1).
         precision: '32', 'bf16' (autocast, works on CPU) or '16'.
-        device: 'auto', 'cpu', 'cuda', 'cuda:1', ...
+        device: 'auto', 'cpu', 'cuda', 'cuda:1', 'mps' — checked against this machine when the
+            config is validated (a CUDA device on a machine without one is refused).
         num_threads: torch intra-op threads (None: torch's default).
         log_every: steps between reads of the loss on the host (progress, NaN checks).
         nan_guard: stop at the first non-finite loss.
@@ -48,29 +58,33 @@ class TrainSettings:
         async_checkpoints: commit checkpoints in the background (the commit helper process); False: on the training thread.
         distributed: multi-process settings (torchrun): ``{backend: auto|gloo|nccl, timeout: seconds,
             find_unused_parameters: bool}``; ignored with one process.
+        trainer: the Trainer class that runs the training steps — a registered name
+            (:func:`modforge.train.trainers.register_trainer`) or an import path inside a loaded
+            plug-in (``my_trainer.py:MyTrainer``); None: :class:`~modforge.train.trainer.Trainer`.
     """
 
     def __init__(
         self,
-        max_epochs: int = 10,
-        max_steps: Optional[int] = None,
+        max_epochs: PositiveInt = 10,
+        max_steps: Optional[PositiveInt] = None,
         optimizer: Any = None,
         scheduler: Any = None,
         metrics: Any = None,
         monitor: Optional[str] = None,
         callbacks: Any = None,
         checkpoint: Optional[dict[str, Any]] = None,
-        grad_clip: Optional[float] = None,
-        accumulate: int = 1,
+        grad_clip: Optional[PositiveFloat] = None,
+        accumulate: PositiveInt = 1,
         precision: Literal["32", "bf16", "16"] = "32",
         device: str = "auto",
-        num_threads: Optional[int] = None,
-        log_every: int = 50,
+        num_threads: Optional[PositiveInt] = None,
+        log_every: PositiveInt = 50,
         nan_guard: bool = True,
         progress: Literal["auto", "always", "never"] = "auto",
         engine: Any = "eager",
         async_checkpoints: bool = True,
         distributed: Optional[dict[str, Any]] = None,
+        trainer: Optional[str] = None,
     ):
         self.max_epochs, self.max_steps = max_epochs, max_steps
         self.optimizer = optimizer or {"type": "adamw", "args": {}}
@@ -84,6 +98,7 @@ class TrainSettings:
         self.nan_guard, self.progress, self.engine = nan_guard, progress, engine
         self.async_checkpoints = async_checkpoints
         self.distributed = DistributedSettings(**(distributed or {}))
+        self.trainer = trainer
 
 
 def _spec_list(value: Any) -> list[Any]:
@@ -96,18 +111,25 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
     section = cfg.data.get("train") or {}
     common = dict(origin_of=where, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir))
     values = signature_of(TrainSettings).validate(section, path="train", origin_of=where, plain=True)
+    check_ranges(TrainSettings, values, path="train", origin_of=where)
+    if values.get("device") is not None:
+        check_device(values["device"], path="train.device", source=where("train.device"))
+    if values.get("trainer") is not None:
+        resolve_trainer(values["trainer"], allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir),
+                        source=where("train.trainer"))  # fmt: skip
     if values.get("optimizer") is not None:
         values["optimizer"] = OPTIMIZERS.validate(
             values["optimizer"], path="train.optimizer", extras=("param_groups",), **common
         )
+        _check_optimizer(values["optimizer"], cfg)
     if values.get("scheduler") is not None:
         spec = SCHEDULERS.validate(
             values["scheduler"], path="train.scheduler", extras=("interval", "monitor"), **common
         )
+        obj, _sig = SCHEDULERS.resolve(spec["type"], allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir))
+        check_ranges(obj, spec["args"], path="train.scheduler.args", origin_of=where)
         interval = spec.get("interval", "epoch")
         if interval not in ("epoch", "step"):
-            from ..core.errors import ConfigValueError
-
             raise ConfigValueError(
                 f"expected 'epoch' or 'step', got {interval!r}",
                 path="train.scheduler.interval",
@@ -129,8 +151,6 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
         engine_class = ENGINES.get(values["engine"]["type"])
         capabilities = getattr(engine_class, "capabilities", None)
         if capabilities is not None and not capabilities.can_train:
-            from ..core.errors import ConfigValueError
-
             raise ConfigValueError(
                 f"engine '{values['engine']['type']}' runs inference only and cannot train; train with eager, "
                 f"torchscript or compile, then `modforge export RUN --engine {values['engine']['type']}`",
@@ -149,10 +169,61 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
         try:
             DistributedSettings(**values["distributed"])
         except ValueError as exc:
-            from ..core.errors import ConfigValueError
-
             raise ConfigValueError(str(exc), path="train.distributed", source=where("train.distributed")) from None
     return values
+
+
+def _check_optimizer(spec: dict[str, Any], cfg: Config) -> None:
+    """Ranges of the optimizer's arguments, and its ``param_groups`` (each ``{select, args}``,
+    the args checked like the optimizer's own), before anything is built."""
+    where = cfg.where
+    obj, sig = OPTIMIZERS.resolve(spec["type"], allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir))
+    check_ranges(obj, spec["args"], path="train.optimizer.args", origin_of=where)
+    groups = spec.get("param_groups")
+    if groups is None:
+        return
+    if not isinstance(groups, list):
+        raise ConfigValueError(f"expected a list of {{select, args}} groups, got {groups!r}",
+                               path="train.optimizer.param_groups", source=where("train.optimizer.param_groups"))
+    for i, group in enumerate(groups):
+        gpath = f"train.optimizer.param_groups.{i}"
+        if not isinstance(group, dict) or set(group) - {"select", "args"} or "select" not in group:
+            raise ConfigValueError(f"expected {{select: [...], args: {{...}}}}, got {group!r}", path=gpath,
+                                   source=where(gpath))  # fmt: skip
+        select = group["select"]
+        selectors = [select] if isinstance(select, str) else select
+        if not isinstance(selectors, list) or not selectors or not all(isinstance(s, str) for s in selectors):
+            raise ConfigValueError(f"expected a list of 'bias', 'norm' or name patterns, got {select!r}",
+                                   path=f"{gpath}.select", source=where(f"{gpath}.select"))  # fmt: skip
+        args = sig.validate(group.get("args") or {}, path=f"{gpath}.args", origin_of=where, plain=True)
+        check_ranges(obj, args, path=f"{gpath}.args", origin_of=where)
+
+
+def check_device(device: str, *, path: str, source: str | None = None) -> None:
+    """Refuse a device this machine cannot train on: an unknown type (``tpu``), or CUDA/MPS
+    where there is none (or a CUDA index beyond the devices present)."""
+    import torch
+
+    if device == "auto":
+        return
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        parsed = None
+    if parsed is None or parsed.type not in ("cpu", "cuda", "mps"):
+        raise ConfigValueError(f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}", path=path,
+                               source=source)  # fmt: skip
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigValueError(f"{device!r}: this machine has no CUDA device; use 'auto' or 'cpu'", path=path,
+                                   source=source)  # fmt: skip
+        if parsed.index is not None and parsed.index >= count:
+            raise ConfigValueError(f"{device!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})",
+                                   path=path, source=source)  # fmt: skip
+    if parsed.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigValueError(f"{device!r}: MPS is not available on this machine; use 'auto' or 'cpu'", path=path,
+                               source=source)  # fmt: skip
 
 
 def validate_data_section(cfg: Config) -> dict[str, Any] | None:
@@ -166,4 +237,20 @@ def validate_data_section(cfg: Config) -> dict[str, Any] | None:
     )
     loader = {k: spec.pop(k) for k in LOADER_KEYS if k in spec}
     spec.update(signature_of(LoaderSettings).validate(loader, path="data", origin_of=where, plain=True))
+    check_ranges(_LoaderRanges, spec, path="data", origin_of=where)
     return spec
+
+
+class _LoaderRanges:
+    """The ranges of the loader settings in ``data:`` (:class:`LoaderSettings` declares plain ints).
+
+    Args:
+        batch_size: samples per batch, 1 to ``sys.maxsize``.
+        eval_batch_size: the same for evaluation (None: ``batch_size``).
+        num_workers: loader processes (0: load in the training process).
+    """
+
+    def __init__(
+        self, batch_size: BatchSize = 64, eval_batch_size: Optional[BatchSize] = None, num_workers: NonNegativeInt = 0
+    ):
+        self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers

@@ -50,6 +50,7 @@ __all__ = [
     "find_resumable",
     "list_checkpoints",
     "load_checkpoint",
+    "load_weights",
     "remove_abandoned_temps",
     "serialize",
     "write_temp",
@@ -204,6 +205,27 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a modforge checkpoint (expected format {CHECKPOINT_FORMAT!r})")
     return payload
+
+
+def load_weights(model: torch.nn.Module, state: Any, what: str) -> None:
+    """Load a checkpoint's weights into ``model``; a misfit is one message, not torch's dump.
+
+    Raises:
+        CheckpointError: no weights, or keys missing, unexpected or of another shape (the
+            first few of each named) — ``what`` names the file.
+    """
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{what} holds no model weights")
+    target = model.state_dict()
+    missing = [k for k in target if k not in state]
+    unexpected = [str(k) for k in state if k not in target]
+    mismatched = [k for k, v in state.items() if k in target and getattr(v, "shape", None) != target[k].shape]
+    if missing or unexpected or mismatched:
+        parts = [f"{len(keys)} {label}: {', '.join(keys[:5])}{' …' if len(keys) > 5 else ''}"
+                 for label, keys in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", mismatched))
+                 if keys]  # fmt: skip
+        raise CheckpointError(f"the weights in {what} do not fit the model its config builds ({'; '.join(parts)})")
+    model.load_state_dict(state)
 
 
 def remove_abandoned_temps(directory: Path) -> list[Path]:

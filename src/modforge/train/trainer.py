@@ -52,6 +52,7 @@ from .checkpoint import (
     CHECKPOINT_FORMAT,
     CheckpointWriter,
     list_checkpoints,
+    load_weights,
     remove_abandoned_temps,
     serialize,
 )
@@ -70,6 +71,21 @@ class NonFiniteLossError(ModforgeError):
 
 class Trainer:
     """Trains a model whose ``forward(batch_dict)`` returns a dict with ``loss``.
+
+    Subclassing (delira's ``closure`` and ``prepare_batch``; continual-learning algorithms).
+    Override the per-batch hooks, never :meth:`fit`'s loop — the loop owns checkpoints, exact
+    resume, accumulation, precision and several processes:
+
+    * :meth:`prepare_batch` ``(batch) -> batch`` — every batch, training *and* evaluation,
+      before the model sees it (moving to the device is the default; transform inputs here);
+    * :meth:`training_step` ``(batch) -> loss`` — forward and loss of one training batch (the
+      closure: call ``self.runnable(batch)``, combine losses, add regularisers);
+    * :meth:`backward` ``(loss)`` — back-propagation (scaled for accumulation and fp16);
+    * :meth:`optimizer_step` ``()`` — clip, step, zero the gradients.
+
+    A subclass keeps this constructor's arguments. State of its own that must survive a
+    resume goes into :meth:`checkpoint_payload` / :meth:`load_state` (call ``super()``). A
+    config selects it with ``train.trainer: NAME`` (:mod:`modforge.train.trainers`).
 
     Args:
         model: the module to train (a :class:`~modforge.model.ModularModel` or any module
@@ -189,6 +205,8 @@ class Trainer:
         self._saved: list[Path] | None = None  # periodic checkpoints of this run, oldest first
         self._saved_world = self.world_size  # the process count of the checkpoint resumed from
         self._reduced: tuple[Any, torch.Tensor, int] | None = None  # the last loss reduction (several processes)
+        self.train_seconds_before = 0.0  # training time of the sessions before a resume (from the checkpoint)
+        self._session_started: float | None = None
 
     # ------------------------------------------------------------------ steps
     def prepare_batch(self, batch: Any) -> Any:
@@ -245,10 +263,13 @@ class Trainer:
         generator: torch.Generator | None = getattr(train_loader, "generator", None)
         sampler = getattr(getattr(train_loader, "batch_sampler", None), "sampler", None)
         self.steps_per_epoch = len(train_loader)
+        # the engine first (it may change the parameters' dtype or device: float64, a device of its own),
+        # then the state, so the optimizer's restored state takes the parameters' final dtype and device
+        self.runnable = self.prepare_runnable(train_loader, generator)
         if resume is not None:
             self.load_state(resume, generator)
-        self.runnable = self.prepare_runnable(train_loader, generator)
-        started = time.perf_counter()
+        if self._session_started is None:  # the first fit() of this process (a continual run calls it per task)
+            self._session_started = time.perf_counter()
         try:
             for cb in self.callbacks:
                 cb.on_fit_start(self)
@@ -266,8 +287,15 @@ class Trainer:
             raise distributed.PeerFailure(f"{failure}{hint}") from exc
         finally:
             self.writer.wait()
-        self.extra_results["train_seconds"] = time.perf_counter() - started
+        self.extra_results["train_seconds"] = self.train_seconds
         return self.history
+
+    @property
+    def train_seconds(self) -> float:
+        """Seconds spent in :meth:`fit` over the whole run: the sessions before a resume (from
+        the checkpoint) plus this one so far."""
+        started = self._session_started
+        return self.train_seconds_before + (time.perf_counter() - started if started is not None else 0.0)
 
     def prepare_runnable(self, loader: Any, generator: torch.Generator | None = None) -> Any:
         """The engine's runnable for training; the example batch an engine may need is the
@@ -565,6 +593,7 @@ class Trainer:
             "callbacks": {self._callback_key(cb): cb.state_dict() for cb in self.callbacks},
             "config": self.config,
             "name": self.name,
+            "train_seconds": self.train_seconds,
         }
 
     def save_checkpoint(self, *, keep_last: int = 3, best: bool = False) -> Path | None:
@@ -600,7 +629,7 @@ class Trainer:
                 "schedule with interval: epoch"
             )
         self._saved_world, self._reduced = saved_world, None
-        self.model.load_state_dict(payload["model"])
+        load_weights(self.model, payload.get("model"), "the checkpoint being resumed")
         self.optimizer.load_state_dict(payload["optimizer"])
         if self.scheduler is not None and payload.get("scheduler") is not None:
             self.scheduler.load_state_dict(payload["scheduler"])
@@ -609,6 +638,7 @@ class Trainer:
         self.epoch, self.batch_in_epoch = payload["epoch"], payload["batch_in_epoch"]
         self.samples_in_epoch = payload.get("samples_in_epoch")
         self.global_step = payload["global_step"]
+        self.train_seconds_before = float(payload.get("train_seconds") or 0.0)
         self.history = [dict(row) for row in payload["history"]]
         self._losses, self._sizes = self._restored_losses(payload, saved_world)
         self.epoch_start_generator = payload.get("loader_generator")

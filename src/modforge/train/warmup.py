@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
+from ..core.constraints import NonNegativeInt, PositiveInt, Probability
 from ..core.registries import register_scheduler
+
+log = logging.getLogger("modforge.train")
 
 
 @register_scheduler("warmup_cosine")
@@ -16,6 +20,10 @@ class WarmupCosine(LRScheduler):
     steps, then follows a half cosine down to ``min_factor × lr`` at ``total_steps``
     (and stays there). "Steps" are epochs or optimizer steps, as the config's
     ``train.scheduler.interval`` says; ``total_steps`` is wired by the trainer to match.
+
+    A warm-up longer than the run (``warmup: 2`` in a one-epoch run) is shortened to
+    ``total_steps - 1`` (the last step at the full rate), with one warning: a config keeps
+    working with any epoch count.
 
     Args:
         optimizer: the optimizer (wired by the builder).
@@ -28,14 +36,18 @@ class WarmupCosine(LRScheduler):
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
-        total_steps: int,
-        warmup: int = 0,
-        start_factor: float = 0.0,
-        min_factor: float = 0.0,
+        total_steps: PositiveInt,
+        warmup: NonNegativeInt = 0,
+        start_factor: Probability = 0.0,
+        min_factor: Probability = 0.0,
         last_epoch: int = -1,
     ):
-        if total_steps < 1 or not 0 <= warmup <= total_steps:
-            raise ValueError(f"need 0 <= warmup ({warmup}) <= total_steps ({total_steps}) and total_steps >= 1")
+        if total_steps < 1 or warmup < 0:
+            raise ValueError(f"need warmup ({warmup}) >= 0 and total_steps ({total_steps}) >= 1")
+        if warmup > total_steps:
+            log.warning("warmup_cosine: warmup (%d) is longer than the run (%d); shortened to %d, so the run "
+                        "reaches the full learning rate", warmup, total_steps, total_steps - 1)  # fmt: skip
+            warmup = total_steps - 1
         if not 0.0 <= start_factor <= 1.0 or not 0.0 <= min_factor <= 1.0:
             raise ValueError("start_factor and min_factor must be in [0, 1]")
         self.total_steps, self.warmup = total_steps, warmup

@@ -19,17 +19,16 @@ def _own_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(argv: list[str]) -> int:
-    from ...experiment.kfold import run_kfold
-    from ...experiment.runs import new_run_dir
+    from ...experiment.kfold import check_folds, run_kfold
+    from ...experiment.runs import plan_run_dir
 
     resolved = resolve_config_from_cli("kfold", argv, description=HELP, add_arguments=_own_options)
     cfg, ns = resolved.config, resolved.args
     if ns.print_config:
         print(cfg.to_yaml(), end="")
         return 0
-    run_dir = new_run_dir(cfg, ns.run_dir)
-    (run_dir / "config.yaml").write_text(cfg.to_yaml())
-    log.info("k-fold run folder: %s", display_path(run_dir))
+    check_folds(ns.folds)
+    run_dir = plan_run_dir(cfg, ns.run_dir)  # checked now; made by run_kfold once the folds fit the data
     result = run_kfold(cfg, ns.folds, run_dir)
     keys = list(result["mean"])
     rows = [[f"fold {r['fold']}", *(f"{r[k]:.4f}" for k in keys)] for r in result["folds"]]

@@ -80,7 +80,7 @@ def _test_config(argv: list[str]) -> int:
 
 
 def run(argv: list[str]) -> int:
-    from ...experiment.runner import evaluate_checkpoint, evaluation_stem
+    from ...experiment.runner import checkpoint_digest, evaluate_checkpoint, evaluation_stem
     from ...experiment.runs import write_json
 
     if _config_target(argv):
@@ -94,8 +94,10 @@ def run(argv: list[str]) -> int:
     if path.parent.name == "checkpoints":
         out = path.parent.parent / "evaluations"
         out.mkdir(exist_ok=True)
-        record = {"checkpoint": str(path), "split": ns.split, "overrides": ns.overrides, **metrics}
+        stem = evaluation_stem(path, ns.split, ns.overrides, out)  # the stem the evaluation's files got
+        record = {"checkpoint": str(path), "checkpoint_sha256": checkpoint_digest(path), "split": ns.split,
+                  "overrides": ns.overrides, **metrics}  # fmt: skip
         if per_attack:
             record["per_attack"] = per_attack
-        write_json(out / f"{evaluation_stem(path, ns.split, ns.overrides).rstrip('-')}.json", record)
+        write_json(out / f"{stem.rstrip('-')}.json", record)
     return 0

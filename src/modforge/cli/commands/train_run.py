@@ -8,8 +8,10 @@ tells the others, and only rank 0 prints and writes."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,11 +74,33 @@ def _launch(argv: list[str], nproc: int) -> int:
     return subprocess.call(command, env=os.environ.copy())
 
 
-def _resume_argv(argv: list[str]) -> tuple[list[str], Path | None, dict | None, Path | None]:
-    """With --resume, the run's own config becomes CONFIG (a CONFIG on the line is an error)."""
+@dataclasses.dataclass
+class _Resume:
+    """What ``--resume TARGET`` continues.
+
+    Attributes:
+        argv: the command line with ``--resume`` taken out and the run's config as CONFIG.
+        run_dir: the run folder (``None``: a checkpoint file outside one).
+        payload: the checkpoint (``None``: a run folder without one, restarted from scratch).
+        path: the checkpoint file (``None`` with no payload).
+        temp: a temporary folder holding the config of a checkpoint outside a run folder
+            (removed once the config is read).
+    """
+
+    argv: list[str]
+    run_dir: Path | None = None
+    payload: dict | None = None
+    path: Path | None = None
+    temp: Path | None = None
+
+
+def _resume_argv(argv: list[str]) -> _Resume:
+    """With --resume, the run's own config becomes CONFIG (a CONFIG on the line is an error).
+    A run folder that holds a config and no checkpoint at all (killed before its first one)
+    is trained again from scratch, with a note."""
     if "--resume" not in argv and not any(a.startswith("--resume=") for a in argv):
-        return argv, None, None, None
-    from ...train.checkpoint import find_resumable
+        return _Resume(argv)
+    from ...train.checkpoint import CheckpointError, find_resumable
 
     i = next(i for i, a in enumerate(argv) if a == "--resume" or a.startswith("--resume="))
     target = argv[i].split("=", 1)[1] if "=" in argv[i] else (argv[i + 1] if i + 1 < len(argv) else None)
@@ -88,14 +112,32 @@ def _resume_argv(argv: list[str]) -> tuple[list[str], Path | None, dict | None, 
             "--resume continues a run with its own saved config; give changes as key=value overrides, "
             "not another CONFIG file"
         )
-    path, payload = find_resumable(target)
+    try:
+        path, payload = find_resumable(target)
+    except CheckpointError:
+        folder = Path(target)
+        if (folder / "config.yaml").is_file() and not _has_checkpoints(folder):
+            log.warning("%s has a config but no checkpoint (the run stopped before its first one): "
+                        "training it again from the start", display_path(folder))  # fmt: skip
+            return _Resume([str(folder / "config.yaml"), *rest], run_dir=folder)
+        raise
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     config_file = run_dir / "config.yaml" if run_dir is not None and (run_dir / "config.yaml").exists() else None
+    temp = None
     if config_file is None:
-        tmp = Path(tempfile.mkdtemp(prefix="modforge-resume-")) / "config.yaml"
-        tmp.write_text(yaml.safe_dump(payload["config"], sort_keys=False))
-        config_file = tmp
-    return [str(config_file), *rest], run_dir, payload, path
+        if not isinstance(payload.get("config"), dict):
+            raise UsageError(f"--resume {display_path(path)}: the checkpoint holds no config (a modforge checkpoint "
+                             "stores the config it was trained with) and is not inside a run folder with a config.yaml")
+        temp = Path(tempfile.mkdtemp(prefix="modforge-resume-"))
+        config_file = temp / "config.yaml"
+        config_file.write_text(yaml.safe_dump(payload["config"], sort_keys=False))
+    return _Resume([str(config_file), *rest], run_dir, payload, path, temp)
+
+
+def _has_checkpoints(folder: Path) -> bool:
+    """Whether a run folder holds any checkpoint file (usable or not): such a folder is never restarted."""
+    directory = folder / "checkpoints"
+    return directory.is_dir() and any(p.suffix == ".pt" for p in directory.iterdir())
 
 
 def run(argv: list[str]) -> int:
@@ -128,17 +170,56 @@ def _join_processes(cfg) -> bool:
 
 def _train(argv: list[str]) -> int:
     from ...experiment.runner import train_run
-    from ...experiment.runs import new_run_dir
+    from ...experiment.runs import plan_run_dir
     from ...train import distributed
 
-    argv, resume_dir, payload, resume_path = _resume_argv(list(argv))
+    resume = _resume_argv(list(argv))
+    try:
+        cfg, ns = _resolved(resume)
+    finally:
+        if resume.temp is not None:
+            shutil.rmtree(resume.temp, ignore_errors=True)  # the config is read: leave no temporary folder
+    if ns.print_config:
+        print(cfg.to_yaml(), end="")
+        return 0
+    main = _join_processes(cfg)
+    payload = resume.payload
+    restart = resume.run_dir is not None and payload is None
+    if payload is not None or restart:
+        run_dir = Path(ns.run_dir) if ns.run_dir else resume.run_dir
+        if run_dir is None:
+            raise UsageError(
+                f"{display_path(resume.path)} is not inside a run folder; say where to continue with --run-dir"
+            )
+        if payload is not None:
+            log.info(
+                "resuming %s from %s (epoch %d, batch %d, step %d)",
+                display_path(run_dir),
+                display_path(resume.path),
+                payload["epoch"] + 1,
+                payload["batch_in_epoch"],
+                payload["global_step"],
+            )
+    else:  # the folder is chosen and checked now, and made once data, model and trainer are built
+        run_dir = plan_run_dir(cfg, ns.run_dir) if main else None
+        run_dir = Path(distributed.broadcast_object(str(run_dir) if main else None, what="choosing the run folder"))
+    summary = train_run(cfg, run_dir, resume=payload, restart=restart)
+    if main:
+        _print_summary(summary, run_dir)
+    return 0
+
+
+def _resolved(resume: _Resume):
+    """The config (the run's own when resuming, its plug-ins from the run's copies or
+    --plugins) with the command's flags applied and validated; and the parsed options."""
     stored = None
-    if payload is not None:  # the run's own config is data: its plug-ins come from the run's copies or --plugins
-        stored = StoredConfig(resume_dir, f"the config of {display_path(resume_dir or resume_path)}")
-    resolved = resolve_config_from_cli("train", argv, description=HELP, add_arguments=_own_options, stored=stored)
+    if resume.run_dir is not None or resume.payload is not None:  # the run's own config is data
+        stored = StoredConfig(resume.run_dir, f"the config of {display_path(resume.run_dir or resume.path)}")
+    resolved = resolve_config_from_cli("train", resume.argv, description=HELP, add_arguments=_own_options,
+                                       stored=stored)  # fmt: skip
     cfg, ns = resolved.config, resolved.args
-    if payload is not None and payload.get("name"):
-        cfg.name = payload["name"]
+    if resume.payload is not None and resume.payload.get("name"):
+        cfg.name = resume.payload["name"]
     for flag, path in (
         ("epochs", "train.max_epochs"),
         ("lr", "train.optimizer.args.lr"),
@@ -153,33 +234,7 @@ def _train(argv: list[str]) -> int:
         from ...experiment.schema import validate_config
 
         validate_config(cfg)
-    if ns.print_config:
-        print(cfg.to_yaml(), end="")
-        return 0
-    main = _join_processes(cfg)
-    if payload is not None:
-        run_dir = Path(ns.run_dir) if ns.run_dir else resume_dir
-        if run_dir is None:
-            raise UsageError(
-                f"{display_path(resume_path)} is not inside a run folder; say where to continue with --run-dir"
-            )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        log.info(
-            "resuming %s from %s (epoch %d, batch %d, step %d)",
-            display_path(run_dir),
-            display_path(resume_path),
-            payload["epoch"] + 1,
-            payload["batch_in_epoch"],
-            payload["global_step"],
-        )
-    else:
-        run_dir = new_run_dir(cfg, ns.run_dir) if main else None
-        run_dir = Path(distributed.broadcast_object(str(run_dir) if main else None, what="choosing the run folder"))
-        log.info("run folder: %s", display_path(run_dir))
-    summary = train_run(cfg, run_dir, resume=payload)
-    if main:
-        _print_summary(summary, run_dir)
-    return 0
+    return cfg, ns
 
 
 def _print_summary(summary: dict, run_dir: Path) -> None:
