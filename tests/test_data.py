@@ -48,6 +48,14 @@ def test_batches_are_dicts_fetched_in_one_go():
     assert [b["index"].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
+def test_a_batch_size_beyond_the_split_is_one_batch_not_a_huge_allocation():
+    """torch's BatchSampler pre-allocates batch_size entries: 2**62 would exhaust memory."""
+    data = ArrayDataset(torch.arange(20.0).reshape(10, 2), torch.arange(10))
+    for train in (True, False):
+        loader = make_loader(data, LoaderSettings(batch_size=2**62), train=train, generator=torch.Generator())
+        assert [len(b["index"]) for b in loader] == [10]
+
+
 def test_sampler_order_matches_torch_random_sampler_exactly():
     """Same generator draws as DataLoader(shuffle=True, generator=g), epoch after epoch."""
     inputs, labels = torch.randn(50, 3), torch.arange(50)

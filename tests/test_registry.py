@@ -200,6 +200,7 @@ def test_global_registries_and_public_decorators():
         "model",
         "augmentation",
         "checkpoint_format",
+        "trainer",
     }
     for kind, registry in mf.REGISTRIES.items():
         decorator = getattr(mf, f"register_{kind}")

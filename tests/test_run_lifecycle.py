@@ -63,6 +63,19 @@ def test_the_readme_float64_engine_resumes_exactly(cli, write, tmp_path):
     assert all(torch.equal(whole[k], cut[k]) for k in whole)
 
 
+@pytest.mark.parametrize("continual", [False, True])
+def test_a_model_with_nothing_to_train_on_is_refused_before_any_folder(cli, write, tmp_path, continual):
+    """No losses and no stage that writes one: refused naming model.losses (a continual
+    algorithm used to fail with KeyError: 'loss' at its first step)."""
+    text = TINY.replace("  losses: [cross_entropy]\n", "")
+    if continual:
+        text = text.replace("synthetic_classification, args: {num_samples: 240, num_features: 8, num_classes: 3}",
+                            "seq_digits, args: {as_image: false}") + "continual: {algorithm: der, epochs_per_task: 1}\n"
+    res = cli("train", str(write("nolosses.yaml", text)), "--run-dir", "run")
+    assert res.code == 2 and "model.losses: the model has no loss" in res.err and "e.g. losses: [cross_entropy]" in res.err
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_demo_config_runs_with_one_epoch(cli, tmp_path):
     res = cli("train", str(ROOT / "configs/digits.yaml"), "--epochs", "1", "--run-dir", "one",
               "model.backbone.args.channels=[4,8]", "train.callbacks=[lr_monitor]")  # fmt: skip

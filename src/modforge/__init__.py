@@ -56,6 +56,7 @@ from .core import (
     register_neck,
     register_optimizer,
     register_scheduler,
+    register_trainer,
     registry_for,
     signature_of,
 )
@@ -119,6 +120,7 @@ __all__ = [
     "register_neck",
     "register_optimizer",
     "register_scheduler",
+    "register_trainer",
     "registry_for",
     "signature_of",
 ]

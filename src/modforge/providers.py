@@ -15,14 +15,16 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "neck": ("modforge.components.necks",),
     "head": ("modforge.components.heads",),
     "loss": ("modforge.components.losses",),
-    "dataset": ("modforge.data.digits", "modforge.data.synthetic", "modforge.data.audio.datasets", "modforge.continual.benchmarks"),
-    "metric": ("modforge.train.metrics", "modforge.tasks.spoofing.metrics"),
+    "dataset": ("modforge.data.digits", "modforge.data.synthetic", "modforge.data.audio.datasets", "modforge.continual.benchmarks",
+                "modforge.data.detection.coco"),
+    "metric": ("modforge.train.metrics", "modforge.tasks.spoofing.metrics", "modforge.tasks.detection.metrics"),
     "callback": ("modforge.train.callbacks",),
     "optimizer": ("modforge.train.optimizers",),
     "scheduler": ("modforge.train.schedulers", "modforge.train.warmup"),
     "augmentation": ("modforge.data.audio.augment",),
     "algorithm": ("modforge.continual.algorithms",),
     "checkpoint_format": ("modforge.model.formats", "modforge.components.backbones", "modforge.components.frontends"),
+    "trainer": ("modforge.train.trainers",),
     "engine": ("modforge.engines.eager", "modforge.engines.torchscript", "modforge.engines.compile", "modforge.engines.onnx"),
 }
 

@@ -21,6 +21,7 @@ algorithm   ``ALGORITHMS``                    ``model``, ``num_classes``, ``seed
 model       ``MODELS``                        ``in_dim``, ``num_classes``
 augmentation ``AUGMENTATIONS``                ``sample_rate``
 checkpoint_format ``CHECKPOINT_FORMATS``      — (see :mod:`.weight_formats`)
+trainer     ``TRAINERS``                      — (``Trainer`` subclasses: ``train.trainer``)
 =========== ================================= ========================================
 """
 
@@ -52,6 +53,7 @@ ALGORITHMS = Registry("algorithm", injected=("model", "num_classes", "seed"))
 MODELS = Registry("model", injected=("in_dim", "num_classes"))
 AUGMENTATIONS = Registry("augmentation", injected=("sample_rate",))
 CHECKPOINT_FORMATS = Registry("checkpoint_format")
+TRAINERS = Registry("trainer", base="modforge.train.trainer:Trainer")
 
 REGISTRIES: dict[str, Registry] = {
     r.kind: r
@@ -71,6 +73,7 @@ REGISTRIES: dict[str, Registry] = {
         MODELS,
         AUGMENTATIONS,
         CHECKPOINT_FORMATS,
+        TRAINERS,
     )
 }
 """Every registry, by kind (in the order ``modforge list`` shows them)."""
@@ -122,6 +125,7 @@ register_algorithm = _decorator_for(ALGORITHMS)
 register_model = _decorator_for(MODELS)
 register_augmentation = _decorator_for(AUGMENTATIONS)
 register_checkpoint_format = _decorator_for(CHECKPOINT_FORMATS)
+register_trainer = _decorator_for(TRAINERS)
 
 __all__ = [
     "ALGORITHMS",
@@ -140,6 +144,7 @@ __all__ = [
     "OPTIMIZERS",
     "REGISTRIES",
     "SCHEDULERS",
+    "TRAINERS",
     "registry_for",
     *(f"register_{kind}" for kind in REGISTRIES),
 ]

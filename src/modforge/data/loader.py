@@ -142,7 +142,11 @@ def make_loader(
         sampler = ShardedSequentialSampler(len(dataset), num_replicas, rank)
     else:
         sampler = SequentialSampler(dataset)
-    batches = BatchSampler(sampler, batch_size, drop_last=settings.drop_last and train)
+    drop_last = settings.drop_last and train
+    if not drop_last:
+        # no batch holds more than the split: torch pre-allocates a list of batch_size entries
+        batch_size = max(1, min(batch_size, len(sampler)))
+    batches = BatchSampler(sampler, batch_size, drop_last=drop_last)
     return DataLoader(
         dataset,
         batch_sampler=batches,

@@ -71,7 +71,7 @@ def continual_run(
 ) -> dict[str, Any]:
     """Train the task sequence of ``cfg``'s dataset with its algorithm; return the summary
     (``run_dir`` is made once everything is built; ``restart``: see :func:`.runner.train_run`)."""
-    from .runner import Experiment, continue_run_folder, start_run_folder
+    from .runner import Experiment, continue_run_folder, require_a_loss, start_run_folder
 
     exp = Experiment.build(cfg, init_weights=resume is None)
     tasks = getattr(exp.splits, "tasks", None)
@@ -92,6 +92,7 @@ def continual_run(
                           "train.trainer applies to other runs", path="train.trainer",
                           source=cfg.where("train.trainer"))  # fmt: skip
     loaders = [_train_loader(exp, tasks, i, cumulative=algorithm.cumulative) for i in range(len(tasks))]
+    require_a_loss(exp, cfg)
     trainer = exp.trainer(loaders[0], run_dir, trainer_class=ContinualTrainer, algorithm=algorithm)
     if resume is None:
         start_run_folder(cfg, run_dir, restart=restart)

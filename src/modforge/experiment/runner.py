@@ -34,7 +34,8 @@ from .run_plugins import load_stored_plugins, snapshot_plugins
 from .runs import RunFolderError, create_run_dir, write_json
 from .settings import LOADER_KEYS, TrainSettings
 
-__all__ = ["Experiment", "checkpoint_digest", "evaluate_checkpoint", "evaluation_stem", "start_run_folder", "train_run"]
+__all__ = ["Experiment", "checkpoint_digest", "evaluate_checkpoint", "evaluation_stem", "require_a_loss", "start_run_folder",
+           "train_run"]
 
 log = logging.getLogger("modforge.experiment")
 _DEFAULT_CALLBACKS = ("csv_logger", "progress", "checkpoint", "nan_guard")
@@ -129,11 +130,21 @@ class Experiment:
         return resolve_trainer(self.settings.trainer, allowed_modules=self.cfg.plugins, base_dir=str(self.cfg.base_dir),
                                source=self.cfg.where("train.trainer"))  # fmt: skip
 
+    def metric_directions(self) -> list[tuple[str, bool]]:
+        """(logged name, higher is better) of every scalar figure the metrics log."""
+        out = []
+        for name, metric in self.metrics.items():
+            if metric.logs:
+                out += [(key, metric.higher_is_better) for key in metric.logs]
+            elif metric.scalar:
+                out.append((name, metric.higher_is_better))
+        return out
+
     def check_monitor(self) -> None:
         """Refuse a ``train.monitor`` no epoch will ever log, before any training."""
         logged = ["train_loss"]
         if self.splits.val is not None:
-            logged += [f"val_{name}" for name, metric in self.metrics.items() if metric.scalar]
+            logged += [f"val_{key}" for key, _ in self.metric_directions()]
         if self.monitor not in logged:
             import difflib
 
@@ -198,7 +209,7 @@ class Experiment:
             scheduler_interval=interval,
             scheduler_monitor=scheduler_spec.get("monitor"),
             metrics=self.metrics,
-            directions={name: m.higher_is_better for name, m in self.metrics.items()},
+            directions=dict(self.metric_directions()),
             callbacks=self.callbacks(),
             max_epochs=settings.max_epochs,
             max_steps=settings.max_steps,
@@ -247,6 +258,15 @@ def _task(cfg: Config, splits: DataSplits) -> Task:
         return get_task(cfg.data.get("task") or splits.task)
     except ValueError as exc:
         raise ConfigError(str(exc), path="task", source=cfg.where("task")) from None
+
+
+def require_a_loss(exp: Experiment, cfg: Config) -> None:
+    """Refuse, before anything is written, a model that cannot produce a training loss: no
+    ``model.losses`` and no ``dict_io`` stage that could write a loss key."""
+    if not getattr(exp.model, "makes_loss", True):
+        raise ConfigError("the model has no loss and no stage that writes a loss key: there is nothing to train "
+                          "on; add one, e.g. losses: [cross_entropy]", path="model.losses",
+                          source=cfg.where("model"))  # fmt: skip
 
 
 def start_run_folder(cfg: Config, run_dir: Path, *, restart: bool = False) -> None:
@@ -310,6 +330,7 @@ def train_run(
         raise ConfigError(f"data.batch_size ({exp.loader.batch_size}) with drop_last leaves no batch of the "
                           f"{len(exp.splits.train)} training samples", path="data.batch_size",
                           source=cfg.where("data.batch_size"))  # fmt: skip
+    require_a_loss(exp, cfg)
     trainer = exp.trainer(train_loader, run_dir, trainer_class=exp.trainer_class)
     main = distributed.is_main_process()
     if main:

@@ -129,6 +129,12 @@ class ModularModel(nn.Module):
         """The first stage of kind backbone."""
         return self.parts[next(i.name for i in self.stage_info if i.kind == "backbone")]
 
+    @property
+    def makes_loss(self) -> bool:
+        """Whether a training batch can yield a ``loss``: a configured loss, or a ``dict_io``
+        stage that may write loss keys. A model without either cannot be trained."""
+        return bool(len(self.loss_fns)) or self._dict_stages
+
     def with_parts(self, replacements: Mapping[str, nn.Module], *, plain: Iterable[str] = ()) -> ModularModel:
         """A view of this model in which ``replacements`` (stage name → module, e.g. an
         engine's compiled parts) stand in for the stage parts; every other module, every

@@ -29,10 +29,15 @@ class Metric(abc.ABC):
         higher_is_better: direction of improvement.
         scalar: False for metrics that are not one number (a confusion matrix); those go
             to ``summary.json`` but not to ``metrics.csv`` or monitoring.
+        logs: for a metric whose ``compute()`` returns a mapping (several figures from one
+            evaluation, like COCO's AP family): the names it logs as ``val_<name>`` columns
+            (each monitorable, all with this metric's direction); its other entries go to
+            ``summary.json``. Empty: the metric logs one value under its own name.
     """
 
     higher_is_better: ClassVar[bool] = True
     scalar: ClassVar[bool] = True
+    logs: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def reset(self) -> None:

@@ -69,6 +69,16 @@ class NonFiniteLossError(ModforgeError):
     """The training loss became NaN or infinite."""
 
 
+def loss_of(out: dict[str, Any]) -> torch.Tensor:
+    """The ``loss`` of a training forward pass, or one clear error saying how to get one."""
+    if "loss" not in out:
+        raise ModforgeError(
+            "the model returned no 'loss' for a training batch: configure model.losses "
+            "(e.g. losses: [cross_entropy]) or have a stage add a loss key"
+        )
+    return out["loss"]
+
+
 class Trainer:
     """Trains a model whose ``forward(batch_dict)`` returns a dict with ``loss``.
 
@@ -222,13 +232,7 @@ class Trainer:
 
     def training_step(self, batch: dict[str, Any]) -> torch.Tensor:
         """Forward and loss for one batch (the closure algorithms override)."""
-        out = self.runnable(batch)
-        if "loss" not in out:
-            raise ModforgeError(
-                "the model returned no 'loss' for a training batch: configure model.losses "
-                "or have a stage add a loss key"
-            )
-        return out["loss"]
+        return loss_of(self.runnable(batch))
 
     def backward(self, loss: torch.Tensor) -> None:
         """Back-propagate (scaled for accumulation and fp16)."""
@@ -493,7 +497,11 @@ class Trainer:
         row = {}
         for name, metric in self.metrics.items():
             value = metric.compute()
-            if metric.scalar:
+            if metric.logs:  # a family: several named figures from one evaluation
+                for key, figure in value.items():
+                    target = row if key in metric.logs else self.extra_results
+                    target[f"{prefix}_{key}"] = figure
+            elif metric.scalar:
                 row[f"{prefix}_{name}"] = value
             else:
                 self.extra_results[f"{prefix}_{name}"] = value

@@ -25,25 +25,17 @@ It is built with the Trainer's own constructor arguments.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
 from ..core.errors import ConfigValueError, UnknownComponentError
 from ..core.plugins import is_import_path
-from ..core.registry import Registry
+from ..core.registries import TRAINERS, register_trainer
 from .trainer import Trainer
 
 __all__ = ["TRAINERS", "register_trainer", "resolve_trainer"]
 
-TRAINERS = Registry("trainer", base="modforge.train.trainer:Trainer")
-"""Trainer classes by name (``default``: the Trainer itself)."""
-TRAINERS.add(Trainer, "default")
-
-
-def register_trainer(name: str | Callable | None = None, *, force: bool = False) -> Any:
-    """Register a :class:`Trainer` subclass under ``name`` (``@register_trainer("mine")``,
-    ``@register_trainer()`` or bare ``@register_trainer``)."""
-    return TRAINERS.register(name, force=force)
+if "default" not in TRAINERS:
+    TRAINERS.add(Trainer, "default")  # the Trainer itself (train.trainer left out)
 
 
 def resolve_trainer(

@@ -31,7 +31,7 @@ class CocoMAP(Metric):
         class_names: names for the per-class table (wired from the dataset when known).
     """
 
-    family = True  # compute() returns several named values
+    logs = ("map", "map_50", "map_75", "map_small", "map_medium", "map_large", "mar_100")
 
     def __init__(self, num_classes: int, class_names: list[str] | None = None):
         self.num_classes = num_classes

@@ -1,0 +1,609 @@
+"""Box data in COCO's format: an ``instances_*.json`` file and a folder of images per split.
+
+What is read (COCO's "instances" format, the one every detection tool writes):
+
+* ``categories`` — ``{"id", "name"}``; ids need not be contiguous (COCO's run 1…90 with gaps). Label ``k`` is
+  the ``k``-th category in increasing id order; the names are kept as the class names and
+  :attr:`CocoDetection.label_to_category` maps labels back to ids for pycocotools. Every split is read with
+  the training file's categories (a category another split adds is an unknown category there).
+* ``images`` — ``{"id", "file_name", "width", "height"}``; ``file_name`` is relative to the split's image
+  folder. Images without annotations are kept (empty targets): they teach what background looks like.
+* ``annotations`` — ``{"id", "image_id", "category_id", "bbox": [x, y, w, h], "iscrowd", "area"}``; boxes
+  in pixel-edge coordinates become ``x1, y1, x2, y2``. ``iscrowd: 1`` marks a region of many objects: it is
+  kept in the target with ``iscrowd`` set, for the loss to ignore and for COCO evaluation to match without
+  counting. A file without ``annotations`` (COCO's test-dev image lists) has no boxes.
+
+A malformed entry — a box reaching more than :data:`BOX_TOLERANCE` px outside its image (real files round
+coordinates; within the tolerance a box is clipped), a box of zero or negative size, an unknown category, an
+annotation of an image that is not listed, an image file that is missing or whose size differs from the
+listed one — raises one :class:`AnnotationError` naming the file, the annotation (or image) id and what was
+expected. With ``skip_bad`` the bad entry is left out instead (an annotation alone; an image with its
+annotations), counted in a :class:`SkipReport` and logged.
+
+Training samples are transformed by :class:`~.transforms.BoxTransforms` with a generator seeded by
+``(seed, epoch, index)`` — the same run sees the same samples whatever the worker count, and a resumed run
+continues exactly; the trainer calls :meth:`CocoDetection.set_epoch` at the start of every epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import Dataset
+
+from ...core.errors import UsageError
+from ...core.layouts import Layout
+from ...core.registries import register_dataset
+from ..base import DataSplits
+from .batching import collate_detection, padded_size
+from .transforms import IMAGENET_MEAN, IMAGENET_STD, BoxTransforms, resized_shape
+
+__all__ = [
+    "BOX_TOLERANCE",
+    "AnnotationError",
+    "CocoCategories",
+    "CocoDetection",
+    "CocoImage",
+    "SkipReport",
+    "coco_dataset",
+    "read_categories",
+    "read_instances",
+]
+
+log = logging.getLogger("modforge.data")
+
+BOX_TOLERANCE = 1.0
+"""Pixels a box may reach outside its image (rounding in real annotation files); it is clipped to the image."""
+
+Verify = Literal["header", "exists"]
+
+
+class AnnotationError(UsageError):
+    """A COCO annotation file, or an image it lists, that cannot be used (located by file and id)."""
+
+
+@dataclasses.dataclass
+class SkipReport:
+    """What ``skip_bad`` left out: bad annotations, and images (with their annotations)."""
+
+    annotations: int = 0
+    images: int = 0
+    reasons: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, reason: str, *, image: bool = False) -> None:
+        """Count one left-out annotation (or, with ``image``, one image) and keep the first reasons."""
+        if image:
+            self.images += 1
+        else:
+            self.annotations += 1
+        if len(self.reasons) < 5:
+            self.reasons.append(reason)
+
+    @property
+    def skipped(self) -> int:
+        """Entries left out in all."""
+        return self.annotations + self.images
+
+    def __str__(self) -> str:
+        if not self.skipped:
+            return "nothing skipped"
+        more = " ..." if self.skipped > len(self.reasons) else ""
+        return (f"skipped {self.annotations} bad annotation(s) and {self.images} bad image(s): "
+                + "; ".join(self.reasons) + more)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class CocoCategories:
+    """The label map: label ``k`` is category ``ids[k]`` called ``names[k]`` (ids increasing)."""
+
+    ids: tuple[int, ...]
+    names: tuple[str, ...]
+
+    def label_of(self) -> dict[int, int]:
+        """Category id → contiguous label."""
+        return {cid: k for k, cid in enumerate(self.ids)}
+
+
+@dataclasses.dataclass
+class CocoImage:
+    """One listed image and its kept annotations (original pixels).
+
+    Attributes:
+        image_id: COCO image id.
+        path: the image file.
+        width, height: the size the file lists (checked against the image).
+        boxes: ``float64 [N, 4]`` x1y1x2y2, clipped to the image.
+        labels: ``int64 [N]`` contiguous labels.
+        iscrowd: ``bool [N]``.
+        area: ``float64 [N]`` COCO's area (the box's when the file gives none).
+        ann_ids: ``int64 [N]`` annotation ids.
+        source: ``"<file>: image <id>"``, for messages.
+    """
+
+    image_id: int
+    path: Path
+    width: int
+    height: int
+    boxes: np.ndarray
+    labels: np.ndarray
+    iscrowd: np.ndarray
+    area: np.ndarray
+    ann_ids: np.ndarray
+    source: str
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise AnnotationError(f"annotation file not found: {path}")
+    try:
+        with path.open("rb") as handle:
+            doc = json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise AnnotationError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AnnotationError(f"cannot read annotation file {path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise AnnotationError(f"{path}: expected a COCO instances object with 'images' and 'annotations', "
+                              f"got a JSON {type(doc).__name__}")  # fmt: skip
+    for key in ("images", "annotations", "categories"):
+        if key in doc and not isinstance(doc[key], list):
+            raise AnnotationError(f"{path}: '{key}' must be a list, got {type(doc[key]).__name__}")
+    if "images" not in doc:
+        raise AnnotationError(f"{path}: no 'images' list (expected a COCO instances file)")
+    return doc
+
+
+def read_categories(doc: dict[str, Any], path: Path) -> CocoCategories:
+    """The label map of an instances document's ``categories`` (sorted by id)."""
+    entries = doc.get("categories")
+    if not entries:
+        raise AnnotationError(f"{path}: no 'categories' (expected a list of {{'id', 'name'}})")
+    names: dict[int, str] = {}
+    for k, cat in enumerate(entries):
+        if not isinstance(cat, dict) or not _is_int(cat.get("id")):
+            raise AnnotationError(f"{path}: category #{k}: expected {{'id': <int>, 'name': <text>}}, got {cat!r}")
+        cid = cat["id"]
+        if cid in names:
+            raise AnnotationError(f"{path}: category id {cid} is listed twice")
+        name = cat.get("name")
+        if not isinstance(name, str) or not name:
+            raise AnnotationError(f"{path}: category {cid}: expected a non-empty 'name', got {name!r}")
+        names[cid] = name
+    ids = tuple(sorted(names))
+    return CocoCategories(ids, tuple(names[i] for i in ids))
+
+
+def _check_image(entry: Any, k: int, path: Path) -> tuple[int, str, int, int]:
+    if not isinstance(entry, dict) or not _is_int(entry.get("id")):
+        raise ValueError(f"image #{k}: expected an object with an integer 'id', got {entry!r}"[:300])
+    image_id = entry["id"]
+    name, width, height = entry.get("file_name"), entry.get("width"), entry.get("height")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"image {image_id}: expected a 'file_name', got {name!r}")
+    if not (_is_int(width) and _is_int(height) and width > 0 and height > 0):
+        raise ValueError(f"image {image_id}: expected positive integer 'width' and 'height', got {width!r}, {height!r}")
+    return image_id, name, width, height
+
+
+def _verify_file(file: Path, width: int, height: int, verify: Verify) -> None:
+    if not file.is_file():
+        raise ValueError(f"image file not found: {file}")
+    if verify == "header":
+        try:
+            with Image.open(file) as im:
+                size = im.size
+        except (OSError, UnidentifiedImageError) as exc:
+            raise ValueError(f"image file {file} is not a readable image ({exc})") from None
+        if size != (width, height):
+            raise ValueError(f"image file {file} is {size[0]}×{size[1]} px, the file lists {width}×{height}")
+
+
+def _check_annotation(
+    ann: dict[str, Any], size: tuple[int, int], label_of: dict[int, int]
+) -> tuple[list[float], int, bool, float]:
+    """(x1y1x2y2 clipped, label, iscrowd, area) of one annotation whose image is known, or ValueError."""
+    width, height = size
+    cid = ann.get("category_id")
+    if not _is_int(cid) or cid not in label_of:
+        known = ", ".join(map(str, sorted(label_of)))
+        raise ValueError(f"unknown category_id {cid!r} (expected one of the categories: {known})")
+    bbox = ann.get("bbox")
+    if not isinstance(bbox, list) or len(bbox) != 4 or not all(_is_number(v) for v in bbox):
+        raise ValueError(f"expected 'bbox' to be [x, y, w, h] (four finite numbers), got {bbox!r}"[:300])
+    x, y, w, h = (float(v) for v in bbox)
+    if w <= 0 or h <= 0:
+        raise ValueError(f"box [x, y, w, h] = {bbox} has {'negative' if min(w, h) < 0 else 'zero'} size "
+                         "(expected width and height > 0)")  # fmt: skip
+    t = BOX_TOLERANCE
+    if x < -t or y < -t or x + w > width + t or y + h > height + t:
+        raise ValueError(f"box [x, y, w, h] = {bbox} reaches outside the {width}×{height} image "
+                         f"(expected 0 <= x, 0 <= y, x + w <= {width}, y + h <= {height})")  # fmt: skip
+    x1, y1, x2, y2 = max(0.0, x), max(0.0, y), min(float(width), x + w), min(float(height), y + h)
+    if x2 <= x1 or y2 <= y1:
+        raise ValueError(f"box [x, y, w, h] = {bbox} lies outside the {width}×{height} image")
+    crowd = ann.get("iscrowd", 0)
+    if crowd not in (0, 1) or isinstance(crowd, float):
+        raise ValueError(f"expected 'iscrowd' 0 or 1, got {crowd!r}")
+    area = ann.get("area", w * h)
+    if not _is_number(area) or area < 0:
+        raise ValueError(f"expected 'area' to be a number >= 0, got {area!r}")
+    return [x1, y1, x2, y2], label_of[cid], bool(crowd), float(area)
+
+
+def read_instances(
+    annotation_file: str | Path,
+    image_dir: str | Path,
+    *,
+    categories: CocoCategories | None = None,
+    skip_bad: bool = False,
+    report: SkipReport | None = None,
+    verify: Verify = "header",
+) -> tuple[list[CocoImage], CocoCategories]:
+    """The images of one COCO instances file, with their annotations, and the label map.
+
+    Args:
+        annotation_file: the ``instances_*.json`` file.
+        image_dir: the folder its ``file_name``s are relative to.
+        categories: the label map to read with (another split's); None: this file's own.
+        skip_bad: leave bad entries out (counted in ``report``) instead of raising.
+        report: where left-out entries are counted.
+        verify: what is checked of every image file now: 'header' (it opens as an image of the listed size)
+            or 'exists' (cheaper; a bad file then fails when first read, still naming file and image).
+
+    Raises:
+        AnnotationError: naming the file and the image or annotation id.
+    """
+    path, folder = Path(annotation_file), Path(image_dir)
+    report = report if report is not None else SkipReport()
+    doc = _load_json(path)
+    if categories is None:
+        categories = read_categories(doc, path)
+    elif doc.get("categories"):
+        own = read_categories(doc, path)
+        expected = dict(zip(categories.ids, categories.names, strict=True))
+        for cid, name in zip(own.ids, own.names, strict=True):
+            if cid in expected and expected[cid] != name:
+                raise AnnotationError(f"{path}: category {cid} is called {name!r} here but {expected[cid]!r} in the "
+                                      "training annotations (every split must use the same categories)")  # fmt: skip
+    if not folder.is_dir():
+        raise AnnotationError(f"image folder not found: {folder} (images of {path})")
+    label_of = categories.label_of()
+
+    def bad(message: str, *, image: bool = False) -> None:
+        if not skip_bad:
+            raise AnnotationError(f"{path}: {message}") from None
+        report.add(f"{path.name}: {message}", image=image)
+
+    sizes: dict[int, tuple[int, int]] = {}
+    listed: dict[int, tuple[str, int, int]] = {}
+    dropped: set[int] = set()  # images left out by skip_bad: their annotations go with them
+    for k, entry in enumerate(doc["images"]):
+        try:
+            image_id, name, width, height = _check_image(entry, k, path)
+            if image_id in listed or image_id in dropped:
+                raise ValueError(f"image {image_id} is listed twice")
+            _verify_file(folder / name, width, height, verify)
+        except ValueError as exc:
+            bad(str(exc), image=True)
+            if isinstance(entry, dict) and _is_int(entry.get("id")) and entry["id"] not in listed:
+                dropped.add(entry["id"])
+            continue
+        listed[image_id] = (name, width, height)
+        sizes[image_id] = (width, height)
+
+    per_image: dict[int, list[tuple[list[float], int, bool, float, int]]] = {i: [] for i in listed}
+    seen_ann: set[int] = set()
+    for k, ann in enumerate(doc.get("annotations") or []):
+        if not isinstance(ann, dict) or not _is_int(ann.get("id")):
+            bad(f"annotation #{k}: expected an object with an integer 'id', got {ann!r}"[:300])
+            continue
+        ann_id = ann["id"]
+        image_id = ann.get("image_id")
+        where = f"annotation {ann_id} (image {image_id})"
+        try:
+            if ann_id in seen_ann:
+                raise ValueError("annotation id listed twice")
+            seen_ann.add(ann_id)
+            if _is_int(image_id) and image_id in dropped:
+                continue  # its image was left out and counted
+            if not _is_int(image_id) or image_id not in sizes:
+                raise ValueError(
+                    f"image_id {image_id!r} is not among the file's images (expected the id of a listed image)"
+                )
+            box, label, crowd, area = _check_annotation(ann, sizes[image_id], label_of)
+        except ValueError as exc:
+            bad(f"{where}: {exc}")
+            continue
+        per_image[image_id].append((box, label, crowd, area, ann_id))
+
+    images = []
+    for image_id, (name, width, height) in listed.items():
+        anns = per_image[image_id]
+        images.append(CocoImage(
+            image_id=image_id, path=folder / name, width=width, height=height,
+            boxes=np.array([a[0] for a in anns], dtype=np.float64).reshape(-1, 4),
+            labels=np.array([a[1] for a in anns], dtype=np.int64),
+            iscrowd=np.array([a[2] for a in anns], dtype=bool),
+            area=np.array([a[3] for a in anns], dtype=np.float64),
+            ann_ids=np.array([a[4] for a in anns], dtype=np.int64),
+            source=f"{path}: image {image_id}",
+        ))  # fmt: skip
+    return images, categories
+
+
+class CocoDetection(Dataset):
+    """The images of one split as detection samples; batches follow :mod:`.batching`'s contract.
+
+    Args:
+        images: the split's images and annotations.
+        categories: the label map.
+        transforms: how an image becomes an input.
+        train: training split (flip, scale and photometric jitter) or evaluation split (resize only).
+        seed: seeds the training transforms together with the epoch and the sample's index.
+        size_divisor: batches are padded to multiples of this.
+        annotation_file: the split's COCO file (for evaluation with pycocotools), if it came from one.
+        cache: keep decoded images in memory after their first read (per process).
+    """
+
+    pads_batches = False
+    """Evaluation batches are padded too: padding to the batch's largest image is the detection convention, and
+    the model is told each image's valid region (``image_sizes``)."""
+
+    def __init__(
+        self,
+        images: Sequence[CocoImage],
+        categories: CocoCategories,
+        transforms: BoxTransforms,
+        *,
+        train: bool,
+        seed: int = 0,
+        size_divisor: int = 32,
+        annotation_file: Path | None = None,
+        cache: bool = False,
+    ):
+        if size_divisor < 1:
+            raise ValueError(f"size_divisor must be at least 1, got {size_divisor}")
+        self.images = list(images)
+        self.categories, self.transforms = categories, transforms
+        self.train, self.seed, self.size_divisor = train, int(seed), int(size_divisor)
+        self.annotation_file, self.cache = annotation_file, cache
+        self.epoch = 0
+        self._cache: dict[int, Image.Image] = {}
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.categories.ids)
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(self.categories.names)
+
+    @property
+    def label_to_category(self) -> list[int]:
+        """COCO category id of each contiguous label (``label_to_category[k]``)."""
+        return list(self.categories.ids)
+
+    @property
+    def image_ids(self) -> torch.Tensor:
+        """The COCO image id of every sample, in index order."""
+        return torch.tensor([im.image_id for im in self.images], dtype=torch.long)
+
+    def collate_fn(self, samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Batch samples of this split (padded to multiples of ``size_divisor``)."""
+        return collate_detection(samples, self.size_divisor)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Seed the next epoch's transforms (called by the trainer)."""
+        self.epoch = int(epoch)
+
+    def subset(self, positions: Sequence[int], *, train: bool | None = None) -> CocoDetection:
+        """The images at ``positions``, as a training or evaluation split (``train``; None: as this one)."""
+        return CocoDetection(
+            [self.images[int(i)] for i in positions], self.categories, self.transforms,
+            train=self.train if train is None else train, seed=self.seed, size_divisor=self.size_divisor,
+            annotation_file=self.annotation_file, cache=self.cache,
+        )  # fmt: skip
+
+    def coco_ground_truth(self) -> dict[str, Any]:
+        """This split's kept images and annotations as a COCO instances document (original category ids,
+        ``[x, y, w, h]`` boxes after clipping) — what pycocotools' ``COCO`` evaluates against; equal to the
+        annotation file's content unless ``skip_bad`` left entries out or boxes were clipped."""
+        images, annotations = [], []
+        for im in self.images:
+            images.append({"id": im.image_id, "file_name": im.path.name, "width": im.width, "height": im.height})
+            for box, label, crowd, area, ann_id in zip(
+                im.boxes, im.labels, im.iscrowd, im.area, im.ann_ids, strict=True
+            ):
+                x1, y1, x2, y2 = (float(v) for v in box)
+                annotations.append({
+                    "id": int(ann_id), "image_id": im.image_id, "category_id": self.categories.ids[int(label)],
+                    "bbox": [x1, y1, x2 - x1, y2 - y1], "area": float(area), "iscrowd": int(crowd),
+                })  # fmt: skip
+        categories = [
+            {"id": cid, "name": name} for cid, name in zip(self.categories.ids, self.categories.names, strict=True)
+        ]
+        return {"images": images, "annotations": annotations, "categories": categories}
+
+    def read(self, index: int) -> Image.Image:
+        """The RGB image of sample ``index`` (original size), checked against its listed size."""
+        cached = self._cache.get(index)
+        if cached is not None:
+            return cached
+        im = self.images[index]
+        try:
+            with Image.open(im.path) as raw:
+                raw.load()
+                image = raw.convert("RGB")
+        except FileNotFoundError:
+            raise AnnotationError(f"{im.source}: image file not found: {im.path}") from None
+        except (OSError, UnidentifiedImageError) as exc:
+            raise AnnotationError(f"{im.source}: image file {im.path} is not a readable image ({exc})") from None
+        if image.size != (im.width, im.height):
+            raise AnnotationError(f"{im.source}: image file {im.path} is {image.width}×{image.height} px, the "
+                                  f"annotation file lists {im.width}×{im.height}")  # fmt: skip
+        if self.cache:
+            self._cache[index] = image
+        return image
+
+    def _rng(self, index: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed % (1 << 64), self.epoch, int(index)])  # numpy takes no negative seed
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """One sample, unbatched: ``input`` [3, h, w], ``target`` (see :mod:`.batching`), ``image_id``,
+        ``orig_size`` (h, w), ``scale``, ``index``."""
+        index = int(index)
+        im = self.images[index]
+        out = self.transforms.apply(self.read(index), im.boxes, train=self.train,
+                                    rng=self._rng(index) if self.train else None)  # fmt: skip
+        orig = im.boxes.copy()
+        if out.flipped:  # the original boxes as the input shows them: mirrored too
+            orig = np.stack([im.width - im.boxes[:, 2], im.boxes[:, 1], im.width - im.boxes[:, 0], im.boxes[:, 3]], 1)
+        target = {
+            "boxes": torch.from_numpy(out.boxes.astype(np.float32)).reshape(-1, 4),
+            "labels": torch.from_numpy(im.labels.copy()),
+            "iscrowd": torch.from_numpy(im.iscrowd.copy()),
+            "area": torch.from_numpy(im.area.astype(np.float32)),
+            "orig_boxes": torch.from_numpy(np.asarray(orig, dtype=np.float64)).reshape(-1, 4),
+        }
+        return {"input": out.input, "target": target, "image_id": im.image_id, "orig_size": (im.height, im.width),
+                "scale": out.scale, "index": index}  # fmt: skip
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, Any]:
+        """A whole batch, collated (what ``DataLoader`` calls with a batch sampler)."""
+        return self.collate_fn([self[int(i)] for i in indices])
+
+    def input_shape(self) -> tuple[int, int, int]:
+        """``(3, H, W)`` of this split's first image after resizing and padding (no jitter)."""
+        if not self.images:
+            raise ValueError("an empty split has no input shape")
+        im = self.images[0]
+        h, w = resized_shape(im.height, im.width, self.transforms.scale_for(im.height, im.width))
+        return (3, *padded_size(h, w, self.size_divisor))
+
+
+@register_dataset("coco")
+def coco_dataset(
+    root: str,
+    train_annotations: Optional[str] = "annotations/instances_train.json",
+    val_annotations: Optional[str] = "annotations/instances_val.json",
+    test_annotations: Optional[str] = "annotations/instances_test.json",
+    train_images: str = "images/train",
+    val_images: str = "images/val",
+    test_images: str = "images/test",
+    min_size: Optional[int] = 800,
+    max_size: Optional[int] = 1333,
+    size_divisor: int = 32,
+    hflip: float = 0.5,
+    scale_jitter: tuple[float, float] = (1.0, 1.0),
+    photometric: float = 0.0,
+    mean: tuple[float, float, float] = IMAGENET_MEAN,
+    std: tuple[float, float, float] = IMAGENET_STD,
+    skip_bad: bool = False,
+    verify: Verify = "header",
+    cache: bool = False,
+    seed: int = 0,
+) -> DataSplits:
+    """Object detection from COCO files: an instances JSON and an image folder per split (the layout of
+    ``modforge data make-shapes`` by default; for COCO 2017 itself set e.g. ``train_annotations:
+    annotations/instances_train2017.json`` and ``train_images: train2017``).
+
+    Args:
+        root: the data folder; the other paths are relative to it.
+        train_annotations: training instances file (None: evaluation only).
+        val_annotations: validation instances file, or None.
+        test_annotations: test instances file, or None.
+        train_images: folder of the training images.
+        val_images: folder of the validation images.
+        test_images: folder of the test images.
+        min_size: shorter side after resizing, in pixels (None: keep the size unless max_size applies).
+        max_size: longest side after resizing, at most (None: no bound).
+        size_divisor: batches are zero-padded to a multiple of this (a backbone's total stride).
+        hflip: probability of a horizontal flip of a training image.
+        scale_jitter: (low, high) range of a log-uniform factor on a training image's resize scale.
+        photometric: brightness/contrast/saturation jitter of training images, factors in 1 ± this.
+        mean: per-channel mean (pixels / 255) subtracted before the model.
+        std: per-channel standard deviation divided by.
+        skip_bad: leave out malformed annotations and unusable images (counted and logged) instead of failing.
+        verify: check of every image file when the data is loaded: 'header' (opens, listed size) or 'exists'.
+        cache: keep decoded images in memory after their first read.
+        seed: seeds the training transforms (wired from the config's seed).
+    """
+    base = Path(root)
+    if not base.is_dir():
+        raise UsageError(f"dataset root not found: {base}")
+    try:
+        transforms = BoxTransforms(min_size=min_size, max_size=max_size, hflip=hflip, scale_jitter=tuple(scale_jitter),
+                                   photometric=photometric, mean=tuple(mean), std=tuple(std))  # type: ignore[arg-type]  # fmt: skip
+    except ValueError as exc:
+        raise UsageError(f"coco: {exc}") from None
+    if size_divisor < 1:
+        raise UsageError(f"coco: size_divisor must be at least 1, got {size_divisor}")
+    files = {"train": train_annotations, "val": val_annotations, "test": test_annotations}
+    folders = {"train": train_images, "val": val_images, "test": test_images}
+    if all(f is None for f in files.values()):
+        raise UsageError(
+            "coco: no annotation file given (train_annotations, val_annotations and test_annotations are all null)"
+        )
+    report = SkipReport()
+    categories: CocoCategories | None = None
+    splits: dict[str, CocoDetection | None] = {}
+    for split in ("train", "val", "test"):
+        name = files[split]
+        if name is None:
+            splits[split] = None
+            continue
+        path = base / name
+        images, categories = read_instances(path, base / folders[split], categories=categories, skip_bad=skip_bad,
+                                            report=report, verify=verify)  # fmt: skip
+        splits[split] = CocoDetection(images, categories, transforms, train=split == "train", seed=seed,
+                                      size_divisor=size_divisor, annotation_file=path, cache=cache)  # fmt: skip
+    if report.skipped:
+        log.warning("coco: %s", report)
+    assert categories is not None  # at least one file was read
+    first = next((s for s in splits.values() if s is not None and len(s)), None)
+    if first is None:
+        raise UsageError(f"coco: no usable image in {', '.join(str(base / f) for f in files.values() if f)} ({report})")
+    train = splits["train"]
+    if train is None:  # evaluation only: an empty training split keeps the DataSplits contract
+        train = CocoDetection([], categories, transforms, train=True, seed=seed, size_divisor=size_divisor)
+    return DataSplits(
+        train,
+        splits["val"],
+        splits["test"],
+        num_classes=len(categories.ids),
+        in_dim=3,
+        layout=Layout.IMAGE,
+        input_shape=first.input_shape(),
+        class_names=list(categories.names),
+        normalisation={
+            "range": "pixels / 255",
+            "mean": list(transforms.mean),
+            "std": list(transforms.std),
+            "min_size": min_size,
+            "max_size": max_size,
+            "size_divisor": size_divisor,
+            "padding": "zeros, bottom/right",
+            "label_to_category": list(categories.ids),
+        },  # fmt: skip
+        task="detection",
+    )
