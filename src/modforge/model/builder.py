@@ -205,6 +205,8 @@ def build_model(
         dict_io = is_dict_io(part)
         arg = adapter(src_example) if adapter is not None else src_example
         if dict_io:
+            if stage is stages[-1] and stage.kind == "head":
+                dry_batch["embedding"] = arg  # what ModularModel hands its head in forward
             arg = dry_batch
         try:
             out = _dry_run(part, arg)

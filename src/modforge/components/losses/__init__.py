@@ -1,3 +1,3 @@
 """Built-in losses (imported on first use of the loss registry)."""
 
-from . import classification, margin  # noqa: F401 - registration
+from . import classification, detection, margin  # noqa: F401 - registration
