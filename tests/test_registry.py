@@ -201,6 +201,7 @@ def test_global_registries_and_public_decorators():
         "augmentation",
         "checkpoint_format",
         "trainer",
+        "task",
     }
     for kind, registry in mf.REGISTRIES.items():
         decorator = getattr(mf, f"register_{kind}")

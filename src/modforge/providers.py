@@ -25,6 +25,7 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "algorithm": ("modforge.continual.algorithms",),
     "checkpoint_format": ("modforge.model.formats", "modforge.components.backbones", "modforge.components.frontends"),
     "trainer": ("modforge.train.trainers",),
+    "task": ("modforge.tasks.base", "modforge.tasks.spoofing.task", "modforge.tasks.detection.task"),
     "engine": ("modforge.engines.eager", "modforge.engines.torchscript", "modforge.engines.compile", "modforge.engines.onnx"),
 }
 

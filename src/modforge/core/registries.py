@@ -12,7 +12,7 @@ neck        ``NECKS``                         ``in_dim``, ``in_layout``
 head        ``HEADS``                         ``in_dim``, ``in_layout``, ``num_classes``
 loss        ``LOSSES``                        ``in_dim``, ``num_classes``
 dataset     ``DATASETS``                      ``seed``
-metric      ``METRICS``                       ``num_classes``
+metric      ``METRICS``                       ``num_classes``, ``class_names``
 optimizer   ``OPTIMIZERS``                    ``params``
 scheduler   ``SCHEDULERS``                    ``optimizer``, ``total_steps``
 engine      ``ENGINES``                       —
@@ -22,6 +22,7 @@ model       ``MODELS``                        ``in_dim``, ``num_classes``
 augmentation ``AUGMENTATIONS``                ``sample_rate``
 checkpoint_format ``CHECKPOINT_FORMATS``      — (see :mod:`.weight_formats`)
 trainer     ``TRAINERS``                      — (``Trainer`` subclasses: ``train.trainer``)
+task        ``TASKS``                         — (what a run is for: ``task:``)
 =========== ================================= ========================================
 """
 
@@ -44,7 +45,7 @@ NECKS = Registry("neck", injected=("in_dim", "in_layout"), base=MODULE)
 HEADS = Registry("head", injected=("in_dim", "in_layout", "num_classes"), base=MODULE)
 LOSSES = Registry("loss", injected=("in_dim", "num_classes"), base=MODULE)
 DATASETS = Registry("dataset", injected=("seed",))
-METRICS = Registry("metric", injected=("num_classes",))
+METRICS = Registry("metric", injected=("num_classes", "class_names"))
 OPTIMIZERS = Registry("optimizer", injected=("params",))
 SCHEDULERS = Registry("scheduler", injected=("optimizer", "total_steps"))
 ENGINES = Registry("engine")
@@ -54,6 +55,7 @@ MODELS = Registry("model", injected=("in_dim", "num_classes"))
 AUGMENTATIONS = Registry("augmentation", injected=("sample_rate",))
 CHECKPOINT_FORMATS = Registry("checkpoint_format")
 TRAINERS = Registry("trainer", base="modforge.train.trainer:Trainer")
+TASKS = Registry("task", base="modforge.tasks.base:Task")
 
 REGISTRIES: dict[str, Registry] = {
     r.kind: r
@@ -74,6 +76,7 @@ REGISTRIES: dict[str, Registry] = {
         AUGMENTATIONS,
         CHECKPOINT_FORMATS,
         TRAINERS,
+        TASKS,
     )
 }
 """Every registry, by kind (in the order ``modforge list`` shows them)."""
@@ -126,6 +129,7 @@ register_model = _decorator_for(MODELS)
 register_augmentation = _decorator_for(AUGMENTATIONS)
 register_checkpoint_format = _decorator_for(CHECKPOINT_FORMATS)
 register_trainer = _decorator_for(TRAINERS)
+register_task = _decorator_for(TASKS)
 
 __all__ = [
     "ALGORITHMS",
@@ -144,6 +148,7 @@ __all__ = [
     "OPTIMIZERS",
     "REGISTRIES",
     "SCHEDULERS",
+    "TASKS",
     "TRAINERS",
     "registry_for",
     *(f"register_{kind}" for kind in REGISTRIES),

@@ -118,7 +118,8 @@ class Experiment:
             while name in metrics:
                 name, n = f"{spec['type']}_{n}", n + 1
             metrics[name] = METRICS.build(
-                spec, path=f"train.metrics.{i}", origin_of=cfg.where, num_classes=splits.num_classes
+                spec, path=f"train.metrics.{i}", origin_of=cfg.where, num_classes=splits.num_classes,
+                class_names=list(splits.class_names) or None,
             )
         return cls(cfg, settings, splits, loader, seed, model, metrics, task)
 

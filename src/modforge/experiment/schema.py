@@ -93,16 +93,17 @@ def _check_seed(cfg: Config) -> None:
 
 
 def _check_task(cfg: Config) -> None:
-    from ..tasks.base import TASKS
+    from ..core.registries import TASKS
 
     task = cfg.data.get("task")
-    if task is not None and task not in TASKS:
+    if task is not None and (not isinstance(task, str) or task not in TASKS):
         import difflib
 
-        close = difflib.get_close_matches(str(task), list(TASKS), n=1)
+        close = difflib.get_close_matches(str(task), TASKS.list(), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigValueError(
-            f"unknown task {task!r}{hint} (one of {', '.join(TASKS)})", path="task", source=cfg.where("task")
+            f"unknown task {task!r}{hint} (one of {', '.join(TASKS.list())}; a plug-in adds one with register_task)",
+            path="task", source=cfg.where("task"),
         )
 
 

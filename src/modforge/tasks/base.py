@@ -2,7 +2,9 @@
 outputs it needs, and writes the test report.
 
 ``task:`` in a config names one (default: what the dataset says — the spoofing datasets
-say ``spoofing`` — else ``classification``):
+say ``spoofing``, the ``coco`` dataset ``detection`` — else ``classification``). Tasks are a
+registry kind like every part: a plug-in adds one with ``@mf.register_task("name")`` on a
+:class:`Task` subclass (``modforge list task``):
 
 ================  ======================================  =====================================
 task              defaults                                ``modforge test`` / the final test
@@ -12,6 +14,9 @@ classification    metrics accuracy, loss; monitor          the configured metric
 spoofing          metrics eer, min_dcf, accuracy, loss;    a score file (``utt_id score label
                   monitor ``val_eer``; the model adds a    attack``), EER/minDCF/actDCF/Cllr over
                   detection ``score``                      files and per attack, ``det.png``
+detection         metrics coco_map, loss; monitor          COCO AP (pycocotools) overall, per
+                  ``val_map``; the head writes             size and per class; detections.json,
+                  ``dt_bboxes``                            ``detections.png``, ``pr.png``
 ================  ======================================  =====================================
 """
 
@@ -20,9 +25,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..core.registries import TASKS, register_task
+
 __all__ = ["TASKS", "Task", "get_task"]
 
 
+@register_task("classification")
 class Task:
     """Base and the classification task.
 
@@ -47,23 +55,13 @@ class Task:
         return {split: {**metrics, **extra}}
 
 
-def _spoofing() -> Task:
-    from .spoofing.task import SpoofingTask
-
-    return SpoofingTask()
-
-
-TASKS: dict[str, Any] = {"classification": Task, "spoofing": _spoofing}
-"""Task name → factory."""
-
-
 def get_task(name: str | None) -> Task:
     """The task called ``name`` (None: classification).
 
     Raises:
         ValueError: an unknown name, listing the known ones.
     """
-    factory = TASKS.get(name or "classification")
-    if factory is None:
-        raise ValueError(f"unknown task {name!r}; one of {', '.join(TASKS)}")
-    return factory()
+    name = name or "classification"
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; one of {', '.join(TASKS.list())}")
+    return TASKS.get(name)()

@@ -113,12 +113,17 @@ class DetectionRecords:
 
 
 def coco_box_metrics(
-    ground_truth: dict[str, Any], results: list[dict[str, Any]], class_names: Sequence[str] | None = None
+    ground_truth: dict[str, Any],
+    results: list[dict[str, Any]],
+    class_names: Sequence[str] | None = None,
+    *,
+    curves: bool = False,
 ) -> dict[str, Any]:
     """COCO box metrics of ``results`` against ``ground_truth`` (both in COCO's JSON form),
     computed by pycocotools: :data:`SUMMARY_NAMES` (NaN where COCO reports -1: no ground
     truth of that size) and ``per_class`` AP (0.50:0.95) keyed by class name. No detections
-    at all gives AP 0 wherever there is ground truth."""
+    at all gives AP 0 wherever there is ground truth. ``curves``: also ``pr_curves``, each
+    class's precision at COCO's 101 recall points at IoU 0.5 (all sizes, 100 detections)."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
@@ -127,7 +132,7 @@ def coco_box_metrics(
         gt.dataset = ground_truth
         gt.createIndex()
         if not results:
-            return _empty(ground_truth, class_names)
+            return _empty(ground_truth, class_names) | ({"pr_curves": {}} if curves else {})
         dt = gt.loadRes(results)
         evaluator = COCOeval(gt, dt, "bbox")
         evaluator.evaluate()
@@ -142,6 +147,11 @@ def coco_box_metrics(
         values = values[values > -1]
         per_class[_class_name(category, ground_truth, class_names)] = float(values.mean()) if values.size else math.nan
     metrics["per_class"] = per_class
+    if curves:
+        metrics["pr_curves"] = {
+            _class_name(category, ground_truth, class_names): precision[0, :, k, 0, -1].tolist()
+            for k, category in enumerate(evaluator.params.catIds)
+        }
     return metrics
 
 

@@ -51,4 +51,6 @@ class CocoMAP(Metric):
 
     def compute(self) -> dict[str, Any]:
         ground_truth, results = self.records.to_coco(self.num_classes)
-        return coco_box_metrics(ground_truth, results, self.class_names)
+        figures = coco_box_metrics(ground_truth, results, self.class_names, curves=True)
+        self.curves = figures.pop("pr_curves")  # for the test report's plot; not a logged figure
+        return figures

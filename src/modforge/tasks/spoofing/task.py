@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.registries import register_task
 from ..base import Task
 from . import metrics as detection
 from .scores import ScoreTable
@@ -56,6 +57,7 @@ def detection_report(table: ScoreTable) -> dict[str, Any]:
     }
 
 
+@register_task("spoofing")
 class SpoofingTask(Task):
     """Bona fide (label 1) against spoofed (label 0) audio; scores higher = bona fide."""
 
