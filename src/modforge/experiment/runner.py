@@ -103,6 +103,7 @@ class Experiment:
             input_shape=splits.input_shape,
             sample_rate=splits.sample_rate,
             init_weights=init_weights,
+            label_shape=_label_shape(splits),
             **task.model_options,
         )
         if model.init_records:
@@ -251,6 +252,13 @@ def _record_init(cfg: Config, records: list[dict[str, Any]]) -> None:
             entry["format"] = record["format"]
         resolved.append({**entry, "path": record["path"], "sha256": record["sha256"]})
     cfg.data["model"]["init"] = resolved if isinstance(original, list) else resolved[0]
+
+
+def _label_shape(splits: DataSplits) -> tuple[int, ...]:
+    """One training sample's label shape (``()`` for a class index; a mask's ``(H, W)``), when
+    the split keeps its labels as one tensor; else ``()``."""
+    labels = getattr(splits.train, "labels", None)
+    return tuple(labels.shape[1:]) if isinstance(labels, torch.Tensor) and labels.ndim > 1 else ()
 
 
 def _task(cfg: Config, splits: DataSplits) -> Task:

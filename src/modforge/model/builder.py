@@ -130,6 +130,7 @@ def build_model(
     sample_rate: int | None = None,
     scores: bool = False,
     init_weights: bool = True,
+    label_shape: tuple[int, ...] = (),
 ) -> ModularModel:
     """Assemble the parts named in ``model_cfg`` into one module.
 
@@ -146,6 +147,8 @@ def build_model(
         sample_rate: audio sample rate, passed to every part that asks for it (frontends).
         scores: add ``score`` (a detection score, higher = positive class) to the model's
             dict output, from the first loss that defines ``score()``.
+        label_shape: one sample's label shape for the losses' dry runs: ``()`` for a class
+            index, ``(H, W)`` for a per-pixel mask (a segmentation task).
         init_weights: load the weights ``model.init`` names (:mod:`.init`); False when a
             checkpoint's weights replace them anyway (testing, resuming). What was loaded is
             in the model's ``init_records``.
@@ -167,7 +170,7 @@ def build_model(
     example = example_input(in_layout, in_dim, spatial=_spatial(in_layout, input_shape), generator=generator)
     outputs: dict[str, tuple[Layout, Any, Any]] = {"input": (in_layout, in_dim, example)}
     inputs: dict[str, Any] = {}
-    label = torch.randint(0, num_classes, (2,), generator=generator) if num_classes else None
+    label = torch.randint(0, num_classes, (2, *label_shape), generator=generator) if num_classes else None
     dry_batch: dict[str, Any] = {"input": example}  # one batch through every stage, as in forward
     if label is not None:
         dry_batch["label"] = label
