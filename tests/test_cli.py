@@ -196,7 +196,8 @@ def test_choosing_another_part_switches_its_flags(cli, project):
     res = cli("config", str(project), "--backbone", "cli_cnn", "--channels", "16")
     cfg = resolved(res)
     assert cfg["model"]["backbone"] == {"type": "cli_cnn", "args": {"channels": 16}}
-    assert "dropped config arguments of the previous backbone 'cli_mlp'" in res.err and "hidden_dims" in res.err
+    assert "--backbone cli_cnn: model.backbone 'cli_mlp' → 'cli_cnn': dropped hidden_dims" in res.err
+    assert res.err.count("warning:") == 1
     bad = cli("config", str(project), "--backbone", "cli_cnn", "--hidden-dims", "3")
     assert bad.code == 2 and "unrecognized arguments: --hidden-dims 3" in bad.err
 
@@ -205,8 +206,10 @@ def test_outer_flag_wins_with_a_warning(cli, project):
     res = cli("config", str(project), "--seed", "5")
     cfg = resolved(res)
     assert cfg["seed"] == 5 and "seed" not in cfg["model"]["backbone"]["args"]
-    assert "backbone argument 'seed' is shadowed by the command's own --seed" in res.err
-    assert "model.backbone.args.seed=VALUE" in res.err and res.err.count("shadowed") == 1
+    assert "--seed is the command's own option, not the backbone 'cli_mlp' argument 'seed'" in res.err
+    assert "model.backbone.args.seed=VALUE" in res.err and res.err.count("warning:") == 1
+    quiet = cli("config", str(project), "--hidden-dims", "4")  # --seed unused: nothing to warn about
+    assert quiet.code == 0 and quiet.err == ""
     cfg = resolved(cli("config", str(project), "--backbone.seed", "9"))
     assert cfg["model"]["backbone"]["args"]["seed"] == 9
 
@@ -225,7 +228,7 @@ def plug_head(in_dim: int, num_classes: int, plugins: list[str] = ()):
     res = cli("config", "c.yaml", "--head.plugins", "a,b", "--plugins", "p.py")
     cfg = resolved(res)
     assert cfg["model"]["head"]["args"] == {"plugins": ["a", "b"]}
-    assert "head argument 'plugins' is shadowed by the command's own --plugins" in res.err
+    assert "--plugins is the command's own option, not the head 'plug_head' argument 'plugins'" in res.err
 
 
 def test_print_config_flag_is_accepted(cli, project):
@@ -295,7 +298,10 @@ def test_unexpected_errors_exit_1_with_one_line(cli, monkeypatch):
     monkeypatch.setattr(list_parts, "run", boom)
     res = cli("list")
     assert res.code == 1
-    assert res.err == "error: unexpected RuntimeError: kaput (run with --debug or MODFORGE_DEBUG=1 for the traceback)\n"
+    assert res.err == (
+        "error: unexpected RuntimeError: kaput "
+        "(add --debug anywhere on the command line, or set MODFORGE_DEBUG=1, for the traceback)\n"
+    )
 
 
 def _venv_bin(name: str) -> str:

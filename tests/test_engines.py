@@ -281,3 +281,14 @@ def test_resuming_mid_epoch_under_torchscript_ends_like_an_uninterrupted_run(tmp
               if load_checkpoint(p)["batch_in_epoch"] > 0][-1]  # the earliest mid-epoch one still kept
     losses, state = run(tmp_path / "resumed", resume=load_checkpoint(middle))
     assert losses == ref_losses and all(torch.equal(state[k], ref_state[k]) for k in ref_state)
+
+
+def test_an_artifact_suffix_names_its_engine_only_when_one_engine_owns_it():
+    from modforge.engines import engine_for_suffix
+    from modforge.engines.base import first_sentence
+
+    assert engine_for_suffix(".ts") == "torchscript" and engine_for_suffix(".ONNX") == "onnx"
+    assert engine_for_suffix(".pt") is None  # eager and compile: the artifact's metadata says which
+    assert engine_for_suffix(".nope") is None and engine_for_suffix("") is None
+    noisy = RuntimeError("\x1b[1mfailed reading zip archive.\x1b[0m This is an internal error.\n If you see it, report")
+    assert first_sentence(noisy) == "failed reading zip archive."

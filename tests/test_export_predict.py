@@ -125,3 +125,34 @@ def test_bad_inputs_and_artifacts_get_one_clear_error(run_dir, samples, capsys, 
     assert "is not a loadable ONNX model" in capsys.readouterr().err
     assert main(["predict", str(tmp_path / "missing.ts"), str(samples[0])]) == 2
     assert "artifact not found" in capsys.readouterr().err
+
+
+def test_out_may_name_a_folder_and_a_wrong_suffix_is_refused(run_dir, capsys, tmp_path):
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    assert main(["export", str(run_dir), "--engine", "eager", "--out", str(existing)]) == 0
+    assert (existing / "best-eager.pt").is_file() and not (tmp_path / "existing.pt").exists()
+    assert main(["export", str(run_dir), "--engine", "eager", "--out", f"{tmp_path / 'new'}/"]) == 0
+    assert (tmp_path / "new" / "best-eager.pt").is_file()
+    capsys.readouterr()
+    assert main(["export", str(run_dir), "--engine", "eager", "--out", str(tmp_path / "m.onnx")]) == 2
+    assert "an artifact of engine 'eager' ends in .pt" in capsys.readouterr().err
+
+
+def test_predict_refuses_top_zero_and_a_pickle_in_one_clean_line(run_dir, samples, capsys, tmp_path):
+    import pickle
+
+    artifact = tmp_path / "m.onnx"
+    assert main(["export", str(run_dir), "--engine", "onnx", "--out", str(artifact)]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(artifact), str(samples[0]), "--top", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "error: modforge predict: argument --top: expected a whole number of classes (1 or more), got 0\n"
+    )
+    for name in ("plain.pt", "plain.ts"):
+        with open(tmp_path / name, "wb") as file:
+            pickle.dump({"weights": [1, 2, 3]}, file, protocol=4)
+        assert main(["predict", str(tmp_path / name), str(samples[0])]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {tmp_path / name} is not a") and "\x1b" not in err
+        assert "If you are seeing this" not in err  # torch's advice to its own developers

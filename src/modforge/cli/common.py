@@ -3,20 +3,38 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 
 from ..core.plugins import load_plugins
 from .main import CliUsageError
 
-__all__ = ["CommandParser", "add_plugins_option", "load_cli_plugins"]
+__all__ = [
+    "CommandParser",
+    "add_checkpoint_option",
+    "add_plugins_option",
+    "load_cli_plugins",
+    "split_plugin_values",
+    "suggest_flag",
+]
 
 
 class CommandParser(argparse.ArgumentParser):
-    """A sub-command's parser: errors raise :class:`CliUsageError` (exit status 2)."""
+    """A sub-command's parser: errors raise :class:`CliUsageError` (exit status 2), unknown
+    flags get the closest real flag as a hint, flags are never abbreviated, and ``--plugins``
+    stops taking values at the first one that is not a plug-in."""
 
     def __init__(self, name: str | None = None, **kwargs):
         if name is not None:  # a sub-command; argparse builds nested parsers with their own prog
             kwargs["prog"] = f"modforge {name}"
+        # no abbreviations: with part flags appearing as parts are chosen, `--ep` or `--chan` would
+        # mean different flags in different configs; a mistyped flag gets a suggestion instead
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(**kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if args is not None:
+            args = split_plugin_values(list(args))
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         if message.startswith("unrecognized arguments:"):
@@ -24,16 +42,74 @@ class CommandParser(argparse.ArgumentParser):
         raise CliUsageError(f"{self.prog}: {message}")
 
     def _suggest(self, tokens: list[str]) -> str:
-        import difflib
-
-        known = [s for s in self._option_string_actions if s.startswith("--")]
+        """`` (did you mean: --lrr → --lr?)`` for unknown flags close to one of this command's
+        own flags; nothing when none is close (a wrong hint is worse than none)."""
         hints = []
         for token in tokens:
             if token.startswith("--"):
-                close = difflib.get_close_matches(token.split("=", 1)[0], known, n=1, cutoff=0.6)
+                close = suggest_flag(token.split("=", 1)[0], self._option_string_actions)
                 if close:
-                    hints.append(f"{token} → {close[0]}?")
+                    hints.append(f"{token} → {close}?")
         return f" (did you mean: {'; '.join(hints)})" if hints else ""
+
+
+def suggest_flag(typed: str, known: Iterable[str]) -> str | None:
+    """The flag among ``known`` closest to ``typed`` (``--lrr`` → ``--lr``), or ``None``.
+
+    Names are compared without their dashes, so the shared ``--`` does not make ``--lr`` look
+    like ``--pool``; ``--help`` is never suggested, and ``--no-X`` only for ``--no-…``."""
+    import difflib
+
+    name = typed.lstrip("-")
+    candidates = {
+        flag.lstrip("-"): flag
+        for flag in known
+        if flag.startswith("--") and flag != "--help" and flag.startswith("--no-") == typed.startswith("--no-")
+    }
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.75 if len(name) <= 4 else 0.7)
+    return candidates[close[0]] if close else None
+
+
+def _plugin_like(token: str) -> bool:
+    """Whether a token after ``--plugins``'s first value is another plug-in: a ``.py`` file,
+    a folder holding Python files, or an importable top-level module (found, not imported)."""
+    import importlib.util
+    import os
+
+    if token.startswith("-") or "=" in token or token.endswith((".yaml", ".yml")):
+        return False
+    if token.endswith(".py"):
+        return True
+    if os.path.isdir(token):
+        return any(name.endswith(".py") for name in os.listdir(token))
+    if os.path.exists(token) or not all(part.isidentifier() for part in token.split(".")):
+        return False
+    try:
+        return importlib.util.find_spec(token.split(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def split_plugin_values(argv: list[str]) -> list[str]:
+    """``--plugins a.py OUT`` → ``--plugins=a.py OUT``: ``--plugins`` takes several values, and
+    would swallow the positional argument after them; its first value is always a plug-in,
+    the next ones only while they look like plug-ins (see :func:`_plugin_like`)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return out + argv[i:]
+        if token == "--plugins" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            out.append(f"--plugins={argv[i + 1]}")
+            i += 2
+            while i < len(argv) and _plugin_like(argv[i]):
+                out.append(f"--plugins={argv[i]}")
+                i += 1
+            continue
+        out.append(token)
+        i += 1
+    return out
 
 
 def add_plugins_option(parser: argparse.ArgumentParser) -> None:

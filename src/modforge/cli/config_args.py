@@ -15,9 +15,15 @@ which part is chosen (Mammoth style)::
 Flag values are coerced with the part's declared types and written into the config at
 ``<slot>.args.<name>``, so the config that is printed or saved is the whole truth.
 
+Every config-taking command (``config``, ``train``, ``kfold``, ``test CONFIG``) parses the
+same way and has the same shortcuts (``--epochs``, ``--lr``, ``--batch-size``:
+:mod:`.run_options`). Choosing another part by flag follows the same rule as an override
+that changes a type (:mod:`modforge.core.retype`). A run folder's ``config.yaml`` as CONFIG
+is read like ``test`` reads the run: its plug-ins come from the run's verified copies.
+
 Conflicts: a part argument whose flag already exists outside the part (``--seed``,
-``--plugins``, or a command's own ``--lr``) never replaces that flag — the outer flag
-wins and a warning says how to set the part's argument instead. Two chosen parts with
+``--plugins``, ``--lr``) never replaces that flag — the outer flag wins, and when the user
+passes it a warning says how to set the part's argument instead. Two chosen parts with
 an argument of the same name get only their qualified flags.
 """
 
@@ -36,9 +42,11 @@ from ..core.config import Config, load_config
 from ..core.errors import ConfigError, UsageError
 from ..core.plugins import load_config_plugins, load_plugins
 from ..core.registries import REGISTRIES
+from ..core.retype import collect_notes, switch_type
 from ..core.specs import normalize_spec
 from ..experiment.schema import PART_SLOTS, PartSlot, apply_overrides, validate_config
 from .common import CommandParser, add_plugins_option, load_cli_plugins
+from .run_options import add_run_options, apply_run_options
 
 __all__ = ["ResolvedConfig", "add_config_arguments", "resolve_config_from_cli"]
 
@@ -58,6 +66,23 @@ class StoredConfig:
 
     run_dir: Path | None
     what: str
+
+
+def run_folder_config(config: str | None) -> StoredConfig | None:
+    """CONFIG is a run folder's ``config.yaml`` (``modforge config runs/x/config.yaml
+    data.type=...``): a config modforge saved, read as ``test`` and ``--resume`` read it — its
+    plug-ins come from the run's verified copies (or ``--plugins``), not from beside it."""
+    if not config:
+        return None
+    path = Path(config)
+    run_dir = path.parent
+    if path.name != "config.yaml" or not path.is_file():
+        return None
+    if not ((run_dir / "checkpoints").is_dir() or (run_dir / "plugins" / "manifest.json").is_file()):
+        return None
+    from ..core.config import display_path
+
+    return StoredConfig(run_dir, f"the config of {display_path(run_dir)}")
 
 
 @dataclasses.dataclass
@@ -126,7 +151,7 @@ def _key(ns: argparse.Namespace, slots: Sequence[PartSlot]) -> tuple:
 
 
 def _load(
-    ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool, notes: list[str], stored: StoredConfig | None = None
+    ns: argparse.Namespace, slots: Sequence[PartSlot], strict: bool, stored: StoredConfig | None = None
 ) -> tuple[Config, list[str]]:
     """Load plug-ins and config; apply overrides and part choices. A ``stored`` config (a run's
     own, when resuming) vouches for no plug-in beside it."""
@@ -134,6 +159,7 @@ def _load(
     overrides = list(ns.overrides or ())
     if not strict:  # phase 1 may mistake a flag's value for an override
         overrides = [o for o in overrides if "=" in o]
+    stored = stored or run_folder_config(ns.config)
     cfg = load_config(ns.config, stored=stored is not None)
     if stored is not None:
         from ..experiment.run_plugins import load_stored_plugins
@@ -156,7 +182,7 @@ def _load(
             )
             _replace(cfg, slot.path, spec)
     for flag, name in _selections(ns, slots).items():
-        _choose(cfg, next(s for s in slots if s.flag == flag), name, notes)
+        _choose(cfg, next(s for s in slots if s.flag == flag), name)
     return cfg, cli_plugins
 
 
@@ -166,24 +192,14 @@ def _replace(cfg: Config, path: str, value: Any) -> None:
     parent[key] = value
 
 
-def _choose(cfg: Config, slot: PartSlot, name: str, notes: list[str]) -> None:
-    """``--backbone NAME``: switch the part, keeping the arguments the new one accepts."""
+def _choose(cfg: Config, slot: PartSlot, name: str) -> None:
+    """``--backbone NAME``: switch the part, keeping the config's arguments the new one
+    accepts (the same rule, and warning, as ``model.backbone=NAME``: :mod:`~modforge.core.retype`)."""
     registry = REGISTRIES[slot.kind]
-    _obj, sig = registry.resolve(
+    registry.resolve(  # an unknown name is an error naming the flag
         name, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), path=f"--{slot.flag}", source="command line"
     )
-    current = cfg.get(slot.path, None) or {"type": name, "args": {}}
-    if current.get("type") == name:
-        return
-    kept = {k: v for k, v in current.get("args", {}).items() if k in sig}
-    dropped = sorted(set(current.get("args", {})) - set(kept))
-    if dropped:
-        notes.append(
-            f"--{slot.flag} {name}: dropped config arguments of the previous {slot.kind} "
-            f"'{current.get('type')}' that '{name}' does not take: {', '.join(dropped)}"
-        )
-    extras = {k: v for k, v in current.items() if k not in ("type", "args")}
-    cfg.set(slot.path, {"type": name, "args": kept, **extras}, f"flag --{slot.flag} {name}")
+    switch_type(cfg, slot.path, name, f"flag --{slot.flag} {name}", shown=f"--{slot.flag} {name}")
 
 
 def _default_text(arg: ArgSpec) -> str:
@@ -191,9 +207,12 @@ def _default_text(arg: ArgSpec) -> str:
 
 
 def _add_part_flags(
-    parser: argparse.ArgumentParser, cfg: Config, slots: Sequence[PartSlot], notes: list[str]
-) -> dict[str, _PartFlag]:
-    """One flag per user argument of every chosen part; returns dest → flag info."""
+    parser: argparse.ArgumentParser, cfg: Config, slots: Sequence[PartSlot]
+) -> tuple[dict[str, _PartFlag], dict[str, str]]:
+    """One flag per user argument of every chosen part.
+
+    Returns dest → flag info, and for each command option that hides a part argument of the
+    same name (``--seed``), the warning to give if the user passes that option."""
     chosen: list[tuple[PartSlot, str, list[ArgSpec]]] = []
     for slot in slots:
         spec = cfg.get(slot.path, None)
@@ -214,6 +233,7 @@ def _add_part_flags(
             owners.setdefault(arg.name, []).append(slot.flag)
     taken = set(parser._option_string_actions)  # noqa: SLF001 - argparse has no public accessor
     flags: dict[str, _PartFlag] = {}
+    shadowed: dict[str, str] = {}
     for slot, name, args in chosen:
         group = parser.add_argument_group(f"{slot.kind} '{name}' arguments (--{slot.flag}.ARG always works)")
         for arg in args:
@@ -227,16 +247,22 @@ def _add_part_flags(
                     "--%s is taken by several parts (%s); use the qualified flags", dashed, ", ".join(owners[arg.name])
                 )
             elif any(s in taken for s in bare):
-                notes.append(
-                    f"{slot.kind} argument '{arg.name}' is shadowed by the command's own --{dashed}; "
-                    f"set it with {slot.path}.args.{arg.name}=VALUE or --{slot.flag}.{dashed}"
-                )
+                for flag in (s for s in bare if s in taken):
+                    shadowed[flag] = (
+                        f"{flag} is the command's own option, not the {slot.kind} '{name}' argument '{arg.name}'; "
+                        f"set that with {slot.path}.args.{arg.name}=VALUE or --{slot.flag}.{dashed}"
+                    )
             else:
                 strings = bare + strings
             strings = [s for s in strings if s not in taken]
             taken.update(strings)
             _add_flag(group, strings, dest, arg, taken)
-    return flags
+    return flags, shadowed
+
+
+def _given(flag: str, argv: Sequence[str]) -> bool:
+    """Whether ``flag`` is on the command line (``--seed 3`` or ``--seed=3``)."""
+    return any(token == flag or token.startswith(flag + "=") for token in argv)
 
 
 class _Record(argparse.Action):
@@ -348,30 +374,34 @@ def resolve_config_from_cli(
         add_config_arguments(parser, slots)
         if add_arguments is not None:
             add_arguments(parser)
+        add_run_options(parser)  # --epochs/--lr/--batch-size: the same on every config-taking command
 
     lenient = _make_parser(name, description, add_fixed, add_help=False)
     if _help_requested(argv):
         try:  # with a loadable config, --help lists the chosen parts' flags too
             ns = _lenient_parse(lenient, argv)
-            _load(ns, slots, strict=False, notes=[], stored=stored)
+            with collect_notes():
+                _load(ns, slots, strict=False, stored=stored)
         except UsageError:
             _make_parser(name, description, add_fixed, add_help=True).parse_args(["--help"])
     ns = _lenient_parse(lenient, argv)
     strict = False
     for _ in range(_MAX_PASSES):
-        notes: list[str] = []
-        cfg, cli_plugins = _load(ns, slots, strict=strict, notes=notes, stored=stored)
+        with collect_notes() as notes:  # reported once, from the last pass
+            cfg, cli_plugins = _load(ns, slots, strict=strict, stored=stored)
         parser = _make_parser(name, description, add_fixed, add_help=True)
-        flags = _add_part_flags(parser, cfg, slots, notes)
+        flags, shadowed = _add_part_flags(parser, cfg, slots)
         full = parser.parse_intermixed_args(argv)
         if strict and _key(full, slots) == _key(ns, slots):
             break
         strict = True
         ns = full
+    notes += [note for flag, note in shadowed.items() if _given(flag, argv)]
     for note in dict.fromkeys(notes):
         log.warning(note)
     _apply_part_flags(cfg, full, flags)
     if full.seed is not None:
         cfg.set("seed", full.seed, "flag --seed")
+    apply_run_options(cfg, full)
     validate_config(cfg, allowed_modules=cli_plugins)
     return ResolvedConfig(cfg, full, cfg.plugins)

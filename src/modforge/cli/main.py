@@ -1,8 +1,8 @@
 """``modforge`` entry point: dispatch to a sub-command and map errors to exit statuses.
 
 Exit statuses: 0 success; 2 bad usage, config or input (one clear line on stderr);
-1 any other failure (one line too, and the traceback with ``--debug`` or
-``MODFORGE_DEBUG=1``).
+1 any other failure (one line too, and the traceback with ``--debug`` — accepted anywhere
+on the command line — or ``MODFORGE_DEBUG=1``).
 """
 
 from __future__ import annotations
@@ -65,11 +65,33 @@ def _top_parser() -> argparse.ArgumentParser:
         epilog="Run 'modforge COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"modforge {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks for unexpected errors")
+    parser.add_argument(
+        "--debug", action="store_true", help="show full tracebacks for unexpected errors (accepted anywhere)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         sub.add_parser(name, help=_HELPS[name], add_help=False)
     return parser
+
+
+DEBUG_HINT = "add --debug anywhere on the command line, or set MODFORGE_DEBUG=1, for the traceback"
+"""How every "unexpected" error says to see its traceback."""
+
+
+def _take_debug(argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` without its ``--debug`` tokens, and whether there was one.
+
+    ``--debug`` is a global option but users type it where the error happened — after the
+    command, after the config — so it is accepted anywhere before a ``--`` separator (a
+    part argument named ``debug`` stays reachable as ``--backbone.debug``)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    kept = [a for a in argv[:end] if a != "--debug"] + argv[end:]
+    return kept, len(kept) != len(argv)
+
+
+def _env_debug() -> bool:
+    """``MODFORGE_DEBUG`` set to anything but empty, ``0``, ``false``, ``no`` or ``off``."""
+    return os.environ.get("MODFORGE_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
@@ -121,8 +143,8 @@ def _fail(message: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (never raises for user errors)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = bool(os.environ.get("MODFORGE_DEBUG"))
+    argv, debug_flag = _take_debug(list(sys.argv[1:] if argv is None else argv))
+    debug = _env_debug() or debug_flag
     try:
         parser = _top_parser()
         options, command, rest = _split_command(argv)
@@ -165,5 +187,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one line, traceback on request
         if debug:
             raise
-        _fail(f"unexpected {type(exc).__name__}: {exc} (run with --debug or MODFORGE_DEBUG=1 for the traceback)")
+        _fail(f"unexpected {type(exc).__name__}: {exc} ({DEBUG_HINT})")
         return 1

@@ -10,6 +10,8 @@
   :class:`~modforge.core.errors.ConfigCycleError` naming the chain.
 * ``key.path=value`` overrides set one value, read as YAML (``width=64`` is an int,
   ``dims=[1,2]`` a list); list items are addressed by index (``model.losses.0.weight=2``).
+  One that switches a part's (or the dataset's, the algorithm's...) type drops the old
+  type's arguments the new one does not take, with a warning (:mod:`.retype`).
 * Every leaf remembers where it came from (``configs/x.yaml:12`` or
   ``override 'a.b=1'``) so any later error can say which file to fix.
 """
@@ -181,10 +183,19 @@ class Config:
 
     # --------------------------------------------------------------- overrides
     def apply_overrides(self, overrides: Iterable[str]) -> Config:
-        """Apply ``key.path=value`` strings in order (see :func:`parse_override`)."""
+        """Apply ``key.path=value`` strings in order (see :func:`parse_override`).
+
+        An override that changes a spec's type (``model.backbone=X``, ``data.type=X``,
+        ``continual.algorithm=X``...) drops the config's arguments the new type does not
+        take, with one warning (see :mod:`modforge.core.retype`): every command that takes
+        overrides behaves the same."""
+        from .retype import type_override
+
         for text in overrides:
             key, value = parse_override(text)
-            self.set(key, value, f"override '{text}'")
+            origin = f"override '{text}'"
+            if not type_override(self, key, value, origin, shown=text):
+                self.set(key, value, origin)
         return self
 
     # ------------------------------------------------------------------ output

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,9 @@ def read_torch_artifact(path: str | os.PathLike) -> tuple[Any, dict[str, Any]]:
     if not path.is_file():
         raise EngineError(f"artifact not found: {path}")
     try:
-        record = read_torch_file(path)
+        with warnings.catch_warnings():  # torch's multi-line note on legacy pickles: our error says it better
+            warnings.filterwarnings("ignore", message=".*pickle protocol", category=UserWarning)
+            record = read_torch_file(path)
     except WeightFormatError as exc:
         raise EngineError(str(exc)) from None
     if not isinstance(record, dict) or record.get("format") != ARTIFACT_FORMAT:

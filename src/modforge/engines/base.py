@@ -28,11 +28,22 @@ from typing import Any, ClassVar
 
 from ..core.errors import UsageError
 
-__all__ = ["Capabilities", "Engine", "EngineError"]
+__all__ = ["Capabilities", "Engine", "EngineError", "first_sentence"]
 
 
 class EngineError(UsageError):
     """An engine cannot do what was asked (train, export this part, load this file...)."""
+
+
+def first_sentence(exc: BaseException, limit: int = 160) -> str:
+    """A library's error as one short line: whitespace folded, ANSI colour codes removed, cut
+    after its first sentence (torch appends paragraphs of advice meant for its developers)."""
+    import re
+
+    text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).split()) or type(exc).__name__
+    end = text.find(". ")
+    text = text[: end + 1] if end > 0 else text
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ import torch.nn as nn
 from ..core.integrity import torch_zip_checksums
 from ..core.registries import register_engine
 from .artifact import ARTIFACT_FORMAT, check_zip_artifact, warn_unverified, write_atomically
-from .base import Capabilities, Engine, EngineError
+from .base import Capabilities, Engine, EngineError, first_sentence
 from .common import LogitsOnly, example_from_metadata, example_input, isolated, stage_inputs, training_mode
 
 METADATA_FILE = "modforge.json"
@@ -114,7 +114,7 @@ class TorchScript(Engine):
             with _quiet():
                 module = torch.jit.load(str(path), map_location="cpu", _extra_files=files)
         except (RuntimeError, ValueError) as exc:
-            raise EngineError(f"{path} is not a TorchScript file ({' '.join(str(exc).split())[:160]})") from None
+            raise EngineError(f"{path} is not a TorchScript file ({first_sentence(exc)})") from None
         try:
             metadata = json.loads(files[METADATA_FILE] or "{}")
         except json.JSONDecodeError:

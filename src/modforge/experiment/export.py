@@ -4,6 +4,7 @@ against eager on a real batch before it is reported as written."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,26 +33,24 @@ class ExportResult:
     metadata: dict[str, Any]
 
 
-def export_run(target: Path, engine_spec: Any, out: Path | None = None, *, which: str = "best",
+def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *, which: str = "best",
                force: bool = False) -> ExportResult:
     """Write the model of a run folder or checkpoint as an artifact of ``engine_spec``.
 
-    Refuses to overwrite an existing file unless ``force``; the artifact holds the
-    metadata of :func:`~modforge.engines.artifact.make_metadata` (model config, input
-    layout and shape, class names, normalisation, versions, resolved config).
+    The run's own plug-ins are loaded first (its verified copies, installed entry points or
+    ``--plugins``, as for ``modforge test``), so a plug-in engine or part is found.
+    ``engine_spec`` is a name or ``{type, args}`` (the engine's options). ``out`` is the
+    artifact's path, or an existing folder (or one ending in ``/``) to write it into under
+    its default name. Refuses to overwrite an existing file unless ``force``; the artifact
+    holds the metadata of :func:`~modforge.engines.artifact.make_metadata` (model config,
+    input layout and shape, class names, normalisation, versions, resolved config).
     """
-    engine = build_engine(engine_spec, path="--engine")
     exp, checkpoint = load_trained(Path(target), which)
+    cfg = exp.cfg
+    engine = build_engine(engine_spec, path="--engine", allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir))
     _refuse_other_classifiers(exp)
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
-    path = Path(out) if out is not None else run_dir / "exports" / f"{checkpoint.stem}-{engine.name}{engine.suffix}"
-    if engine.suffix and path.suffix != engine.suffix:
-        if path.suffix:
-            raise UsageError(
-                f"--out {path}: an artifact of engine '{engine.name}' ends in {engine.suffix} "
-                "(modforge predict recognises artifacts by their suffix)"
-            )
-        path = path.with_name(path.name + engine.suffix)
+    path = _artifact_path(out, run_dir / "exports", f"{checkpoint.stem}-{engine.name}", engine)
     if path.exists() and not force:
         raise UsageError(f"{path} exists; choose another --out or pass --force to replace it")
     splits = exp.splits
@@ -85,6 +84,28 @@ def export_run(target: Path, engine_spec: Any, out: Path | None = None, *, which
             f"{scale:.3g}, shapes {list(got.shape)} vs {list(reference.shape)}); nothing was written"
         )
     return ExportResult(written, checkpoint, engine.name, diff, scale, metadata)
+
+
+def _artifact_path(out: str | Path | None, folder: Path, stem: str, engine: Any) -> Path:
+    """Where the artifact goes: ``folder/stem+suffix`` by default; inside ``out`` when it is
+    a folder (existing, or written with a trailing ``/``); else ``out`` itself, which must end
+    in the engine's suffix (a path without one gets it appended)."""
+    if out is None:
+        return folder / f"{stem}{engine.suffix}"
+    text = str(out)
+    path = Path(out)
+    if path.is_dir() or text.endswith(("/", os.sep)):
+        return path / f"{stem}{engine.suffix}"
+    if path.exists() and not path.is_file():
+        raise UsageError(f"--out {text}: exists and is neither a folder nor a file")
+    if engine.suffix and path.suffix != engine.suffix:
+        if path.suffix:
+            raise UsageError(
+                f"--out {text}: an artifact of engine '{engine.name}' ends in {engine.suffix} "
+                "(modforge predict recognises artifacts by their suffix); give a file ending in it, or a folder"
+            )
+        path = path.with_name(path.name + engine.suffix)
+    return path
 
 
 def _refuse_other_classifiers(exp: Any) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from ...core.config import display_path
-from ..common import CommandParser
+from ..common import CommandParser, add_plugins_option, load_cli_plugins
 from ..output import print_table
 
 HELP = "data utilities: make-spoof-corpus (a synthetic audio deepfake corpus)"
@@ -33,6 +33,7 @@ def _parser() -> CommandParser:
     corpus.add_argument("--sample-rate", type=_positive, default=16000, metavar="HZ", help="default 16000")
     corpus.add_argument("--workers", type=_positive, default=1, metavar="N", help="processes (same files for any N)")
     corpus.add_argument("--overwrite", action="store_true", help="replace an existing corpus in OUT")
+    add_plugins_option(corpus)  # --plugins works on every command
     return parser
 
 
@@ -48,6 +49,7 @@ def _positive(text: str) -> int:
 
 def run(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)
+    load_cli_plugins(ns.plugins)
     from ...core.errors import UsageError
     from ...data.audio.spoof_corpus import make_spoof_corpus
 

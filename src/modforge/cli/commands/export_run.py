@@ -1,11 +1,14 @@
-"""``modforge export RUN_DIR|CHECKPOINT --engine NAME [--out PATH]`` — write a trained model
-as a self-describing artifact of an engine (onnx, torchscript, eager, compile)."""
+"""``modforge export RUN_DIR|CHECKPOINT --engine NAME [--engine-args K=V ...] [--out PATH|DIR]`` —
+write a trained model as a self-describing artifact of an engine (onnx, torchscript, eager,
+compile, or a plug-in's engine: the run's own plug-ins are loaded as ``modforge test`` loads them)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from ...core.config import display_path
+from ...core.config import display_path, parse_override
+from ...core.errors import ConfigValueError
 from ..common import CommandParser, add_checkpoint_option, add_plugins_option, load_cli_plugins
 from ..output import print_table
 
@@ -16,11 +19,37 @@ def _parser() -> CommandParser:
     parser = CommandParser("export", description=HELP)
     parser.add_argument("target", metavar="RUN_DIR|CHECKPOINT")
     parser.add_argument("--engine", required=True, help="onnx, torchscript, eager or compile (any registered engine)")
-    parser.add_argument("--out", type=Path, help="the artifact's path (default: RUN_DIR/exports/<checkpoint><suffix>)")
+    parser.add_argument(
+        "--engine-args",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the engine's options, values read as YAML (e.g. strategy=trace; see 'modforge describe engine NAME')",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="PATH|DIR",
+        help="the artifact's path, or a folder to write it into (default: RUN_DIR/exports/<checkpoint>-<engine><suffix>)",
+    )
     add_checkpoint_option(parser)
     parser.add_argument("--force", action="store_true", help="replace an existing file at --out")
     add_plugins_option(parser)
     return parser
+
+
+def engine_spec(name: str, texts: list[str]) -> Any:
+    """``--engine NAME --engine-args k=v ...`` as an engine spec (a name, or ``{type, args}``)."""
+    if not texts:
+        return name
+    args = {}
+    for text in texts:
+        try:
+            key, value = parse_override(text)
+        except ConfigValueError:
+            raise ConfigValueError(f"--engine-args {text!r}: expected KEY=VALUE", path="--engine-args") from None
+        args[key] = value
+    return {"type": name, "args": args}
 
 
 def run(argv: list[str]) -> int:
@@ -28,7 +57,8 @@ def run(argv: list[str]) -> int:
 
     ns = _parser().parse_args(argv)
     load_cli_plugins(ns.plugins)
-    result = export_run(Path(ns.target), ns.engine, ns.out, which=ns.checkpoint, force=ns.force)
+    spec = engine_spec(ns.engine, ns.engine_args)
+    result = export_run(Path(ns.target), spec, ns.out, which=ns.checkpoint, force=ns.force)
     rows = [
         ("artifact", display_path(result.path)),
         ("engine", result.engine),

@@ -16,6 +16,7 @@ import numpy as np
 from ..common import CommandParser, add_plugins_option, load_cli_plugins
 from ..output import print_table
 
+_TORCH_SUFFIXES = ("", ".pt", ".pth", ".ts")
 HELP = "run an exported model on .npy arrays, pictures or audio files; prints class and score per input"
 
 
@@ -23,33 +24,61 @@ def _parser() -> CommandParser:
     parser = CommandParser("predict", description=HELP)
     parser.add_argument("artifact", type=Path, metavar="ARTIFACT")
     parser.add_argument("inputs", type=Path, nargs="+", metavar="INPUT")
-    parser.add_argument("--top", type=int, default=1, help="how many classes to show per input (default 1)")
+    parser.add_argument(
+        "--top", type=_at_least_one, default=1, metavar="K", help="how many classes to show per input (default 1)"
+    )
     add_plugins_option(parser)
     return parser
 
 
+def _at_least_one(text: str) -> int:
+    """``--top``'s value: a whole number of classes, at least 1."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of classes (1 or more), got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of classes (1 or more), got {value}")
+    return value
+
+
 def load_artifact(path: Path) -> tuple[Any, dict[str, Any]]:
-    """``(runner, metadata)`` of any artifact; ONNX without importing torch."""
+    """``(runner, metadata)`` of any artifact; ONNX without importing torch.
+
+    The engine is the one registered for the file's suffix (``.ts``, a plug-in engine's own
+    suffix — load it with ``--plugins``); ``.pt`` (eager and compile share it) and unknown
+    suffixes are torch artifacts whose metadata names their engine."""
     from ...engines.artifact import ARTIFACT_FORMAT
     from ...engines.base import EngineError
 
+    if not path.is_file():
+        raise EngineError(f"artifact not found: {path}")
     if path.suffix.lower() == ".onnx":
         from ...engines.onnx_runtime import OnnxRunner
 
         runner = OnnxRunner.from_file(path)
         metadata = runner.metadata
     else:
-        from ...engines import build_engine
+        from ...engines import build_engine, engine_for_suffix
         from ...engines.artifact import read_torch_artifact
 
-        if path.suffix.lower() == ".ts":
-            engine = "torchscript"
-        else:
-            _, metadata = read_torch_artifact(path)
+        engine = engine_for_suffix(path.suffix)
+        if engine is None:
+            try:
+                _, metadata = read_torch_artifact(path)
+            except EngineError as exc:
+                if path.suffix.lower() in _TORCH_SUFFIXES:
+                    raise
+                raise EngineError(
+                    f"{path}: no registered engine writes '{path.suffix}' artifacts, and it is not a torch-based "
+                    "artifact either; if a plug-in engine wrote it, name that plug-in with --plugins"
+                ) from exc
             engine = metadata.get("engine", "eager")
         loaded, metadata = build_engine(engine, path="the artifact's engine").load(path)
         runner = _TorchRunner(loaded)
-    if metadata.get("format") != ARTIFACT_FORMAT:
+    if not isinstance(metadata, dict) or metadata.get("format") != ARTIFACT_FORMAT:
         raise EngineError(f"{path} is not a modforge artifact (no modforge metadata in it)")
     return runner, metadata
 
@@ -64,7 +93,10 @@ class _TorchRunner:
         import torch
 
         with torch.no_grad():
-            logits = self.runnable({"input": torch.from_numpy(np.asarray(batch["input"]))})["logits"]
+            x = torch.from_numpy(
+                np.array(batch["input"], copy=True)
+            )  # a writable copy: torch warns on read-only arrays
+            logits = self.runnable({"input": x})["logits"]
         return {"logits": logits.float().cpu().numpy()}
 
 
@@ -90,7 +122,7 @@ def run(argv: list[str]) -> int:
         if len(labels) > 1 and len(set(labels)) == 1:  # one audio file scored in windows: their mean
             logits, labels = logits.mean(axis=0, keepdims=True), labels[:1]
         for label, row_logits, row in zip(labels, logits, _softmax(logits), strict=True):
-            best = np.argsort(-row)[: max(1, ns.top)]
+            best = np.argsort(-row)[: ns.top]
             shown = ", ".join(f"{names[i] if i < len(names) else i}" for i in best)
             cells = [label, shown, ", ".join(f"{row[i]:.4f}" for i in best)]
             if detection:
