@@ -250,3 +250,13 @@ def test_plugins_option_works_on_every_command(cli, write, argv):
     assert res.code in (0, 1, 2) and res.err.count("error:") <= 1
     if argv[0] in ("list", "describe", "config"):
         assert res.code == 0 and "door_mlp" in res.out
+
+
+def test_test_help_is_true_and_config_only_options_are_refused_for_a_run(cli, tmp_path):
+    """`modforge test --help` lists what `modforge test CONFIG` accepts; those options given
+    with a run folder are one clear error, not silently ignored."""
+    res = cli("test", "--help")
+    assert res.code == 0 and "--run-dir" in res.out and "--print-config" in res.out and "--epochs" in res.out
+    (tmp_path / "a_run").mkdir()
+    res = cli("test", "a_run", "--run-dir", "elsewhere")
+    assert res.code == 2 and "--run-dir: only with a CONFIG (.yaml) target" in res.err

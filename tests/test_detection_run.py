@@ -53,3 +53,15 @@ def test_the_shipped_config_trains_validates_by_coco_ap_and_reports(cli, shapes,
 def test_tasks_are_a_registry_kind():
     assert {"classification", "spoofing", "detection"} <= set(mf.TASKS.list())
     assert mf.TASKS.get("detection").default_metrics == ("coco_map", "loss")
+
+
+def test_make_shapes_on_the_command_line_writes_coco_files_or_says_what_is_wrong(cli, tmp_path):
+    res = cli("data", "make-shapes", "set", "--images", "12", "--size", "48", "--classes", "circle,star")
+    assert res.code == 0, res.err
+    for split in ("train", "val", "test"):
+        assert (tmp_path / "set" / "annotations" / f"instances_{split}.json").exists()
+    assert "circle" in res.out and "star" in res.out
+    again = cli("data", "make-shapes", "set", "--images", "12")
+    assert again.code == 2 and "--overwrite" in again.err
+    bad = cli("data", "make-shapes", "other", "--classes", "blob")
+    assert bad.code == 2 and "blob" in bad.err and not (tmp_path / "other").exists()

@@ -443,18 +443,11 @@ def _load_weights(model: torch.nn.Module, state: Any, path: Path) -> None:
 
 
 def _overridden(cfg: Config, overrides: Sequence[str]) -> Config:
+    """``cfg`` with ``overrides`` applied (a switched dataset or part drops the old type's
+    arguments: :mod:`modforge.core.retype`) and validated."""
     from .schema import apply_overrides, validate_config
 
-    stored = dict(cfg.data.get("data") or {})
-    cfg = apply_overrides(cfg, overrides)
-    data = cfg.data.get("data") or {}
-    if data.get("type") != stored.get("type") and isinstance(data.get("args"), dict):
-        accepted = {a.name for a in DATASETS.signature(str(data["type"])).args}
-        given = {o.split("=", 1)[0].removeprefix("data.args.").split(".", 1)[0] for o in overrides}
-        for key in list(data["args"]):
-            if key not in accepted and key not in given and key in (stored.get("args") or {}):
-                del data["args"][key]  # the old dataset's argument; the new one has no such key
-    return validate_config(cfg)
+    return validate_config(apply_overrides(cfg, overrides))
 
 
 def checkpoint_digest(path: Path) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from ...core.config import display_path
 from ..common import CommandParser, add_checkpoint_option, add_plugins_option, load_cli_plugins
 from ..output import print_table
+from ..run_options import add_run_options
 
 HELP = "evaluate a run (best.pt, else last.pt), a checkpoint, or a config's model.init weights on the test split"
 
@@ -30,6 +31,12 @@ def _parser() -> CommandParser:
     parser.add_argument("--split", choices=("test", "val", "train"), default="test")
     add_checkpoint_option(parser)
     add_plugins_option(parser)
+    with_config = parser.add_argument_group(
+        "with a CONFIG (.yaml)", "the model it builds, with model.init's weights; part flags work as for train"
+    )
+    with_config.add_argument("--run-dir", metavar="DIR", help="the run folder (default: runs/<config name>/<timestamp>)")
+    with_config.add_argument("--print-config", action="store_true", help="print the resolved config and stop")
+    add_run_options(with_config)
     return parser
 
 
@@ -86,6 +93,13 @@ def run(argv: list[str]) -> int:
     if _config_target(argv):
         return _test_config(argv)
     ns = _parser().parse_args(argv)
+    config_only = [flag for flag, dest in (("--run-dir", "run_dir"), ("--print-config", "print_config"), ("--epochs", "epochs"),
+                                           ("--lr", "lr"), ("--batch-size", "batch_size")) if getattr(ns, dest, None)]  # fmt: skip
+    if config_only:
+        from ...core.errors import UsageError
+
+        raise UsageError(f"{', '.join(config_only)}: only with a CONFIG (.yaml) target; a run or checkpoint is tested "
+                         "as it was trained (change its config with KEY=VALUE overrides)")  # fmt: skip
     load_cli_plugins(ns.plugins)
     results, path = evaluate_checkpoint(Path(ns.target), split=ns.split, which=ns.checkpoint, overrides=ns.overrides)
     metrics = results[ns.split]

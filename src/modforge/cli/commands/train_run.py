@@ -35,9 +35,6 @@ def _own_options(parser: argparse.ArgumentParser) -> None:
         metavar="RUN_DIR|CHECKPOINT",
         help="continue a run exactly where its last complete checkpoint left it",
     )
-    parser.add_argument("--epochs", type=int, metavar="N", help="sets train.max_epochs")
-    parser.add_argument("--lr", type=float, metavar="LR", help="sets train.optimizer.args.lr")
-    parser.add_argument("--batch-size", type=int, metavar="N", help="sets data.batch_size")
     parser.add_argument(
         "--nproc",
         type=int,
@@ -220,21 +217,7 @@ def _resolved(resume: _Resume):
     cfg, ns = resolved.config, resolved.args
     if resume.payload is not None and resume.payload.get("name"):
         cfg.name = resume.payload["name"]
-    for flag, path in (
-        ("epochs", "train.max_epochs"),
-        ("lr", "train.optimizer.args.lr"),
-        ("batch_size", "data.batch_size"),
-    ):
-        value = getattr(ns, flag)
-        if value is not None:
-            if path == "train.optimizer.args.lr" and "optimizer" not in (cfg.data.get("train") or {}):
-                cfg.set("train.optimizer", {"type": "adamw", "args": {}}, "default")
-            cfg.set(path, value, f"flag --{flag.replace('_', '-')}")
-    if any(getattr(ns, f) is not None for f in ("epochs", "lr", "batch_size")):
-        from ...experiment.schema import validate_config
-
-        validate_config(cfg)
-    return cfg, ns
+    return cfg, ns  # --epochs/--lr/--batch-size: applied and validated by resolve_config_from_cli
 
 
 def _print_summary(summary: dict, run_dir: Path) -> None:
