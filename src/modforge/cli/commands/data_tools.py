@@ -52,7 +52,8 @@ def _parser() -> CommandParser:
     shapes.add_argument("--min-objects", type=_positive, default=1, metavar="N", help="per picture (default 1)")
     shapes.add_argument("--max-objects", type=_positive, default=6, metavar="N", help="per picture (default 6)")
     shapes.add_argument("--min-object", type=float, default=8.0, metavar="PX", help="smallest shape (default 8)")
-    shapes.add_argument("--max-object", type=float, default=64.0, metavar="PX", help="largest shape (default 64)")
+    shapes.add_argument("--max-object", type=float, default=None, metavar="PX",
+                        help="largest shape (default 64, at most half the picture)")  # fmt: skip
     shapes.add_argument("--max-occlusion", type=float, default=0.7, metavar="F",
                         help="largest share of a shape others may hide (default 0.7)")  # fmt: skip
     shapes.add_argument("--workers", type=_positive, default=1, metavar="N", help="processes (same files for any N)")
@@ -112,7 +113,7 @@ def _make_shapes(ns: argparse.Namespace) -> int:
         summary = make_shapes(
             ns.out, images=ns.images, seed=ns.seed, size=ns.size, classes=ns.classes or DEFAULT_CLASSES,
             min_objects=ns.min_objects, max_objects=ns.max_objects, min_object=ns.min_object,
-            max_object=ns.max_object, max_occlusion=ns.max_occlusion, workers=ns.workers, overwrite=ns.overwrite,
+            max_object=ns.max_object if ns.max_object is not None else min(64.0, ns.size / 2), max_occlusion=ns.max_occlusion, workers=ns.workers, overwrite=ns.overwrite,
         )  # fmt: skip
     except ValueError as exc:  # what the generator refuses: bad sizes, unknown classes, an OUT that is not empty...
         raise UsageError(f"modforge data make-shapes: {str(exc).replace('overwrite=True', '--overwrite')}") from None
