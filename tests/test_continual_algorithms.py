@@ -101,7 +101,7 @@ def test_hyper_parameters_come_from_the_signature():
     assert {"alpha", "beta", "buffer_size", "minibatch_size", "buffer_policy"} <= names and "seed" not in names
     with pytest.raises(mf.ConfigError, match="algorithm.args.alpha: expected a finite number >= 0"):
         mf.ALGORITHMS.build({"type": "der", "args": {"alpha": "lots"}}, path="algorithm", model=_model())
-    with pytest.raises(mf.ConfigError, match="beta must not be negative"):
+    with pytest.raises(mf.ConfigError, match="algorithm.args.beta: expected a finite number >= 0"):
         mf.ALGORITHMS.build({"type": "derpp", "args": {"beta": -1}}, path="algorithm", model=_model())
 
 

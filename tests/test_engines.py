@@ -66,7 +66,7 @@ def test_torchscript_scripts_what_it_can_and_says_what_tracing_loses():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a scriptable model: no warning at all
         build_engine("torchscript").prepare(model, {"input": x})
-    model, x = model_for("mlp")
+    model, x = model_for("resnet18")  # documented as not scriptable (a tensor-or-list output)
     with pytest.warns(UserWarning, match="traced it instead — a trace records one run"):
         build_engine("torchscript").prepare(model, {"input": x})
     with pytest.raises(EngineError, match="stage 'backbone' .* cannot be scripted"):

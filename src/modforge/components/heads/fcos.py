@@ -345,6 +345,10 @@ class FCOSHead(Head):
     """FCOS detection head (Tian et al., 2019) with centre sampling, GIoU and a centerness or
     IoU quality branch; batch dict in, batch dict out (see the module doc for every key).
 
+    Not scriptable by ``torch.jit.script`` as a whole: it is a ``dict_io`` part (the batch
+    dict, with its list of per-image targets, in and out), which TorchScript cannot type.
+    Its convolutional ``net`` and :func:`fcos_postprocess` script; :func:`fcos_decode` traces.
+
     Args:
         in_dim: channels of each input level, finest first (wired by the builder; all equal
             after ``fpn``; otherwise a 1×1 convolution per level brings each to the tower width).

@@ -40,7 +40,7 @@ def _reduce(loss: torch.Tensor, reduction: str) -> torch.Tensor:
         return loss.mean()
     if reduction == "none":
         return loss
-    raise ValueError("reduction must be 'sum', 'mean' or 'none', got " + repr(reduction))
+    raise ValueError("reduction must be 'sum', 'mean' or 'none', got '" + reduction + "'")
 
 
 def sigmoid_focal_loss(
