@@ -57,6 +57,7 @@ import numpy as np
 import soundfile as sf
 from scipy import signal
 
+from ..generated_sets import check_target, publish, split_counts
 from . import speech_synth as ss
 from .spoof_attacks import ATTACKS
 
@@ -128,12 +129,6 @@ def _render_job(job: tuple[int, ss.Speaker, str, int, int, int, str]) -> int:
     return index
 
 
-def _split_counts(total: int, fractions: Sequence[float]) -> list[int]:
-    counts = [int(round(total * f)) for f in fractions[:-1]]
-    counts.append(total - sum(counts))
-    return counts
-
-
 def _class_counts(n: int, attacks: Sequence[str], bonafide_share: float | None) -> dict[str, int]:
     if bonafide_share is None:
         classes = [BONAFIDE, *attacks]
@@ -174,7 +169,7 @@ def _validate(
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     if not isinstance(utts, (int, np.integer)) or utts < 1:
         raise ValueError(f"utts must be a positive integer, got {utts!r}")
-    for name, n in zip(SPLITS, _split_counts(int(utts), fractions), strict=True):
+    for name, n in zip(SPLITS, split_counts(int(utts), fractions), strict=True):
         counts = _class_counts(n, SPLIT_ATTACKS[name], bonafide_share)
         if min(counts.values()) < 1:
             need = len(SPLIT_ATTACKS[name]) + 1
@@ -185,27 +180,6 @@ def _validate(
     return fractions[0], fractions[1], fractions[2]
 
 
-def _check_target(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"output path {out} exists and is not a directory")
-    if not out.is_dir():
-        return
-    entries = sorted(p.name for p in out.iterdir())
-    if not entries:
-        return
-    if not overwrite:
-        raise ValueError(
-            f"output directory {out} is not empty ({len(entries)} entries); choose an empty or new directory, "
-            "or pass overwrite=True to replace a corpus made earlier"
-        )
-    foreign = [name for name in entries if name not in CORPUS_ENTRIES]
-    if foreign:
-        raise ValueError(
-            f"output directory {out} holds files that are not part of a spoofing corpus ({', '.join(foreign[:5])}); "
-            "refusing to replace it even with overwrite=True"
-        )
-
-
 def _assign(
     fractions: Sequence[float], utts: int, speakers: int, seed: int, bonafide_share: float | None
 ) -> tuple[dict[str, list[tuple[str, ss.Speaker, str]]], dict[str, list[ss.Speaker]]]:
@@ -214,14 +188,14 @@ def _assign(
         ss.make_speaker(f"SC_{j + 1:04d}", _stream(seed, _SPEAKER_STREAM, j), "female" if j % 2 == 0 else "male")
         for j in range(speakers)
     ]
-    speaker_counts = [max(1, c) for c in _split_counts(speakers, fractions)]
+    speaker_counts = [max(1, c) for c in split_counts(speakers, fractions)]
     while sum(speaker_counts) > speakers:  # tiny rosters: take the surplus from the largest split
         speaker_counts[int(np.argmax(speaker_counts))] -= 1
     rng = _stream(seed, _LAYOUT_STREAM)
     rows: dict[str, list[tuple[str, ss.Speaker, str]]] = {}
     split_speakers: dict[str, list[ss.Speaker]] = {}
     start = 0
-    for name, n, n_spk in zip(SPLITS, _split_counts(utts, fractions), speaker_counts, strict=True):
+    for name, n, n_spk in zip(SPLITS, split_counts(utts, fractions), speaker_counts, strict=True):
         members = roster[start : start + n_spk]
         start += n_spk
         pairs: list[tuple[ss.Speaker, str]] = []
@@ -323,7 +297,7 @@ def make_spoof_corpus(
     out = Path(out_dir).expanduser().resolve()
     if not out.name:
         raise ValueError(f"output directory must be a named folder, got {str(out_dir)!r}")
-    _check_target(out, overwrite)
+    check_target(out, overwrite, entries=CORPUS_ENTRIES, what="spoofing corpus")
     n_samples = int(round(float(duration) * sample_rate))
     rows, split_speakers = _assign(fractions, int(utts), int(speakers), int(seed), bonafide_share)
 
@@ -362,28 +336,8 @@ def make_spoof_corpus(
             bonafide_share=bonafide_share,
         )
         (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-        _publish(staging, out)
+        publish(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return {**meta, "out_dir": str(out), "seconds": time.perf_counter() - begin}
-
-
-def _publish(staging: Path, out: Path) -> None:
-    """Move the finished staging folder to ``out``, replacing an empty folder or an earlier corpus."""
-    if not out.exists():
-        staging.rename(out)
-        return
-    if not any(out.iterdir()):
-        out.rmdir()
-        staging.rename(out)
-        return
-    retired = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-    retired.rmdir()
-    out.rename(retired)
-    try:
-        staging.rename(out)
-    except OSError:
-        retired.rename(out)  # put the earlier corpus back: a failed overwrite loses nothing
-        raise
-    shutil.rmtree(retired, ignore_errors=True)

@@ -59,6 +59,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from ..generated_sets import check_target, publish, split_counts
+
 __all__ = [
     "DEFAULT_CLASSES",
     "SHAPES",
@@ -299,12 +301,6 @@ def _render_job(job: tuple[int, int, ShapeSettings, str]) -> tuple[int, list[dic
     return index, anns
 
 
-def _split_counts(total: int, fractions: Sequence[float]) -> list[int]:
-    counts = [int(round(total * f)) for f in fractions[:-1]]
-    counts.append(total - sum(counts))
-    return counts
-
-
 def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
@@ -343,52 +339,11 @@ def _validate(
         raise ValueError(f"split must be three fractions (train, val, test), got {split!r}") from None
     if len(fractions) != 3 or min(fractions) <= 0.0 or abs(sum(fractions) - 1.0) > 1e-6:
         raise ValueError(f"split must be three positive fractions (train, val, test) summing to 1, got {split!r}")
-    if min(_split_counts(int(images), fractions)) < 1:
+    if min(split_counts(int(images), fractions)) < 1:
         raise ValueError(f"images={images} leaves a split empty with split={list(fractions)}; use more images")
     if not _is_int(workers) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     return fractions
-
-
-def _check_target(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"output path {out} exists and is not a directory")
-    if not out.is_dir():
-        return
-    entries = sorted(p.name for p in out.iterdir())
-    if not entries:
-        return
-    if not overwrite:
-        raise ValueError(
-            f"output directory {out} is not empty ({len(entries)} entries); choose an empty or new directory, "
-            "or pass overwrite=True to replace a shapes set made earlier"
-        )
-    foreign = [name for name in entries if name not in SET_ENTRIES]
-    if foreign:
-        raise ValueError(
-            f"output directory {out} holds files that are not part of a shapes set ({', '.join(foreign[:5])}); "
-            "refusing to replace it even with overwrite=True"
-        )
-
-
-def _publish(staging: Path, out: Path) -> None:
-    """Move the finished staging folder to ``out``, replacing an empty folder or an earlier set."""
-    if not out.exists():
-        staging.rename(out)
-        return
-    if not any(out.iterdir()):
-        out.rmdir()
-        staging.rename(out)
-        return
-    retired = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-    retired.rmdir()
-    out.rename(retired)
-    try:
-        staging.rename(out)
-    except OSError:
-        retired.rename(out)  # put the earlier set back: a failed overwrite loses nothing
-        raise
-    shutil.rmtree(retired, ignore_errors=True)
 
 
 def _instances(split: str, ids: list[int], anns: dict[int, list[dict[str, Any]]], first_ann: int,
@@ -461,8 +416,8 @@ def make_shapes(
     target = Path(out).expanduser().resolve()
     if not target.name:
         raise ValueError(f"output directory must be a named folder, got {str(out)!r}")
-    _check_target(target, overwrite)
-    counts = _split_counts(int(images), fractions)
+    check_target(target, overwrite, entries=SET_ENTRIES, what="shapes set")
+    counts = split_counts(int(images), fractions)
     ids: dict[str, list[int]] = {}
     start = 1
     for name, n in zip(SPLITS, counts, strict=True):
@@ -488,7 +443,7 @@ def make_shapes(
             chunk = max(1, len(jobs) // (8 * workers))
             with multiprocessing.get_context(method).Pool(int(workers)) as pool:
                 anns = {index + 1: a for index, a in pool.imap_unordered(_render_job, jobs, chunksize=chunk)}
-        split_counts: dict[str, dict[str, Any]] = {}
+        per_split: dict[str, dict[str, Any]] = {}
         first_ann = 1
         for name in SPLITS:
             doc = _instances(name, ids[name], anns, first_ann, settings, int(seed))
@@ -497,13 +452,13 @@ def make_shapes(
             per_class = {c: 0 for c in settings.classes}
             for ann in doc["annotations"]:
                 per_class[settings.classes[ann["category_id"] - 1]] += 1
-            split_counts[name] = {
+            per_split[name] = {
                 "images": len(doc["images"]), "objects": len(doc["annotations"]),
                 "images_without_objects": sum(1 for i in ids[name] if not anns[i]), "per_class": per_class,
             }  # fmt: skip
-        meta = _metadata(settings, int(seed), int(images), fractions, split_counts)
+        meta = _metadata(settings, int(seed), int(images), fractions, per_split)
         (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-        _publish(staging, target)
+        publish(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
