@@ -22,6 +22,7 @@ from ..core.registries import register_engine
 from .artifact import read_torch_artifact, rebuild_model, write_torch_artifact
 from .base import Capabilities, Engine
 from .common import example_from_metadata, isolated, training_mode
+from .detection import for_metadata
 
 Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
@@ -78,13 +79,14 @@ class Compile(Engine):
 
     def save(self, runnable: Callable, path: str | os.PathLike, metadata: dict[str, Any]) -> Path:
         model = getattr(runnable, "_orig_mod", runnable)
+        model = getattr(model, "wrapped_model", model)  # a detector's export view: the model's own weights
         return write_torch_artifact(model.state_dict(), path, metadata)
 
     def load(self, path: str | os.PathLike) -> tuple[Callable, dict[str, Any]]:
         state, metadata = read_torch_artifact(path)
         model = rebuild_model(metadata, path)
         model.load_state_dict(state)
-        model.eval()
+        model = for_metadata(model.eval(), metadata)  # a detector: its export view, as it was exported
         example = {"input": example_from_metadata(metadata)} if metadata.get("input", {}).get("shape") else None
         return self.prepare(model, example), metadata
 

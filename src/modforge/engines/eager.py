@@ -10,13 +10,15 @@ from typing import Any
 from ..core.registries import register_engine
 from .artifact import read_torch_artifact, rebuild_model, write_torch_artifact
 from .base import Capabilities, Engine
+from .detection import for_metadata
 
 
 @register_engine("eager")
 class Eager(Engine):
     """Runs the model as written, in PyTorch's eager mode. Trains, on any number of
     devices; saves the weights and the metadata needed to rebuild the model (``.pt``,
-    loaded with ``weights_only=True``)."""
+    loaded with ``weights_only=True``). A detector's artifact loads as its
+    :class:`~.detection.DetectionOutputs` view (image batch → decoded outputs), as it was exported."""
 
     capabilities = Capabilities(can_train=True, multi_device=True, dynamic_shapes=True, needs_example_input=False)
     suffix = ".pt"
@@ -25,12 +27,13 @@ class Eager(Engine):
         return model
 
     def save(self, runnable: Callable, path: str | os.PathLike, metadata: dict[str, Any]) -> Path:
-        return write_torch_artifact(runnable.state_dict(), path, metadata)
+        model = getattr(runnable, "wrapped_model", runnable)  # a detector's export view: the model's own weights
+        return write_torch_artifact(model.state_dict(), path, metadata)
 
     def load(self, path: str | os.PathLike) -> tuple[Callable, dict[str, Any]]:
         state, metadata = read_torch_artifact(path)
         model = rebuild_model(metadata, path)
         model.load_state_dict(state)
-        return model.eval(), metadata
+        return for_metadata(model.eval(), metadata), metadata
 
 

@@ -1,7 +1,10 @@
 """``onnx`` — export through ``torch.onnx``, run with ONNX Runtime; inference only.
 
 The model is exported as input tensor → logits with a dynamic batch axis (and a dynamic
-time axis when the first stage takes a waveform, channels-over-time or sequence input).
+time axis when the first stage takes a waveform, channels-over-time or sequence input). A
+module that declares ``dynamic_input_axes``/``dynamic_output_axes`` gets those instead — a
+detector's export view (:class:`~.detection.DetectionOutputs`: padded images of any batch,
+height and width → every location's decoded outputs; NMS runs after the runtime).
 The runnable and the artifact are run by :class:`~.onnx_runtime.OnnxRunner`, which needs
 numpy and onnxruntime but not torch — ``modforge predict model.onnx`` never imports it.
 The metadata lives in the ONNX model's ``metadata_props`` under ``modforge``; the last
@@ -89,6 +92,8 @@ class Onnx(Engine):
         axes = {0: "batch"}
         if layout in TIME_AXIS_LAYOUTS and x.dim() > TIME_AXIS_LAYOUTS[layout]:
             axes[TIME_AXIS_LAYOUTS[layout]] = "time"
+        axes = dict(getattr(model, "dynamic_input_axes", None) or axes)  # a detector: free height and width too
+        output_axes = dict(getattr(model, "dynamic_output_axes", None) or {0: "batch"})
         dynamo = self.exporter == "dynamo" or (self.exporter == "auto" and not _has_torchscript_exporter())
         wrapper = LogitsOnly(model).eval()
         buffer = io.BytesIO()
@@ -105,7 +110,7 @@ class Onnx(Engine):
                     return program.model_proto.SerializeToString()
                 torch.onnx.export(
                     wrapper, (x,), buffer, dynamo=False, input_names=["input"], output_names=["logits"],
-                    dynamic_axes={"input": axes, "logits": {0: "batch"}}, opset_version=self.opset,
+                    dynamic_axes={"input": axes, "logits": output_axes}, opset_version=self.opset,
                 )
             except Exception as exc:  # noqa: BLE001 - the exporter's many failure types, one clear error
                 first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)

@@ -148,6 +148,8 @@ class TorchScript(Engine):
         return TracedByMode(trace(True), eval_trace) if train else eval_trace
 
     def _compile_whole(self, model: nn.Module, example: Any, train: bool) -> nn.Module:
+        if getattr(model, "traced_on_purpose", None) and self.strategy != "script" and not train:
+            return self._trace(model, example_input(example, "torchscript"), False)  # its docstring says why
         scripted, reason = self._script(model) if self.strategy != "trace" else (None, "strategy 'trace'")
         if scripted is not None:
             return scripted

@@ -2,6 +2,12 @@
 spoofing model also the detection score: the bona fide logit minus the spoof logit, higher
 = more bona fide; an audio file is cut as ``modforge test`` cut it).
 
+A detector's artifact (metadata ``task: detection``) takes pictures and prints one JSON line
+per picture, ``{"file": ..., "detections": [{"class", "score", "box": [x1, y1, x2, y2]}, ...]}``
+with boxes in the picture's own pixels, best first; ``--out DIR`` also writes
+``DIR/<stem>.png`` with the boxes drawn. Thresholds, top-k and NMS run here, after the
+runtime (:mod:`modforge.tasks.detection.predict` says why).
+
 Torch is imported only for torch-based artifacts: an ``.onnx`` artifact runs with numpy
 and onnxruntime alone.
 """
@@ -17,7 +23,8 @@ from ..common import CommandParser, add_plugins_option, load_cli_plugins
 from ..output import print_table
 
 _TORCH_SUFFIXES = ("", ".pt", ".pth", ".ts")
-HELP = "run an exported model on .npy arrays, pictures or audio files; prints class and score per input"
+HELP = ("run an exported model on .npy arrays, pictures or audio files; prints class and score per input "
+        "(a detector: one JSON line of boxes per picture)")
 
 
 def _parser() -> CommandParser:
@@ -26,6 +33,9 @@ def _parser() -> CommandParser:
     parser.add_argument("inputs", type=Path, nargs="+", metavar="INPUT")
     parser.add_argument(
         "--top", type=_at_least_one, default=1, metavar="K", help="how many classes to show per input (default 1)"
+    )
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", help="a detector: write DIR/<stem>.png, each picture with its boxes drawn"
     )
     add_plugins_option(parser)
     return parser
@@ -112,6 +122,12 @@ def run(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)
     load_cli_plugins(ns.plugins)  # an eager artifact of a plug-in part rebuilds it (its metadata names them)
     runner, metadata = load_artifact(ns.artifact)
+    if metadata.get("task") == "detection":
+        return _detect(ns.inputs, ns.out, runner, metadata)
+    if ns.out is not None:
+        from ...core.errors import UsageError
+
+        raise UsageError(f"--out draws detected boxes; {ns.artifact} is not a detector (it classifies its inputs)")
     names = metadata.get("class_names") or []
     detection = names == ["spoof", "bonafide"]  # a spoofing model: also the detection score
     rows = []
@@ -130,4 +146,46 @@ def run(argv: list[str]) -> int:
             rows.append(tuple(cells))
     columns = ("input", "class", "score") + (("bona fide log-odds",) if detection else ())
     print_table(columns, rows, title=str(ns.artifact))
+    return 0
+
+
+def _detect(inputs: list[Path], out: Path | None, runner: Any, metadata: dict[str, Any]) -> int:
+    """A detector's predictions: one JSON line per picture (see the module doc), and with ``out``
+    each picture with its boxes drawn. Inputs are checked before any is run (present, a
+    picture's suffix, distinct names under ``out``)."""
+    import json
+
+    from ...core.errors import UsageError
+    from ...engines.inputs import IMAGE_SUFFIXES, InputError
+    from ...tasks.detection.predict import detection_records, draw_detections, postprocess, prepare_picture
+
+    for path in inputs:
+        if not path.is_file():
+            raise InputError(f"input not found: {path}")
+        if path.suffix.lower() not in IMAGE_SUFFIXES:
+            raise InputError(f"{path}: unsupported input type '{path.suffix}'; a detector takes pictures "
+                             f"({', '.join(IMAGE_SUFFIXES)})")  # fmt: skip
+    if out is not None:
+        stems: dict[str, Path] = {}
+        for path in inputs:
+            other = stems.setdefault(path.stem, path)
+            if other != path:
+                raise UsageError(f"--out {out}: {other} and {path} would both be drawn as {out / (path.stem + '.png')}; "
+                                 "predict them into different folders")  # fmt: skip
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out}: exists and is not a folder")
+        out.mkdir(parents=True, exist_ok=True)
+    spec = metadata.get("input") or {}
+    normalisation = spec.get("normalisation") or {}
+    settings = metadata.get("postprocess") or {}
+    names = [str(n) for n in metadata.get("class_names") or []]
+    for path in inputs:
+        picture = prepare_picture(path, normalisation)
+        outputs = runner({"input": picture.input})["logits"]
+        outputs = np.asarray(outputs.numpy() if hasattr(outputs, "numpy") else outputs, dtype=np.float32)
+        rows = postprocess(outputs, np.asarray([picture.image_size]), settings)
+        records = detection_records(rows, picture.scale, names)
+        print(json.dumps({"file": str(path), "detections": records}), flush=True)
+        if out is not None:
+            draw_detections(picture.original, records, out / f"{path.stem}.png", names)
     return 0

@@ -58,7 +58,10 @@ and exports to ONNX as well (tested: ONNX Runtime equals eager within 1e-4 px); 
 :func:`fcos_postprocess` (threshold, per-level top-k, class-aware NMS) is
 ``torch.jit.script``-able but not ONNX-exportable — **NMS runs there**, a data-dependent loop
 (:func:`~modforge.components.boxes.batched_nms`). The dict-in/dict-out ``forward`` is
-neither scriptable nor traceable (a batch dict of mixed values).
+neither scriptable nor traceable (a batch dict of mixed values). ``modforge export`` ends the
+graph at :meth:`FCOSHead.export_outputs` (:func:`fcos_outputs`: decoded boxes, probabilities,
+quality and level of every location, one tensor) and records :meth:`FCOSHead.export_settings`;
+``modforge predict`` clips, thresholds, ranks and runs NMS after the runtime, in numpy.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ from ..boxes import batched_nms, box_area, box_iou, decode_ltrb, encode_ltrb
 from ..layouts import Layout
 from ..losses.detection import giou_loss, quality_bce_loss, sigmoid_focal_loss
 
-__all__ = ["FCOSHead", "FCOSNet", "fcos_decode", "fcos_postprocess", "fcos_targets", "level_points"]
+__all__ = ["FCOSHead", "FCOSNet", "fcos_decode", "fcos_outputs", "fcos_postprocess", "fcos_targets", "level_points"]
 
 INF = 1e8
 """The upper end of the last level's range (FCOS's ``INF``)."""
@@ -187,6 +190,34 @@ def fcos_decode(
         all_probs.append(torch.sigmoid(flat[:, :, :num_classes]))
         all_quality.append(torch.sigmoid(flat[:, :, num_classes + 4]))
     return torch.cat(all_boxes, dim=1), torch.cat(all_probs, dim=1), torch.cat(all_quality, dim=1)
+
+
+def fcos_outputs(raw: list[torch.Tensor], strides: list[int], num_classes: int) -> torch.Tensor:
+    """Every location's decoded outputs as one tensor: what an exported detector returns.
+
+    Columns ``x1, y1, x2, y2`` (the box in input pixels, *not* clipped to the image: the
+    unpadded image size is not part of the graph's input, so clipping happens after it),
+    ``p_0 … p_{C−1}`` (class probabilities), ``quality`` (sigmoid of the quality logit) and
+    ``level`` (the index of the location's level, as a float). Levels finest first, row-major
+    within a level, as :func:`fcos_decode`. Clipping these boxes to the image and applying
+    :func:`fcos_postprocess`'s rule level by level gives exactly :func:`fcos_postprocess`'s
+    detections (``modforge.tasks.detection.predict.fcos_detections`` does it in numpy).
+
+    Traceable and ONNX-exportable with free batch, height and width: no data-dependent shape.
+
+    Args:
+        raw: per level ``[B, num_classes + 5, H_l, W_l]`` as :class:`FCOSNet` returns.
+        strides: each level's stride.
+        num_classes: number of classes.
+
+    Returns:
+        ``[B, P, num_classes + 6]``.
+    """
+    boxes, probs, quality = fcos_decode(raw, strides, num_classes)
+    levels: list[torch.Tensor] = []
+    for n in range(len(raw)):
+        levels.append(torch.full_like(raw[n][:, 0].flatten(1), float(n)))
+    return torch.cat([boxes, probs, quality.unsqueeze(2), torch.cat(levels, dim=1).unsqueeze(2)], dim=2)
 
 
 def fcos_postprocess(
@@ -494,6 +525,28 @@ class FCOSHead(Head):
             self.nms_threshold,
             self.max_detections,
         )
+
+    # ----------------------------------------------------------------- export
+    def export_outputs(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        """What an exported detector computes after the model's other stages: the batch's feature
+        maps (``embedding`` or ``features``) → :func:`fcos_outputs` ``[B, P, num_classes + 6]``.
+        Threshold, top-k and NMS are left to whoever runs the artifact (see :meth:`export_settings`)."""
+        return fcos_outputs(self.net(self._input_maps(batch)), self.strides, self.num_classes)
+
+    def export_settings(self) -> dict[str, Any]:
+        """How :meth:`export_outputs`' columns become detections: the post-processing rule and this
+        head's settings (recorded in an exported artifact's metadata, read by ``modforge predict``)."""
+        return {
+            "type": "fcos",
+            "num_classes": int(self.num_classes),
+            "strides": [int(s) for s in self.strides],
+            "columns": ["x1", "y1", "x2", "y2", *[f"p_{k}" for k in range(self.num_classes)], "quality", "level"],
+            "score_threshold": self.score_threshold,
+            "pre_nms_topk": self.pre_nms_topk,
+            "nms_threshold": self.nms_threshold,
+            "max_detections": self.max_detections,
+            "score": "sqrt(probability * quality)",
+        }
 
     # --------------------------------------------------------------- training
     def assign(

@@ -1,0 +1,277 @@
+"""``modforge predict`` for an exported detector: picture → input, outputs → detections → JSON
+and a drawn picture. numpy and Pillow only — no torch — so an ONNX detector predicts on a
+machine with onnxruntime alone.
+
+Where NMS runs, and why. An exported detector's graph (:mod:`modforge.engines.detection`)
+ends at every location's decoded outputs — boxes, class probabilities, quality, level — and
+the post-processing runs here, after the runtime, for every engine alike:
+
+* ONNX cannot express it from the model's code: the threshold and NMS are a loop whose length
+  depends on the values (tracing would freeze one image's path, and ONNX's own
+  ``NonMaxSuppression`` is not the greedy, class-aware, tie-ordered NMS the model evaluates
+  with);
+* one implementation for every engine gives every artifact the same detections, from the
+  settings its metadata records (``postprocess``), and keeps ``predict`` free of torch.
+
+:func:`fcos_detections` is :func:`~modforge.components.heads.fcos.fcos_postprocess`
+operation for operation in float32 (clip, ``probability > threshold``, rank by probability ×
+quality, top-k per level, score ``sqrt(probability × quality)``, class-aware greedy NMS with
+IoU computed as :func:`~modforge.components.boxes.box_iou`, ``max_detections`` per image), so
+on the same decoded outputs it gives the eager model's ``dt_bboxes``: the same boxes (bit for
+bit), labels and order, and the same scores to one unit in float32's last place — torch's
+vectorised float32 square root is not correctly rounded on every CPU (AVX-512), numpy's is
+(tested, and for the eager, TorchScript and ONNX engines against a trained detector).
+Candidates whose ranking values are exactly equal are ordered by location then class, where
+``torch.topk`` leaves ties unspecified.
+
+:func:`prepare_picture` makes a picture into what the ``coco`` dataset feeds the model in
+evaluation (:class:`~modforge.data.detection.transforms.BoxTransforms` without its training
+jitter, then :func:`~modforge.data.detection.batching.collate_detection` of one image):
+RGB, resized keeping its aspect (``min_size``/``max_size``, bilinear), ``(pixels / 255 −
+mean) / std``, zero-padded at the bottom and right to a multiple of ``size_divisor`` —
+repeated here in numpy because those modules use torch (a test checks both give the same
+array). Boxes come back in the original picture's pixels: divided by the resize scale, as
+``modforge test`` writes ``detections.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...engines.base import EngineError
+from ...engines.inputs import IMAGE_SUFFIXES, MAX_PICTURE_PIXELS, PICTURE_FORMATS, InputError
+
+__all__ = [
+    "Picture",
+    "detection_records",
+    "draw_detections",
+    "fcos_detections",
+    "postprocess",
+    "prepare_picture",
+]
+
+EPS = np.float32(1e-6)
+"""The IoU denominator floor of :func:`~modforge.components.boxes.box_iou`."""
+
+LABELLED_FROM = 128
+"""Pictures at least this many pixels on their shorter side get a text label on each box."""
+
+PALETTE = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240),
+           (240, 50, 230), (210, 245, 60), (250, 190, 212), (0, 128, 128)]  # fmt: skip
+
+
+@dataclasses.dataclass
+class Picture:
+    """One picture made ready for a detector.
+
+    Attributes:
+        input: ``[1, 3, H, W]`` float32, normalised and zero-padded.
+        image_size: ``(h, w)`` of the resized picture inside the padding (boxes are clipped to it).
+        scale: resized / original size (original pixels = input pixels / scale).
+        original: the picture as read (RGB, original size), for drawing.
+    """
+
+    input: np.ndarray
+    image_size: tuple[int, int]
+    scale: float
+    original: Any
+
+
+def prepare_picture(path: str | Path, normalisation: dict[str, Any]) -> Picture:
+    """Read the picture at ``path`` and make it the detector's input, as the ``coco`` dataset
+    did in evaluation (the module doc): one clear :class:`InputError` when it is not a picture
+    this command reads, or when the artifact does not say how its pictures were prepared."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"input not found: {path}")
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
+        raise InputError(f"{path}: unsupported input type '{path.suffix}'; a detector takes pictures "
+                         f"({', '.join(IMAGE_SUFFIXES)})")  # fmt: skip
+    mean, std = normalisation.get("mean"), normalisation.get("std")
+    if not (isinstance(mean, Sequence) and isinstance(std, Sequence) and len(mean) == 3 and len(std) == 3):
+        raise EngineError("the artifact's metadata does not record its pictures' normalisation (input.normalisation "
+                          "mean and std, three values each); export it again with this version of modforge")  # fmt: skip
+    min_size, max_size = normalisation.get("min_size"), normalisation.get("max_size")
+    divisor = int(normalisation.get("size_divisor") or 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path, formats=PICTURE_FORMATS) as raw:
+                width, height = raw.size  # from the header: nothing decoded yet
+                if width * height > MAX_PICTURE_PIXELS:
+                    raise _too_large(path, f"{width}×{height} = {width * height} pixels")
+                if width * height == 0:
+                    raise InputError(f"{path}: a picture of {width}×{height} pixels has no pixels")
+                raw.load()
+                original = raw.convert("RGB")
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        pixels = next((w for w in str(exc).replace("(", " ").split() if w.isdigit()), None)
+        raise _too_large(path, f"{pixels} pixels" if pixels else str(exc)) from None
+    except UnidentifiedImageError:
+        raise InputError(f"{path}: not a picture this command reads; expected a PNG, JPEG, BMP, GIF or TIFF "
+                         "picture") from None  # fmt: skip
+    except (OSError, ValueError, EOFError, SyntaxError, struct.error) as exc:  # Pillow's ways of failing
+        reason = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{path}: damaged or truncated picture ({reason[:200]})") from None
+    scale = _resize_scale(height, width, min_size, max_size)
+    h, w = max(1, int(round(height * scale))), max(1, int(round(width * scale)))
+    resized = original if (h, w) == (height, width) else original.resize((w, h), Image.BILINEAR)
+    pixels = np.asarray(resized, dtype=np.float32)
+    factor = np.float32(1.0 / 255.0) / np.asarray(std, dtype=np.float32)
+    shift = np.asarray(mean, dtype=np.float32) / np.asarray(std, dtype=np.float32)
+    values = (pixels * factor - shift).transpose(2, 0, 1)
+    padded = np.zeros((1, 3, -(-h // divisor) * divisor, -(-w // divisor) * divisor), dtype=np.float32)
+    padded[0, :, :h, :w] = values
+    return Picture(padded, (h, w), scale, original)
+
+
+def _too_large(path: Path, what: str) -> InputError:
+    from PIL import Image
+
+    limit = min(MAX_PICTURE_PIXELS, Image.MAX_IMAGE_PIXELS or MAX_PICTURE_PIXELS)
+    return InputError(f"{path}: picture of {what} refused as a possible decompression bomb (the limit is {limit} "
+                      "pixels); expected an ordinary picture")  # fmt: skip
+
+
+def _resize_scale(height: int, width: int, min_size: int | None, max_size: int | None) -> float:
+    """:func:`~modforge.data.detection.transforms.resize_scale` (shorter side ``min_size``,
+    longer side at most ``max_size``)."""
+    scale = 1.0 if min_size is None else min_size / min(height, width)
+    if max_size is not None and max(height, width) * scale > max_size:
+        scale = max_size / max(height, width)
+    return scale
+
+
+def postprocess(outputs: np.ndarray, image_sizes: np.ndarray, settings: dict[str, Any]) -> np.ndarray:
+    """Detections ``[M, 7]`` (``image, x1, y1, x2, y2, score, label``, float32) from an exported
+    detector's outputs, by the rule its metadata's ``postprocess`` names.
+
+    Raises:
+        EngineError: a rule this version does not know, or outputs of the wrong width.
+    """
+    kind = settings.get("type") if isinstance(settings, dict) else None
+    if kind != "fcos":
+        raise EngineError(f"the artifact's detections need post-processing of type {kind!r}, which this version of "
+                          "modforge does not know (it knows 'fcos')")  # fmt: skip
+    expected = int(settings["num_classes"]) + 6
+    if outputs.ndim != 3 or outputs.shape[2] != expected:
+        raise EngineError(f"the detector returned outputs of shape {list(outputs.shape)}; its metadata promises "
+                          f"[batch, locations, {expected}]")  # fmt: skip
+    return fcos_detections(outputs, image_sizes, settings)
+
+
+def fcos_detections(outputs: np.ndarray, image_sizes: np.ndarray, settings: dict[str, Any]) -> np.ndarray:
+    """:func:`~modforge.components.heads.fcos.fcos_postprocess` on
+    :func:`~modforge.components.heads.fcos.fcos_outputs`' columns, in numpy (the module doc).
+
+    Args:
+        outputs: ``[B, P, C + 6]`` float32: unclipped box, C probabilities, quality, level.
+        image_sizes: ``[B, 2]`` ``(h, w)`` of each image inside its padding.
+        settings: ``num_classes``, ``strides``, ``score_threshold``, ``pre_nms_topk``,
+            ``nms_threshold``, ``max_detections``.
+
+    Returns:
+        ``[M, 7]`` float32 rows, images in order, each image's detections by decreasing score.
+    """
+    outputs = np.asarray(outputs, dtype=np.float32)
+    classes, levels = int(settings["num_classes"]), len(settings["strides"])
+    threshold, topk = np.float32(settings["score_threshold"]), int(settings["pre_nms_topk"])
+    iou_threshold, most = np.float32(settings["nms_threshold"]), int(settings["max_detections"])
+    rows: list[np.ndarray] = []
+    for i in range(outputs.shape[0]):
+        h, w = (float(v) for v in np.asarray(image_sizes)[i])
+        limit = np.asarray([w, h, w, h], dtype=np.float32)
+        image = outputs[i]
+        level_of = image[:, classes + 5]
+        boxes, scores, labels = [], [], []
+        for level in range(levels):
+            mine = image[level_of == level]
+            prob, quality = mine[:, 4 : 4 + classes], mine[:, 4 + classes]
+            joint = np.where(prob > threshold, prob * quality[:, None], np.float32(-1.0)).reshape(-1)
+            order = np.argsort(-joint, kind="stable")[: min(topk, joint.size)]
+            order = order[joint[order] >= 0]
+            boxes.append(np.minimum(np.maximum(mine[order // classes, :4], np.float32(0.0)), limit))
+            scores.append(np.sqrt(joint[order]))
+            labels.append(order % classes)
+        found_boxes, found_scores = np.concatenate(boxes), np.concatenate(scores)
+        found_labels = np.concatenate(labels)
+        keep = _greedy_nms(found_boxes, found_scores, found_labels, iou_threshold, most)
+        count = len(keep)
+        rows.append(np.concatenate([np.full((count, 1), i, dtype=np.float32), found_boxes[keep],
+                                    found_scores[keep, None], found_labels[keep, None].astype(np.float32)], axis=1))  # fmt: skip
+    return np.concatenate(rows) if rows else np.zeros((0, 7), dtype=np.float32)
+
+
+def _greedy_nms(boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray, threshold: np.float32,
+                most: int) -> np.ndarray:  # fmt: skip
+    """Indices kept by class-aware greedy NMS, by decreasing score (stable: ties keep their
+    order), at most ``most`` — :func:`~modforge.components.boxes.batched_nms`'s result."""
+    order = np.argsort(-scores, kind="stable")
+    ranked, groups = boxes[order], labels[order]
+    areas = np.maximum(ranked[:, 2] - ranked[:, 0], 0) * np.maximum(ranked[:, 3] - ranked[:, 1], 0)
+    suppressed = np.zeros(len(order), dtype=bool)
+    keep: list[int] = []
+    for i in range(len(order)):
+        if suppressed[i]:
+            continue
+        keep.append(i)
+        if len(keep) == most:
+            break
+        rest = ranked[i + 1 :]
+        wh_x = np.maximum(np.minimum(ranked[i, 2], rest[:, 2]) - np.maximum(ranked[i, 0], rest[:, 0]), 0)
+        wh_y = np.maximum(np.minimum(ranked[i, 3], rest[:, 3]) - np.maximum(ranked[i, 1], rest[:, 1]), 0)
+        inter = wh_x * wh_y
+        iou = inter / np.maximum(areas[i] + areas[i + 1 :] - inter, EPS)
+        suppressed[i + 1 :] |= (iou > threshold) & (groups[i + 1 :] == groups[i])
+    return order[np.asarray(keep, dtype=np.int64)]
+
+
+def detection_records(rows: np.ndarray, scale: float, class_names: Sequence[str]) -> list[dict[str, Any]]:
+    """One image's ``[M, 7]`` detection rows as ``{"class", "score", "box"}`` records, the box in
+    the original picture's pixels (input pixels / ``scale``)."""
+    records = []
+    for row in np.asarray(rows):
+        label = int(row[6])
+        name = class_names[label] if 0 <= label < len(class_names) else str(label)
+        box = (np.asarray(row[1:5], dtype=np.float64) / float(scale)).tolist()
+        records.append({"class": name, "score": float(row[5]), "box": box})
+    return records
+
+
+def draw_detections(picture: Any, records: Sequence[dict[str, Any]], path: str | Path,
+                    class_names: Sequence[str]) -> Path:  # fmt: skip
+    """Write ``picture`` (RGB, original size) with each record's box drawn, one colour per class,
+    as a PNG at ``path``; each box is labelled ``class score`` when the picture is at least
+    :data:`LABELLED_FROM` pixels on its shorter side (on smaller ones the text would hide the
+    objects; the JSON line has every class and score)."""
+    from PIL import ImageDraw
+
+    canvas = picture.copy()
+    draw = ImageDraw.Draw(canvas)
+    width = max(1, round(min(canvas.size) / 160))
+    labelled = min(canvas.size) >= LABELLED_FROM
+    for record in sorted(records, key=lambda r: r["score"]):  # the best drawn last, on top
+        name = record["class"]
+        colour = PALETTE[list(class_names).index(name) % len(PALETTE)] if name in class_names else PALETTE[0]
+        x1, y1, x2, y2 = record["box"]
+        draw.rectangle([x1, y1, max(x1, x2 - 1), max(y1, y2 - 1)], outline=colour, width=width)
+        if not labelled:
+            continue
+        text = f"{name} {record['score']:.2f}"
+        left, top, right, bottom = draw.textbbox((x1, y1), text)
+        lift = bottom - top + 2
+        y = y1 - lift if y1 - lift >= 0 else y1
+        draw.rectangle([x1, y, x1 + right - left + 2, y + lift], fill=colour)
+        draw.text((x1 + 1, y), text, fill=(255, 255, 255))
+    path = Path(path)
+    canvas.save(path, format="PNG")
+    return path
