@@ -54,7 +54,11 @@ def run_kfold(cfg: Config, folds: int, run_dir: Path) -> dict[str, Any]:
     base = _splits(cfg)
     parts = [s for s in (base.train, base.val) if s is not None and len(s)]
     if not parts or not all(callable(getattr(p, "subset", None)) and hasattr(type(p), "concat") for p in parts):
-        raise UsageError("k-fold needs a dataset whose splits can be pooled and re-split (subset/concat)")
+        kind = type(parts[0]).__name__ if parts else "the dataset"
+        why = (" — a detection image holds boxes of several classes, so there is no one label per image to "
+               "stratify folds by" if getattr(base, "task", "") == "detection" else "")  # fmt: skip
+        raise UsageError(f"k-fold needs a dataset whose splits can be pooled and re-split (subset/concat); "
+                         f"{kind} cannot be{why}")  # fmt: skip
     pool = type(parts[0]).concat(parts)
     largest = int(pool.labels.bincount().max()) if len(pool.labels) else 0
     if folds > largest:

@@ -60,8 +60,9 @@ class Experiment:
             return self.settings.monitor
         if self.splits.val is None:
             return "train_loss"
+        logged = {key for key, _ in self.metric_directions()}  # a family's figures count (coco_map → map)
         for name in self.task.monitor_preference:
-            if name in self.metrics:
+            if name in logged:
                 return f"val_{name}"
         return "train_loss"
 

@@ -209,7 +209,7 @@ def build_model(
         arg = adapter(src_example) if adapter is not None else src_example
         if dict_io:
             if stage is stages[-1] and stage.kind == "head":
-                dry_batch["embedding"] = arg  # what ModularModel hands its head in forward
+                dry_batch["embedding"] = dry_batch["features"] = arg  # what ModularModel hands its head in forward
             arg = dry_batch
         try:
             out = _dry_run(part, arg)

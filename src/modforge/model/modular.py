@@ -194,7 +194,7 @@ class ModularModel(nn.Module):
                 src = adapters[info.name](src)
             is_last = i == last
             if is_last and self.has_head:
-                batch["embedding"] = src
+                batch["embedding"] = batch["features"] = src  # UP's heads read "features"
             want_embedding = need_embedding and is_last and not self.has_head
             try:
                 if info.kind == "frontend" and isinstance(src, torch.Tensor) and _autocast_on(src.device.type):

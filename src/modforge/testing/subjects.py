@@ -74,7 +74,7 @@ class Subject:
             return part(example, target)
         if not self.dict_io:
             return part(example)
-        batch = {"input": example, "features": example}
+        batch = {"input": example, "features": example, "embedding": example}
         if target is not None:
             batch["label"] = target
         result = part(batch)

@@ -22,6 +22,16 @@ from .distributed import all_reduce_sum
 __all__ = ["Metric"]
 
 
+def batch_size_of(batch: dict[str, Any]) -> int:
+    """How many samples a batch holds, for size-weighted means: its labels, else its
+    per-image detection targets, else 1."""
+    if "label" in batch:
+        return int(batch["label"].shape[0]) if batch["label"].ndim else 1
+    if "targets" in batch:
+        return len(batch["targets"])
+    return 1
+
+
 class Metric(abc.ABC):
     """Base: ``reset()``, ``update(batch_out)``, ``compute()``.
 
@@ -184,7 +194,7 @@ class MeanLoss(Metric):
     def update(self, out: dict[str, Any]) -> None:
         if "loss" not in out:
             return
-        n = out["label"].numel() if "label" in out else 1
+        n = batch_size_of(out)
         self.total = self.total + out["loss"].detach().float() * n
         self.count += n
 

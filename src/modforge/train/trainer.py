@@ -56,7 +56,7 @@ from .checkpoint import (
     remove_abandoned_temps,
     serialize,
 )
-from .metrics import Metric
+from .metrics import Metric, batch_size_of
 from .rng import capture_rng, restore_rng, seed_everything
 
 __all__ = ["NonFiniteLossError", "Trainer"]
@@ -412,7 +412,7 @@ class Trainer:
                 loss = self._step_and_backward(batch, autocast)
             self.last_loss = loss.detach()
             self._losses.append(self.last_loss)
-            self._sizes.append(len(batch["label"]) if isinstance(batch, dict) and "label" in batch else 1)
+            self._sizes.append(batch_size_of(batch) if isinstance(batch, dict) else 1)
             micro += 1
             self.batch_in_epoch += 1
             self.samples_in_epoch = (self.samples_in_epoch or 0) + batch_size
