@@ -135,9 +135,9 @@ MISTAKES = {
     "up head returns None": ("{backbone: mlp, head: silent_head, losses: [cross_entropy]}", "train",
                              "its forward must return the batch dict with 'logits' set, but it returned None (end forward "
                              "with 'return input')"),
-    "up num_classes": ("{backbone: mlp, head: {type: linear, args: {num_classes: 21}}, losses: [cross_entropy]}", "train",
-                       "model.head.args.num_classes: 'num_classes' is wired from the data's class count (10 here) but "
-                       "the config sets 21; remove it from the config"),
+    "up num_classes": ("{backbone: mlp, head: {type: linear, args: {num_classes: 21}}, losses: [cross_entropy]}", "config",
+                       "model.head.args.num_classes: the data has 10 classes but the config sets num_classes: 21; "
+                       "remove it from the config"),
 }  # fmt: skip
 
 

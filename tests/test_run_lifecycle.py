@@ -80,7 +80,7 @@ def test_the_demo_config_runs_with_one_epoch(cli, tmp_path):
     res = cli("train", str(ROOT / "configs/digits.yaml"), "--epochs", "1", "--run-dir", "one",
               "model.backbone.args.channels=[4,8]", "train.callbacks=[lr_monitor]")  # fmt: skip
     assert res.code == 0, res.err
-    assert "warmup (2) is longer than the run (1)" in res.err and res.err.count("longer than the run") == 1
+    assert "warmup (2) is not shorter than the run (1)" in res.err and res.err.count("not shorter than the run") == 1
     assert json.loads((tmp_path / "one/summary.json").read_text())["epochs"] == 1
     (row,) = csv.DictReader((tmp_path / "one/metrics.csv").open())
     assert float(row["lr"]) == pytest.approx(3.0e-3)  # the one epoch trains at the full rate, not 0
@@ -239,3 +239,21 @@ def test_a_plug_in_trainer_subclass_trains_a_digits_run(cli, write, tmp_path):
     assert res.code == 0, res.err
     res = cli("train", str(config), "--run-dir", "bad", "train.trainer=all_zer")
     assert res.code == 2 and "did you mean 'all_zero'" in res.err and not (tmp_path / "bad").exists()
+
+
+def test_a_warmup_as_long_as_the_run_is_shortened_so_the_run_reaches_the_full_rate(cli, tmp_path):
+    """warmup 2 in a two-epoch run used to spend the whole run below the full rate, silently."""
+    config = ROOT / "configs" / "digits.yaml"
+    res = cli("train", str(config), "--epochs", "2", "train.progress=never", "--run-dir", "two")
+    assert res.code == 0, res.err
+    assert "warmup (2) is not shorter than the run (2); shortened to 1" in res.err
+    rows = list(csv.DictReader((tmp_path / "two" / "metrics.csv").open()))
+    assert float(rows[-1]["lr"]) == pytest.approx(3e-3)  # the last epoch at the configured rate
+
+
+def test_num_threads_beyond_any_machine_and_num_classes_against_the_data_are_refused_by_config(cli):
+    config = str(ROOT / "configs" / "digits.yaml")
+    res = cli("config", config, "train.num_threads=100000")
+    assert res.code == 2 and "train.num_threads: expected a whole number in (0," in res.err
+    res = cli("config", config, "model.head.args.num_classes=21")
+    assert res.code == 2 and "model.head.args.num_classes: the data has 10 classes" in res.err

@@ -43,3 +43,6 @@ def digits(seed: int = 0, as_image: bool = True, val_fraction: float = 0.15, tes
         normalisation={"divide_by": 16.0, "raw": "pixel intensities 0..16 (0: background)"},
         image={"height": 8, "width": 8, "channels": 1, "ink": "dark", "scale": 1.0},
     )
+
+
+digits.num_classes = 10  # stated without loading, so validation can check a configured num_classes

@@ -17,7 +17,7 @@ from typing import Any
 from ..core.config import Config, check_keys, require_mapping
 from ..core.errors import ConfigValueError
 from ..core.plugins import load_config_plugins
-from ..core.registries import REGISTRIES
+from ..core.registries import DATASETS, REGISTRIES
 from ..model.spec import parse_model_section
 
 __all__ = ["PART_SLOTS", "SECTIONS", "PartSlot", "apply_overrides", "normalize_slots", "validate_config"]
@@ -152,6 +152,10 @@ def validate_config(
 
     if cfg.data.get("data") is not None:
         cfg.data["data"] = validate_data_section(cfg)
+        if isinstance(cfg.data.get("model"), dict):
+            from ..model.wiring import check_class_count
+
+            check_class_count(cfg.data["model"], declared_class_count(cfg.data["data"]), origin_of=where)
     if cfg.data.get("train") is not None:
         cfg.data["train"] = validate_train_section(cfg)
     if cfg.data.get("continual") is not None:
@@ -183,3 +187,15 @@ def _assign(cfg: Config, path: str, value: Any) -> None:
     parent_path, _, key = path.rpartition(".")
     parent = cfg.get(parent_path) if parent_path else cfg.data
     parent[key] = value
+
+
+def declared_class_count(data: dict[str, Any]) -> int | None:
+    """The class count a dataset states without loading anything: its registered object's
+    ``num_classes`` — a number, or a function of the dataset's ``args`` — else None."""
+    try:
+        declared = getattr(DATASETS.get(str(data.get("type"))), "num_classes", None)
+    except Exception:  # noqa: BLE001 - an unknown type was reported by the data section's validation
+        return None
+    if callable(declared):
+        declared = declared(dict(data.get("args") or {}))
+    return declared if isinstance(declared, int) and not isinstance(declared, bool) else None

@@ -7,6 +7,7 @@ configs/x.yaml:7)``).
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Any, Literal, Optional
 
@@ -21,6 +22,10 @@ from ..data.loader import LoaderSettings
 from ..train.distributed import DistributedSettings
 from ..train.ranges import check_ranges
 from ..train.trainers import resolve_trainer
+
+MAX_THREADS = max(64, 4 * (os.cpu_count() or 1))
+"""More intra-op threads than this is a mistake, not a setting (100,000 crashes OpenBLAS)."""
+ThreadCount = Annotated[int, Field(gt=0, le=MAX_THREADS)]
 
 __all__ = ["LOADER_KEYS", "TrainSettings", "check_device", "validate_data_section", "validate_train_section"]
 
@@ -77,7 +82,7 @@ class TrainSettings:
         accumulate: PositiveInt = 1,
         precision: Literal["32", "bf16", "16"] = "32",
         device: str = "auto",
-        num_threads: Optional[PositiveInt] = None,
+        num_threads: Optional[ThreadCount] = None,
         log_every: PositiveInt = 50,
         nan_guard: bool = True,
         progress: Literal["auto", "always", "never"] = "auto",

@@ -44,8 +44,8 @@ class WarmupCosine(LRScheduler):
     ):
         if total_steps < 1 or warmup < 0:
             raise ValueError(f"need warmup ({warmup}) >= 0 and total_steps ({total_steps}) >= 1")
-        if warmup > total_steps:
-            log.warning("warmup_cosine: warmup (%d) is longer than the run (%d); shortened to %d, so the run "
+        if warmup >= total_steps:  # the last step (or the only one) at the full rate
+            log.warning("warmup_cosine: warmup (%d) is not shorter than the run (%d); shortened to %d, so the run "
                         "reaches the full learning rate", warmup, total_steps, total_steps - 1)  # fmt: skip
             warmup = total_steps - 1
         if not 0.0 <= start_factor <= 1.0 or not 0.0 <= min_factor <= 1.0:
