@@ -257,3 +257,15 @@ def test_num_threads_beyond_any_machine_and_num_classes_against_the_data_are_ref
     assert res.code == 2 and "train.num_threads: expected a whole number in (0," in res.err
     res = cli("config", config, "model.head.args.num_classes=21")
     assert res.code == 2 and "model.head.args.num_classes: the data has 10 classes" in res.err
+
+
+def test_a_run_extended_on_resume_replans_its_schedule_instead_of_training_at_the_end_rate(cli, tmp_path):
+    """--resume RUN train.max_epochs=5 after 3 epochs: the added epochs used to train at the
+    cosine's end rate (0), silently."""
+    config = str(ROOT / "configs" / "digits.yaml")
+    assert cli("train", config, "--epochs", "3", "train.progress=never", "--run-dir", "ext").code == 0
+    res = cli("train", "--resume", "ext", "train.max_epochs=5", "train.progress=never")
+    assert res.code == 0, res.err
+    assert "planned for 3 steps (warmup 2) and now has 5" in res.err
+    rates = [float(row["lr"]) for row in csv.DictReader((tmp_path / "ext" / "metrics.csv").open())]
+    assert len(rates) == 5 and rates[3] > 0 and rates[4] > 0 and rates[3] > rates[4]

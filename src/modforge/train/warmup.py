@@ -65,3 +65,21 @@ class WarmupCosine(LRScheduler):
     def get_lr(self) -> list[float]:
         scale = self.factor(self.last_epoch)
         return [base * scale for base in self.base_lrs]
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore the position in the schedule, but keep this run's plan: a run resumed with
+        more epochs (``--resume RUN train.max_epochs=80``) re-plans the cosine for its new
+        length — restoring the old ``total_steps`` would train the added epochs at the end
+        rate (0 by default) — with one warning. An unchanged run resumes exactly."""
+        planned = {key: getattr(self, key) for key in ("total_steps", "warmup")}
+        stored = {key: state_dict.get(key, value) for key, value in planned.items()}
+        super().load_state_dict(state_dict)
+        self.__dict__.update(planned)
+        if stored != planned:
+            rates = self.get_lr()  # the current step's rate on the new plan (the optimizer, loaded first, holds the old)
+            for group, rate in zip(self.optimizer.param_groups, rates, strict=True):
+                group["lr"] = rate
+            self._last_lr = rates
+            log.warning("warmup_cosine: the run was planned for %d steps (warmup %d) and now has %d (warmup %d): "
+                        "the schedule continues on the new plan", stored["total_steps"], stored["warmup"],
+                        planned["total_steps"], planned["warmup"])  # fmt: skip
