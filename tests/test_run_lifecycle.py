@@ -269,3 +269,16 @@ def test_a_run_extended_on_resume_replans_its_schedule_instead_of_training_at_th
     assert "planned for 3 steps (warmup 2) and now has 5" in res.err
     rates = [float(row["lr"]) for row in csv.DictReader((tmp_path / "ext" / "metrics.csv").open())]
     assert len(rates) == 5 and rates[3] > 0 and rates[4] > 0 and rates[3] > rates[4]
+
+
+def test_resuming_an_earlier_checkpoint_in_place_is_refused_and_branching_works(cli, tiny, tmp_path):
+    """It used to cut the run's metrics.csv and overwrite best.pt/last.pt/summary.json silently."""
+    assert cli("train", str(tiny), "--run-dir", "run", "train.max_epochs=3").code == 0
+    earliest = sorted((tmp_path / "run" / "checkpoints").glob("epoch*.pt"))[0]
+    before = (tmp_path / "run" / "metrics.csv").read_text()
+    res = cli("train", "--resume", str(earliest))
+    assert res.code == 2 and "is earlier than where" in res.err and "--run-dir NEW" in res.err
+    assert (tmp_path / "run" / "metrics.csv").read_text() == before
+    res = cli("train", "--resume", str(earliest), "--run-dir", "branch")
+    assert res.code == 0, res.err
+    assert (tmp_path / "branch" / "summary.json").exists()

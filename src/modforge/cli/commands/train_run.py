@@ -91,6 +91,24 @@ class _Resume:
     temp: Path | None = None
 
 
+def _refuse_rewinding(run_dir: Path, path: Path | None, payload: dict) -> None:
+    """Resuming an earlier checkpoint of a run in place would overwrite the run's later epochs
+    (metrics.csv, best.pt, last.pt, summary.json): refuse, and say how to branch from it."""
+    from ...train.checkpoint import CheckpointError, find_resumable
+
+    try:
+        _, newest = find_resumable(run_dir)
+    except CheckpointError:
+        return
+    reached, here = int(newest.get("global_step", 0)), int(payload.get("global_step", 0))
+    if reached > here:
+        raise UsageError(
+            f"--resume {display_path(path)}: that checkpoint (step {here}) is earlier than where "
+            f"{display_path(run_dir)} got to (step {reached}); continuing it there would overwrite the later "
+            "epochs — continue from it into another folder with --run-dir NEW, or resume the run folder itself"
+        )
+
+
 def _resume_argv(argv: list[str]) -> _Resume:
     """With --resume, the run's own config becomes CONFIG (a CONFIG on the line is an error).
     A run folder that holds a config and no checkpoint at all (killed before its first one)
@@ -188,6 +206,8 @@ def _train(argv: list[str]) -> int:
             raise UsageError(
                 f"{display_path(resume.path)} is not inside a run folder; say where to continue with --run-dir"
             )
+        if payload is not None and not ns.run_dir and resume.run_dir is not None:
+            _refuse_rewinding(resume.run_dir, resume.path, payload)
         if payload is not None:
             log.info(
                 "resuming %s from %s (epoch %d, batch %d, step %d)",
