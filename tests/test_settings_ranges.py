@@ -4,6 +4,8 @@ device — and a refused config leaves nothing on disk."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -90,3 +92,14 @@ def test_refused_settings_leave_no_run_folder(cli, write, tmp_path):
     res = cli("train", str(config), "train.monitor=val_nothing", "--run-dir", "r4")
     assert res.code == 2 and "train.monitor" in res.err and "run folder" not in res.err
     assert not (tmp_path / "r4").exists()
+
+
+def test_callback_and_engine_arguments_are_range_checked_too(cli, tmp_path):
+    """Siblings of the settings' ranges: early stopping's patience and the ONNX opset."""
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "digits.yaml")
+    res = cli("config", config, "train.callbacks.1.args.patience=-1")
+    assert res.code == 2 and "train.callbacks.1.args.patience: expected a whole number >= 0" in res.err
+    import modforge as mf
+
+    with pytest.raises(mf.ConfigError, match="opset"):
+        mf.ENGINES.build({"type": "onnx", "args": {"opset": -5}}, path="engine")

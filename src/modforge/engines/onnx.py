@@ -24,7 +24,9 @@ import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from ..core.integrity import checksum_trailer
 from ..core.registries import register_engine
@@ -51,7 +53,7 @@ class Onnx(Engine):
     capabilities = Capabilities(can_train=False, multi_device=False, dynamic_shapes=True, needs_example_input=True)
     suffix = ".onnx"
 
-    def __init__(self, opset: int = 17, exporter: Literal["auto", "torchscript", "dynamo"] = "auto", threads: int = 0,
+    def __init__(self, opset: Annotated[int, Field(ge=7)] = 17, exporter: Literal["auto", "torchscript", "dynamo"] = "auto", threads: int = 0,
                  optimization: Literal["all", "extended", "basic", "none"] = "all"):
         self.opset, self.exporter, self.threads, self.optimization = opset, exporter, threads, optimization
 

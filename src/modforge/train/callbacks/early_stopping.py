@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
+from ...core.constraints import NonNegativeFloat, NonNegativeInt
 from ...core.registries import register_callback
 from .base import Callback, Mode, improved, monitored_value
 
@@ -26,7 +27,10 @@ class EarlyStopping(Callback):
 
     order = 20
 
-    def __init__(self, monitor: Optional[str] = None, mode: Mode = "auto", patience: int = 5, min_delta: float = 0.0):
+    def __init__(
+        self, monitor: Optional[str] = None, mode: Mode = "auto", patience: NonNegativeInt = 5,
+        min_delta: NonNegativeFloat = 0.0,
+    ):  # fmt: skip
         if patience < 0 or min_delta < 0:
             raise ValueError(f"patience and min_delta must not be negative, got {patience} and {min_delta}")
         if monitor is None:
