@@ -81,3 +81,12 @@ def test_sampler_skips_consumed_batches_without_loading_them():
     rest = [b["label"].tolist() for b in loader]
     assert rest == full[3:] and len(fetched) == len(full) - 3  # the first three batches were never read
     assert [b["label"].tolist() for b in loader] != full  # the skip applies to one epoch only
+
+
+def test_negative_seeds_split_the_bundled_data_too():
+    """scikit-learn refuses a negative random_state; modforge seeds may be any int."""
+    splits = mf.DATASETS.build("digits", seed=-1)
+    again = mf.DATASETS.build("digits", seed=-1)
+    assert torch.equal(splits.test.ids, again.test.ids) and len(splits.train) > 0
+    synthetic = mf.DATASETS.build({"type": "synthetic_classification", "args": {"num_samples": 100}}, seed=-7)
+    assert len(synthetic.train) > 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .base import ArrayDataset
 
-__all__ = ["stratified_three_way"]
+__all__ = ["sklearn_seed", "stratified_three_way"]
 
 
 def stratified_three_way(
@@ -22,13 +22,21 @@ def stratified_three_way(
     labels = data.labels.numpy()
     test = None
     if test_fraction > 0:
-        positions, test_pos = train_test_split(positions, test_size=test_fraction, stratify=labels, random_state=seed)
+        positions, test_pos = train_test_split(
+            positions, test_size=test_fraction, stratify=labels, random_state=sklearn_seed(seed)
+        )
         test = data.subset(sorted(test_pos))
     val = None
     if val_fraction > 0:
         rest_labels = labels[positions]
         positions, val_pos = train_test_split(
-            positions, test_size=val_fraction / (1.0 - test_fraction), stratify=rest_labels, random_state=seed
+            positions, test_size=val_fraction / (1.0 - test_fraction), stratify=rest_labels, random_state=sklearn_seed(seed)
         )
         val = data.subset(sorted(val_pos))
     return data.subset(sorted(positions)), val, test
+
+
+def sklearn_seed(seed: int) -> int:
+    """A modforge seed (any int, negative ones included) as scikit-learn's ``random_state``,
+    which must lie in [0, 2**32 - 1]."""
+    return int(seed) % 2**32

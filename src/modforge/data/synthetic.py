@@ -8,7 +8,7 @@ import torch
 from ..core.layouts import Layout
 from ..core.registries import register_dataset
 from .base import ArrayDataset, DataSplits
-from .splits import stratified_three_way
+from .splits import sklearn_seed, stratified_three_way
 
 
 @register_dataset("synthetic_classification")
@@ -46,7 +46,7 @@ def synthetic_classification(
         n_classes=num_classes,
         n_clusters_per_class=1,
         class_sep=class_sep,
-        random_state=seed,
+        random_state=sklearn_seed(seed),
     )
     data = ArrayDataset(torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.long))
     train, val, test = stratified_three_way(data, val_fraction, test_fraction, seed)

@@ -18,6 +18,7 @@ from ..core.config import Config, display_path
 from ..core.errors import UsageError
 from ..core.registries import DATASETS
 from ..data.base import DataSplits
+from ..data.splits import sklearn_seed
 from .runner import train_run
 from .runs import write_json
 from .settings import LOADER_KEYS
@@ -64,7 +65,7 @@ def run_kfold(cfg: Config, folds: int, run_dir: Path) -> dict[str, Any]:
     if folds > largest:
         raise UsageError(f"--folds: expected at most {largest} (the most frequent class has {largest} samples in the "
                          f"pooled training and validation data; each fold needs some of them), got {folds}")  # fmt: skip
-    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=int(cfg.data.get("seed") or 0))
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=sklearn_seed(cfg.data.get("seed") or 0))
     create_run_dir(run_dir)
     log.info("k-fold run folder: %s", display_path(run_dir))
     (run_dir / "config.yaml").write_text(cfg.to_yaml())

@@ -33,11 +33,13 @@ def plan_run_dir(
     """
     if run_dir is not None:
         path = Path(run_dir)
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            what = "is a file" if not path.is_dir() else "already exists and is not empty"
+        if path.exists() and not path.is_dir():
+            raise RunFolderError(f"{flag} {display_path(path)}: that is a file, not a folder; nothing was changed. "
+                                 f"Choose another {flag}")  # fmt: skip
+        if path.exists() and any(path.iterdir()):
             raise RunFolderError(
-                f"{flag} {display_path(path)}: run folder {display_path(path)} {what}; nothing was changed. "
-                f"Continue it with --resume {display_path(path)}, or choose another {flag}"
+                f"{flag} {display_path(path)}: run folder {display_path(path)} already exists and is not empty; "
+                f"nothing was changed. Continue it with --resume {display_path(path)}, or choose another {flag}"
             )
         _check_creatable(path, flag)
         return path
