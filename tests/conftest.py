@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
-import modforge as mf
 from modforge.cli.main import main
-from modforge.core import plugins as plugin_state
-from modforge.core.plugins import PLUGIN_MODULE_PREFIX
+from registry_state import registries_restored
 
 # run folders sign their plug-in manifests with the user's key: tests use a key of their own
 os.environ.setdefault("MODFORGE_HOME", tempfile.mkdtemp(prefix="modforge-home-"))
@@ -22,21 +19,8 @@ os.environ.setdefault("MODFORGE_HOME", tempfile.mkdtemp(prefix="modforge-home-")
 @pytest.fixture(autouse=True)
 def restore_registries():
     """Every test may register parts; none leaks them into the next test."""
-    for registry in mf.REGISTRIES.values():
-        registry._ensure_loaded()
-    saved = {kind: dict(r._entries) for kind, r in mf.REGISTRIES.items()}
-    modules = set(sys.modules)
-    vouched, folders = dict(plugin_state._LOADED), list(plugin_state._TRUSTED_FOLDERS)
-    yield
-    plugin_state._LOADED.clear()
-    plugin_state._LOADED.update(vouched)
-    plugin_state._TRUSTED_FOLDERS[:] = folders
-    for kind, registry in mf.REGISTRIES.items():
-        registry._entries.clear()
-        registry._entries.update(saved[kind])
-    for name in set(sys.modules) - modules:
-        if name.startswith(PLUGIN_MODULE_PREFIX) or name.startswith("mf_test_"):
-            del sys.modules[name]
+    with registries_restored():
+        yield
 
 
 @pytest.fixture

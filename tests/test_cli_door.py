@@ -4,18 +4,15 @@ run folders whose plug-ins every command that reads them loads (issue 17)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-import modforge as mf
 from modforge.cli.main import main
-from modforge.core import plugins as plugin_state
+from registry_state import registries_restored
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 DIGITS = str(CONFIGS / "digits.yaml")
@@ -64,26 +61,6 @@ class Npz(Engine):
 '''
 
 
-@contextlib.contextmanager
-def _registries_restored():
-    """What the autouse fixture does per test, around a module-scoped fixture's work."""
-    saved = {kind: dict(r._entries) for kind, r in mf.REGISTRIES.items()}
-    vouched, folders = dict(plugin_state._LOADED), list(plugin_state._TRUSTED_FOLDERS)
-    modules = set(sys.modules)
-    try:
-        yield
-    finally:
-        plugin_state._LOADED.clear()
-        plugin_state._LOADED.update(vouched)
-        plugin_state._TRUSTED_FOLDERS[:] = folders
-        for kind, registry in mf.REGISTRIES.items():
-            registry._entries.clear()
-            registry._entries.update(saved[kind])
-        for name in set(sys.modules) - modules:
-            if name.startswith(plugin_state.PLUGIN_MODULE_PREFIX):
-                del sys.modules[name]
-
-
 @pytest.fixture(scope="module")
 def plugin_run(tmp_path_factory) -> Path:
     """A one-epoch digits run whose config loads a plug-in engine (copied into the run)."""
@@ -93,7 +70,7 @@ def plugin_run(tmp_path_factory) -> Path:
         f"_base_: {DIGITS}\nplugins: [npz_engine.py]\n"
         "train: {max_epochs: 1, scheduler: null, callbacks: [], progress: never}\n"
     )
-    with _registries_restored():
+    with registries_restored():
         assert main(["train", str(folder / "run.yaml"), "--run-dir", str(folder / "run")]) == 0
     return folder / "run"
 
@@ -209,7 +186,7 @@ def test_a_run_folders_config_takes_a_dataset_switch_and_loads_its_plugins(cli, 
 def test_export_loads_the_runs_plugins_and_takes_engine_arguments(cli, plugin_run, tmp_path):
     out = tmp_path / "artifacts"
     out.mkdir()
-    with _registries_restored():  # as separate processes: the export's plug-in is gone afterwards
+    with registries_restored():  # as separate processes: the export's plug-in is gone afterwards
         res = cli("export", str(plugin_run), "--engine", "npz", "--engine-args", "compress=true", "--out", str(out))
         assert res.code == 0, res
         bad = cli("export", str(plugin_run), "--engine", "npz", "--engine-args", "level=3", "--out", str(out))
