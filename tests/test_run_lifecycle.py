@@ -282,3 +282,10 @@ def test_resuming_an_earlier_checkpoint_in_place_is_refused_and_branching_works(
     res = cli("train", "--resume", str(earliest), "--run-dir", "branch")
     assert res.code == 0, res.err
     assert (tmp_path / "branch" / "summary.json").exists()
+
+
+def test_a_datasets_own_num_classes_argument_states_its_class_count(cli, tiny):
+    """synthetic_classification's num_classes (3 in TINY) is known before generating anything."""
+    res = cli("config", str(tiny), "model.head.args.num_classes=4")
+    assert res.code == 2 and "model.head.args.num_classes: the data has 3 classes" in res.err
+    assert cli("config", str(tiny), "model.head.args.num_classes=3").code == 0

@@ -59,6 +59,3 @@ def synthetic_classification(
         layout=Layout.VECTOR,
         input_shape=(num_features,),
     )
-
-
-synthetic_classification.num_classes = lambda args: args.get("num_classes", 3)  # known before generating

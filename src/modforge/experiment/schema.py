@@ -191,11 +191,13 @@ def _assign(cfg: Config, path: str, value: Any) -> None:
 
 def declared_class_count(data: dict[str, Any]) -> int | None:
     """The class count a dataset states without loading anything: its registered object's
-    ``num_classes`` — a number, or a function of the dataset's ``args`` — else None."""
-    try:
-        declared = getattr(DATASETS.get(str(data.get("type"))), "num_classes", None)
-    except Exception:  # noqa: BLE001 - an unknown type was reported by the data section's validation
+    ``num_classes`` attribute, else its own ``num_classes`` argument (the config's value or the
+    signature's default), else None."""
+    kind = str(data.get("type"))
+    if kind not in DATASETS:  # an unknown type was reported by the data section's validation
         return None
-    if callable(declared):
-        declared = declared(dict(data.get("args") or {}))
+    declared = getattr(DATASETS.get(kind), "num_classes", None)
+    if declared is None:
+        arg = DATASETS.signature(kind).get("num_classes")
+        declared = (data.get("args") or {}).get("num_classes", arg.default) if arg is not None else None
     return declared if isinstance(declared, int) and not isinstance(declared, bool) else None
