@@ -47,7 +47,7 @@ def test_a_continual_run_fills_both_accuracy_matrices(cli, config, tmp_path):
         assert summary[setting]["average_accuracy"] == pytest.approx(sum(matrix[-1]) / 5)
     # task-IL is the easier setting: the task's classes are given
     assert summary["task_il"]["average_accuracy"] > summary["class_il"]["average_accuracy"]
-    assert "class-IL" in res.out and "average accuracy" in res.out
+    assert "class-IL" in res.out and "average_accuracy" in res.out
     checkpoint = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert checkpoint["continual"]["tasks_done"] == 5 and len(checkpoint["algorithm"]["buffer"]["data"]["input"]) == 100
     assert not (run / "checkpoints" / "best.pt").exists()  # no epoch of a sequence is "best"
@@ -185,3 +185,20 @@ def test_schedules_restart_every_task_and_whole_run_stopping_is_refused(cli, con
     assert res.code == 2 and "early stopping would end the whole task sequence" in res.err
     res = cli("train", str(config), "train.max_steps=10", "--run-dir", "steps")
     assert res.code == 2 and "train.max_steps counts over the whole task sequence" in res.err
+
+
+def test_continual_is_a_registered_task_chosen_by_its_section(cli, config, tmp_path):
+    listed = cli("list", "task")
+    assert listed.code == 0 and "continual" in listed.out
+    described = cli("describe", "task", "continual")
+    assert described.code == 0 and "task sequence" in described.out
+    res = cli("config", str(config), "task=detection")  # the section says continual, task: says otherwise
+    assert res.code == 2 and "the 'continual:' section belongs to the 'continual' task, but task: is 'detection'" in res.err
+    assert cli("config", str(config), "task=continual").code == 0
+
+
+def test_kfold_refuses_a_continual_run_before_making_anything(cli, config, tmp_path):
+    res = cli("kfold", str(config), "--folds", "2", "--run-dir", "cv")
+    assert res.code == 2
+    assert "k-fold cannot split a continual run: it trains its dataset's own task sequence" in res.err
+    assert not (tmp_path / "cv").exists()

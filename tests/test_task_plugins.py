@@ -125,3 +125,62 @@ def test_a_task_written_in_a_plug_in_trains_with_its_own_metric_and_monitor(cli,
     assert summary["test"]["foreground_iou"] > 0.5  # it learned to find the squares
     again = cli("test", "run")
     assert again.code == 0, again.err
+
+
+SEEDS_PLUGIN = '''
+"""A task that owns a config section and its own run routine: the same run under several seeds."""
+from modforge.core.errors import ConfigError
+import modforge as mf
+from modforge.tasks.base import Task
+
+
+@mf.register_task("seeded")
+class Seeded(Task):
+    name = "seeded"
+    section = "seeds"
+
+    def check_config(self, cfg):
+        seeds = cfg.data["seeds"]
+        if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):
+            raise ConfigError(f"expected a list of whole numbers, got {seeds!r}", path="seeds", source=cfg.where("seeds"))
+
+    def run(self, routines, cfg, run_dir, *, resume=None, splits=None, restart=False):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        runs = {}
+        for seed in cfg.data["seeds"]:
+            one = cfg.copy()
+            one.data["seed"] = seed
+            summary = routines.fit_and_test(one, run_dir / f"seed{seed}")
+            runs[str(seed)] = summary["test"]["accuracy"]
+        routines.write_json(run_dir / "summary.json", {"test_accuracy": runs})
+        return {"test_accuracy": runs}
+'''
+
+SEEDS_CONFIG = """
+plugins: [seeds.py]
+seeds: [0, 1]
+data: {type: digits, batch_size: 64}
+model:
+  backbone: {type: mlp, args: {hidden_dims: [32]}}
+  head: linear
+  losses: [cross_entropy]
+train:
+  max_epochs: 1
+  optimizer: {type: adam, args: {lr: 0.01}}
+  num_threads: 1
+  progress: never
+"""
+
+
+def test_a_plug_in_task_can_own_a_config_section_and_its_run(cli, tmp_path):
+    (tmp_path / "seeds.py").write_text(SEEDS_PLUGIN)
+    (tmp_path / "seeds.yaml").write_text(SEEDS_CONFIG)
+    bad = cli("config", "seeds.yaml", "seeds=3")
+    assert bad.code == 2 and "seeds: expected a list of whole numbers, got 3" in bad.err
+    res = cli("train", "seeds.yaml", "--run-dir", "run")
+    assert res.code == 0, res.err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert set(summary["test_accuracy"]) == {"0", "1"}
+    assert all((tmp_path / "run" / f"seed{s}" / "checkpoints" / "best.pt").exists() for s in (0, 1))
+    other = json.loads((tmp_path / "run" / "seed1" / "summary.json").read_text())
+    assert other["test"]["accuracy"] == summary["test_accuracy"]["1"]

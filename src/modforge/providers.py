@@ -25,7 +25,8 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "algorithm": ("modforge.continual.algorithms",),
     "checkpoint_format": ("modforge.model.formats", "modforge.components.backbones", "modforge.components.frontends"),
     "trainer": ("modforge.train.trainers",),
-    "task": ("modforge.tasks.base", "modforge.tasks.spoofing.task", "modforge.tasks.detection.task"),
+    "task": ("modforge.tasks.base", "modforge.tasks.spoofing.task", "modforge.tasks.detection.task",
+             "modforge.tasks.continual.task"),
     "engine": ("modforge.engines.eager", "modforge.engines.torchscript", "modforge.engines.compile", "modforge.engines.onnx"),
 }
 

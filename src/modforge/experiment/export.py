@@ -81,7 +81,7 @@ def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *,
     exp, checkpoint = load_trained(Path(target), which)
     cfg = exp.cfg
     engine = build_engine(engine_spec, path="--engine", allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir))
-    _refuse_other_classifiers(exp)
+    exp.task.check_export(exp)  # e.g. a continual method that classifies by something other than logits
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
     path = _artifact_path(out, run_dir / "exports", f"{checkpoint.stem}-{engine.name}", engine)
     if path.exists() and not force:
@@ -187,26 +187,3 @@ def _artifact_path(out: str | Path | None, folder: Path, stem: str, engine: Any)
             )
         path = path.with_name(path.name + engine.suffix)
     return path
-
-
-def _refuse_other_classifiers(exp: Any) -> None:
-    """An artifact reproduces the model's logits; a continual method that classifies another
-    way (iCaRL: nearest mean of exemplars) would be exported as a different, worse classifier."""
-    continual = exp.cfg.data.get("continual")
-    if not continual:
-        return
-    from ..continual.algorithms.base import Algorithm
-    from ..core.registries import ALGORITHMS
-
-    spec = continual.get("algorithm") or "sgd"
-    name = spec if isinstance(spec, str) else spec.get("type", "sgd")
-    cfg = exp.cfg
-    algorithm, _ = ALGORITHMS.resolve(str(name), allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir),
-                                      path="continual.algorithm", source=cfg.where("continual.algorithm"))
-    if getattr(algorithm, "class_scores", Algorithm.class_scores) is not Algorithm.class_scores:
-        raise UsageError(
-            f"this continual run's method '{name}' does not classify by the model's logits (it uses its own "
-            "scores, e.g. the nearest mean of exemplars), and an artifact holds only the model: its predictions "
-            "would differ from the run's. Evaluate the run with `modforge test RUN` instead"
-        )
-

@@ -19,7 +19,8 @@ from ..core.errors import UsageError
 from ..core.registries import DATASETS
 from ..data.base import DataSplits
 from ..data.splits import sklearn_seed
-from .runner import train_run
+from ..tasks.base import get_task
+from .runner import configured_task, train_run
 from .runs import write_json
 from .settings import LOADER_KEYS
 
@@ -52,14 +53,18 @@ def run_kfold(cfg: Config, folds: int, run_dir: Path) -> dict[str, Any]:
     from .runs import create_run_dir
 
     check_folds(folds)
+    task = configured_task(cfg)
+    if task is not None and task.folds_refusal:  # known before any data is loaded
+        raise UsageError(f"k-fold cannot split a {task.name} run: {task.folds_refusal}")
     base = _splits(cfg)
+    task = task or get_task(base.task)
+    if task.folds_refusal:
+        raise UsageError(f"k-fold cannot split a {task.name} run: {task.folds_refusal}")
     parts = [s for s in (base.train, base.val) if s is not None and len(s)]
     if not parts or not all(callable(getattr(p, "subset", None)) and hasattr(type(p), "concat") for p in parts):
         kind = type(parts[0]).__name__ if parts else "the dataset"
-        why = (" — a detection image holds boxes of several classes, so there is no one label per image to "
-               "stratify folds by" if getattr(base, "task", "") == "detection" else "")  # fmt: skip
         raise UsageError(f"k-fold needs a dataset whose splits can be pooled and re-split (subset/concat); "
-                         f"{kind} cannot be{why}")  # fmt: skip
+                         f"{kind} cannot be")  # fmt: skip
     pool = type(parts[0]).concat(parts)
     largest = int(pool.labels.bincount().max()) if len(pool.labels) else 0
     if folds > largest:

@@ -22,7 +22,7 @@ from ..data.base import DataSplits
 from ..data.loader import LoaderSettings, make_loader
 from ..engines import build_engine
 from ..model import build_model
-from ..tasks.base import Task, get_task
+from ..tasks.base import RunRoutines, Task, get_task, sectioned_tasks
 from ..train import distributed
 from ..train.checkpoint import CorruptCheckpointError, find_resumable, load_checkpoint, load_weights
 from ..train.metrics import Metric
@@ -262,12 +262,32 @@ def _label_shape(splits: DataSplits) -> tuple[int, ...]:
     return tuple(labels.shape[1:]) if isinstance(labels, torch.Tensor) and labels.ndim > 1 else ()
 
 
-def _task(cfg: Config, splits: DataSplits) -> Task:
-    """The config's ``task:`` (checked by validation), else the dataset's."""
+def configured_task(cfg: Config) -> Task | None:
+    """The task a config chooses before any data is loaded: its ``task:``, else the task whose
+    own section it has (``continual:``); None: the dataset decides (:func:`_task`).
+
+    Raises:
+        ConfigError: an unknown ``task:``.
+    """
+    name = cfg.data.get("task")
+    if name is None:
+        owner = next((cls for section, cls in sectioned_tasks().items() if cfg.data.get(section) is not None), None)
+        return owner() if owner is not None else None
     try:
-        return get_task(cfg.data.get("task") or splits.task)
+        return get_task(name)
     except ValueError as exc:
         raise ConfigError(str(exc), path="task", source=cfg.where("task")) from None
+
+
+def _task(cfg: Config, splits: DataSplits) -> Task:
+    """The config's task (:func:`configured_task`), else the dataset's."""
+    task = configured_task(cfg)
+    if task is not None:
+        return task
+    try:
+        return get_task(splits.task)
+    except ValueError as exc:
+        raise ConfigError(str(exc), path="data.type", source=cfg.where("data.type")) from None
 
 
 def require_a_loss(exp: Experiment, cfg: Config) -> None:
@@ -313,9 +333,10 @@ def train_run(
     splits: DataSplits | None = None,
     restart: bool = False,
 ) -> dict[str, Any]:
-    """Train, test the best checkpoint, write ``summary.json`` and ``curves.png``; return the summary.
-    A config with a ``continual:`` section trains its task sequence instead
-    (:func:`~modforge.experiment.continual_run.continual_run`).
+    """Train a run of the config's task into ``run_dir`` and return its summary: the task's
+    :meth:`~modforge.tasks.base.Task.run` — for most tasks :func:`fit_and_test` (train, test
+    the best checkpoint, write ``summary.json`` and ``curves.png``); the continual task trains
+    its task sequence instead.
 
     ``run_dir`` is made (:func:`start_run_folder`) only once everything is built; it may
     exist if empty. ``restart``: it is a run folder without a checkpoint, trained again from scratch."""
@@ -324,15 +345,24 @@ def train_run(
         distributed.DistributedSettings(**(train_settings.get("distributed") or {})),
         device=str(train_settings.get("device", "auto")),
     )  # under torchrun from Python: join before the data is sharded
-    if cfg.data.get("continual") is not None and splits is None:
-        from .continual_run import continual_run
+    task = configured_task(cfg) or Task()  # none configured: the dataset's task, found once its data is loaded
+    return task.run(ROUTINES, cfg, run_dir, resume=resume, splits=splits, restart=restart)
 
-        if distributed.is_distributed():
-            raise ConfigError("a continual run trains in one process (its methods step on several forward passes "
-                              "per batch, which DDP does not synchronise); launch it without torchrun/--nproc",
-                              path="continual", source=cfg.where("continual"))  # fmt: skip
-        return continual_run(cfg, run_dir, resume=resume, restart=restart)
+
+def fit_and_test(
+    cfg: Config,
+    run_dir: Path,
+    *,
+    resume: dict[str, Any] | None = None,
+    splits: DataSplits | None = None,
+    restart: bool = False,
+) -> dict[str, Any]:
+    """The standard run: build, train (or resume), test ``best.pt`` with the task's report,
+    write ``summary.json`` and ``curves.png``; return the summary. A task chosen by the
+    dataset that owns its run routine gets the run instead (:meth:`Task.run`)."""
     exp = Experiment.build(cfg, splits, init_weights=resume is None)  # a resumed run's weights are its checkpoint's
+    if type(exp.task).run is not Task.run and configured_task(cfg) is None:  # the dataset chose a task with its own run
+        return exp.task.run(ROUTINES, cfg, run_dir, resume=resume, splits=exp.splits, restart=restart)
     if len(exp.splits.train) == 0:
         raise ConfigError("the dataset's training split is empty: nothing to train on", path="data")
     train_loader, val_loader, test_loader = exp.loaders()
@@ -396,8 +426,17 @@ def _best_weights(path: Path) -> dict[str, Any] | None:
 
 
 def load_trained(target: Path, which: str = "best", overrides: Sequence[str] = ()) -> tuple[Experiment, Path]:
+    """The experiment a run folder or checkpoint was trained with, its model holding the
+    checkpoint's weights, and the checkpoint's path (:func:`_load_trained`)."""
+    exp, path, _ = _load_trained(target, which, overrides)
+    return exp, path
+
+
+def _load_trained(
+    target: Path, which: str = "best", overrides: Sequence[str] = ()
+) -> tuple[Experiment, Path, dict[str, Any]]:
     """The experiment (data and model) a run folder or checkpoint was trained with, the
-    model holding the checkpoint's weights; and the checkpoint's path.
+    model holding the checkpoint's weights; the checkpoint's path and its whole content.
 
     ``target`` is a checkpoint file or a run folder (``{which}.pt``, else ``last.pt``, else
     the newest checkpoint that loads; a damaged file is skipped with a warning, never used).
@@ -425,7 +464,7 @@ def load_trained(target: Path, which: str = "best", overrides: Sequence[str] = (
     cfg = _overridden(cfg, overrides) if overrides else _validated_stored(cfg, what)
     exp = Experiment.build(cfg, init_weights=False)
     _load_weights(exp.model, payload.get("model"), path)
-    return exp, path
+    return exp, path, payload
 
 
 def _validated_stored(cfg: Config, what: str) -> Config:
@@ -494,30 +533,29 @@ def evaluate_checkpoint(
     Returns:
         ``({split: {metric: value}, ...}, checkpoint path)``.
     """
-    exp, path = load_trained(target, which, overrides)
-    if exp.cfg.data.get("continual") is not None and getattr(exp.splits, "tasks", None):
-        from .continual_run import evaluate_continual
-
-        return {split: evaluate_continual(exp, load_checkpoint(path), split)}, path
+    exp, path, payload = _load_trained(target, which, overrides)
     out_dir = path.parent.parent / "evaluations" if path.parent.name == "checkpoints" else None
     stem = evaluation_stem(path, split, overrides, out_dir)
-    return evaluate_split(exp, split, out_dir=out_dir, stem=stem, what=f"the dataset of {path}"), path
+    return exp.task.evaluate(exp, payload, split, out_dir=out_dir, stem=stem, what=f"the dataset of {path}"), path
 
 
 def evaluate_split(exp: Experiment, split: str, *, out_dir: Path | None, stem: str, what: str) -> dict[str, Any]:
-    """Evaluate ``exp.model`` as it is on one split with the task's report (metrics, and the
-    files the task writes into ``out_dir``: a spoofing run's scores, per-attack table, DET plot).
+    """Evaluate ``exp.model`` as it is (no checkpoint: a config's ``model.init`` weights) on one
+    split with the task's report (metrics, and the files the task writes into ``out_dir``: a
+    spoofing run's scores, per-attack table, DET plot).
 
     Raises:
         UsageError: the dataset has no such split (``what`` names the dataset's source).
     """
-    from ..core.errors import UsageError
+    return exp.task.evaluate(exp, {}, split, out_dir=out_dir, stem=stem, what=what)
 
-    dataset = {"test": exp.splits.test, "val": exp.splits.val, "train": exp.splits.train}[split]
-    if dataset is None or len(dataset) == 0:
-        raise UsageError(f"{what} has no {split} split")
-    loader = make_loader(dataset, exp.loader, train=False)
-    trainer = exp.trainer_class(  # the run's own class: its prepare_batch applies to evaluation too
-        exp.model, torch.optim.SGD(exp.model.parameters(), lr=0.0), metrics=exp.metrics, device=exp.settings.device
-    )
-    return exp.task.test(trainer, loader, dataset, split=split, out_dir=out_dir, stem=stem)
+
+ROUTINES = RunRoutines(
+    fit_and_test=fit_and_test,
+    build=Experiment.build,
+    start_run_folder=start_run_folder,
+    continue_run_folder=continue_run_folder,
+    require_a_loss=require_a_loss,
+    write_json=write_json,
+)
+"""What the runner lends a task's :meth:`~modforge.tasks.base.Task.run`."""

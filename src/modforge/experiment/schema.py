@@ -22,8 +22,9 @@ from ..model.spec import parse_model_section
 
 __all__ = ["PART_SLOTS", "SECTIONS", "PartSlot", "apply_overrides", "normalize_slots", "validate_config"]
 
-SECTIONS = ("plugins", "seed", "task", "data", "model", "train", "continual")
-"""Top-level keys a config may have."""
+SECTIONS = ("plugins", "seed", "task", "data", "model", "train")
+"""Top-level keys every config may have; a registered task may own one more (the continual
+task's ``continual:``, :attr:`modforge.tasks.base.Task.section`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +93,9 @@ def _check_seed(cfg: Config) -> None:
         raise ConfigValueError(f"expected int or None, got {seed!r}", path="seed", source=cfg.where("seed"))
 
 
-def _check_task(cfg: Config) -> None:
+def _check_task(cfg: Config, owned: dict[str, type]) -> None:
+    """``task:`` names a registered task, agrees with any task section the config has, and
+    that section is valid (the owning task's :meth:`~modforge.tasks.base.Task.check_config`)."""
     from ..core.registries import TASKS
 
     task = cfg.data.get("task")
@@ -105,6 +108,15 @@ def _check_task(cfg: Config) -> None:
             f"unknown task {task!r}{hint} (one of {', '.join(TASKS.list())}; a plug-in adds one with register_task)",
             path="task", source=cfg.where("task"),
         )
+    for section, owner in owned.items():
+        if cfg.data.get(section) is None:
+            continue
+        if task is not None and TASKS.get(task) is not owner:
+            raise ConfigValueError(
+                f"the '{section}:' section belongs to the '{owner.name}' task, but task: is '{task}'; "
+                f"remove one of them", path=section, source=cfg.where(section),
+            )
+        owner().check_config(cfg)
 
 
 def _check_weight(item: dict[str, Any], path: str, cfg: Config) -> None:
@@ -130,10 +142,13 @@ def validate_config(
         ConfigError: the first problem found, located by key path and source.
     """
     where = cfg.where
-    check_keys(cfg.data, SECTIONS, what="section", origin_of=where)
     load_config_plugins(cfg.plugins, sources=cfg.plugin_sources, origin=f"plugins: in {where('plugins') or 'the config'}")
+    from ..tasks.base import sectioned_tasks
+
+    owned = sectioned_tasks()  # after the plug-ins: a plug-in task may own a section too
+    check_keys(cfg.data, (*SECTIONS, *owned), what="section", origin_of=where)
     _check_seed(cfg)
-    _check_task(cfg)
+    _check_task(cfg, owned)
     allowed = [*cfg.plugins, *allowed_modules]
     common = dict(origin_of=where, allowed_modules=allowed, base_dir=str(cfg.base_dir))
     model = cfg.data.get("model")
@@ -158,10 +173,6 @@ def validate_config(
             check_class_count(cfg.data["model"], declared_class_count(cfg.data["data"]), origin_of=where)
     if cfg.data.get("train") is not None:
         cfg.data["train"] = validate_train_section(cfg)
-    if cfg.data.get("continual") is not None:
-        from .continual_run import continual_settings
-
-        continual_settings(cfg)  # unknown keys and bad values fail here, before data or model exist
     for slot in slots:
         value = cfg.get(slot.path, None)
         if value is None:

@@ -17,17 +17,69 @@ spoofing          metrics eer, min_dcf, accuracy, loss;    a score file (``utt_i
 detection         metrics coco_map, loss; monitor          COCO AP (pycocotools) overall, per
                   ``val_map``; the head writes             size and per class; detections.json,
                   ``dt_bboxes``                            ``detections.png``, ``pr.png``
+continual         chosen by a ``continual:`` section;      class-IL and task-IL accuracy on
+                  trains a task sequence with its          every task trained so far; the run
+                  algorithm (its own run routine)          writes both matrices, ``cl_matrix.png``
 ================  ======================================  =====================================
+
+The contract — what a task decides, each with a default that a subclass overrides:
+
+* **metrics and monitor**: ``default_metrics`` (when ``train.metrics`` is not given) and
+  ``monitor_preference`` (the first of them the metrics log becomes ``val_<name>``);
+* **what the model must output**: ``model_options`` (extra :func:`modforge.build_model`
+  arguments: the spoofing task asks for a detection ``score``); a detector's head writes
+  ``dt_bboxes`` itself;
+* **how batches are collated**: the task's datasets — a dataset whose ``__getitems__``
+  returns a whole batch is used as is by every loader (the detection datasets pad images of
+  different sizes and keep per-image targets); others go through torch's default collate;
+* **its config section**: ``section`` names a top-level key the task owns (``continual:``);
+  a config that has it runs this task, and :meth:`Task.check_config` checks it before
+  anything is built;
+* **the run**: :meth:`Task.run` — by default the runner's train-then-test routine; the
+  continual task trains its task sequence instead;
+* **the test report and its files**: :meth:`Task.test` (the run's final test and
+  ``modforge test``) and :meth:`Task.evaluate` (a trained checkpoint on one split);
+* **export**: :meth:`Task.check_export` refuses an artifact that would not reproduce the
+  run's predictions;
+* **what ``modforge predict`` prints**: chosen by the artifact's stored ``task`` (class
+  probabilities, a spoofing score, boxes as JSON lines — :mod:`modforge.cli.commands.predict`).
+
+The run routines come from the ``experiment`` layer as a :class:`RunRoutines` value, so a
+task (which sits below it) never imports the runner.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..core.registries import TASKS, register_task
 
-__all__ = ["TASKS", "Task", "get_task"]
+__all__ = ["TASKS", "RunRoutines", "Task", "get_task", "sectioned_tasks"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRoutines:
+    """What the runner lends a task's :meth:`Task.run` (the ``experiment`` layer fills it in).
+
+    Attributes:
+        fit_and_test: the standard run — ``(cfg, run_dir, *, resume, splits, restart) ->
+            summary``: build, train, test ``best.pt``, write ``summary.json`` and ``curves.png``.
+        build: ``(cfg, splits=None, *, init_weights=True) -> Experiment`` (data, model, metrics).
+        start_run_folder: ``(cfg, run_dir, *, restart=False)`` — make the folder once all is built.
+        continue_run_folder: ``(cfg, run_dir)`` — the folder a resumed run goes on in.
+        require_a_loss: ``(exp, cfg)`` — refuse a model that cannot make a training loss.
+        write_json: ``(path, data)`` — write a summary atomically.
+    """
+
+    fit_and_test: Callable[..., dict[str, Any]]
+    build: Callable[..., Any]
+    start_run_folder: Callable[..., None]
+    continue_run_folder: Callable[..., None]
+    require_a_loss: Callable[..., None]
+    write_json: Callable[..., None]
 
 
 @register_task("classification")
@@ -39,12 +91,64 @@ class Task:
         default_metrics: metric names used when ``train.metrics`` is not given.
         monitor_preference: metrics tried in order for the default monitor (``val_<name>``).
         model_options: extra :func:`modforge.build_model` arguments.
+        section: a top-level config section this task owns; a config with it runs this task.
+        folds_refusal: why ``modforge kfold`` cannot re-split this task's data (None: it can,
+            when the dataset's splits pool and re-split by one label per sample).
     """
 
     name = "classification"
     default_metrics: tuple[str, ...] = ("accuracy", "loss")
     monitor_preference: tuple[str, ...] = ("accuracy", "loss")
     model_options: dict[str, Any] = {}
+    section: str | None = None
+    folds_refusal: str | None = None
+
+    def check_config(self, cfg: Any) -> None:
+        """Check the task's own config section before data or model exist (default: none).
+
+        Raises:
+            ConfigError: naming the key path and its source."""
+
+    def run(
+        self,
+        routines: RunRoutines,
+        cfg: Any,
+        run_dir: Path,
+        *,
+        resume: dict[str, Any] | None = None,
+        splits: Any = None,
+        restart: bool = False,
+    ) -> dict[str, Any]:
+        """Train (or resume) a run of this task into ``run_dir`` and return its summary.
+        The default is the runner's train-then-test routine."""
+        return routines.fit_and_test(cfg, run_dir, resume=resume, splits=splits, restart=restart)
+
+    def evaluate(
+        self, exp: Any, checkpoint: dict[str, Any], split: str, *, out_dir: Path | None, stem: str, what: str
+    ) -> dict[str, Any]:
+        """``modforge test``: ``exp.model`` (holding ``checkpoint``'s weights) on one split, with
+        this task's report (:meth:`test`; its files go to ``out_dir`` named after ``stem``).
+
+        Raises:
+            UsageError: the dataset has no such split (``what`` names the dataset's source).
+        """
+        import torch
+
+        from ..core.errors import UsageError
+        from ..data.loader import make_loader
+
+        dataset = {"test": exp.splits.test, "val": exp.splits.val, "train": exp.splits.train}[split]
+        if dataset is None or len(dataset) == 0:
+            raise UsageError(f"{what} has no {split} split")
+        loader = make_loader(dataset, exp.loader, train=False)
+        trainer = exp.trainer_class(  # the run's own class: its prepare_batch applies to evaluation too
+            exp.model, torch.optim.SGD(exp.model.parameters(), lr=0.0), metrics=exp.metrics, device=exp.settings.device
+        )
+        return self.test(trainer, loader, dataset, split=split, out_dir=out_dir, stem=stem)
+
+    def check_export(self, exp: Any) -> None:
+        """Refuse (``UsageError``) an export whose artifact — the model alone — would not
+        reproduce the run's predictions (default: every model exports)."""
 
     def test(self, trainer: Any, loader: Any, dataset: Any, *, split: str, out_dir: Path | None, stem: str) -> dict:
         """Evaluate ``loader`` and return ``{"<split>": {metric: value}, ...}`` for the summary;
@@ -53,6 +157,16 @@ class Task:
         metrics = {k[len(split) + 1 :]: v for k, v in row.items()}
         extra = {k[len(split) + 1 :]: v for k, v in trainer.extra_results.items() if k.startswith(split + "_")}
         return {split: {**metrics, **extra}}
+
+
+def sectioned_tasks() -> dict[str, type[Task]]:
+    """Every registered task that owns a config section, by section name."""
+    owned: dict[str, type[Task]] = {}
+    for name in TASKS.list():
+        section = getattr(TASKS.get(name), "section", None)
+        if section:
+            owned[section] = TASKS.get(name)
+    return owned
 
 
 def get_task(name: str | None) -> Task:

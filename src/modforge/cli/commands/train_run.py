@@ -241,27 +241,21 @@ def _resolved(resume: _Resume):
 
 
 def _print_summary(summary: dict, run_dir: Path) -> None:
-    if "class_il" in summary:  # a continual run: its accuracy summaries
-        rows = [
-            (setting.replace("_", "-").replace("il", "IL"), key.replace("_", " "), f"{summary[setting][key]:.4f}")
-            for setting in ("class_il", "task_il")
-            for key in ("average_accuracy", "learning_accuracy", "forgetting", "backward_transfer")
-            if isinstance(summary[setting][key], float)
-        ]
-        rows.append(("run", "train seconds", f"{summary['train_seconds']:.1f}"))
-        print_table(("", "metric", "value"), rows, title=f"{summary['config']} — {display_path(run_dir)}")
-        return
+    """The summary's figures as a table, whatever the task: every section of numbers (``test``,
+    ``best``, a continual run's ``class_il``/``task_il``...), then the run's size and time."""
     rows = []
-    for key, value in (summary.get("test") or {}).items():
-        if isinstance(value, float):
-            rows.append(("test", key, f"{value:.4f}"))
-    for key, value in (summary.get("best") or {}).items():
-        rows.append(("best", key, f"{value:.4f}" if isinstance(value, float) else value))
-    rows += [
-        ("run", "epochs", summary["epochs"]),
-        ("run", "parameters", f"{summary['params']:,}"),
-        ("run", "train seconds", summary["train_seconds"]),
-    ]
-    print_table(("", "metric", "value"), rows, title=f"{summary['config']} — {display_path(run_dir)}")
+    for section, values in summary.items():
+        if not isinstance(values, dict) or section in ("last", "init", "algorithm"):
+            continue
+        label = section.replace("_il", "-IL").replace("_", " ")
+        for key, value in values.items():
+            if isinstance(value, float):
+                rows.append((label, key, f"{value:.4f}"))
+            elif section == "best" and isinstance(value, int):
+                rows.append((label, key, value))
+    facts = (("epochs", "epochs"), ("params", "parameters"), ("train_seconds", "train seconds"))
+    rows += [("run", label, f"{summary[key]:,}" if key == "params" else summary[key])
+             for key, label in facts if key in summary]
+    print_table(("", "metric", "value"), rows, title=f"{summary.get('config', run_dir.name)} — {display_path(run_dir)}")
     if summary.get("stop_reason"):
         console().print(summary["stop_reason"], markup=False)

@@ -42,6 +42,8 @@ class DetectionTask(Task):
     name = "detection"
     default_metrics = ("coco_map", "loss")
     monitor_preference = ("map", "loss")
+    folds_refusal = ("a detection image holds boxes of several classes, so there is no one label per image to "
+                     "stratify folds by")  # fmt: skip
 
     def test(self, trainer: Any, loader: Any, dataset: Any, *, split: str, out_dir: Path | None, stem: str) -> dict:
         coco = next((m for m in trainer.metrics.values() if isinstance(m, CocoMAP)), None)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..continual.evaluation import (
+from ...continual.evaluation import (
     AccuracyMatrix,
     average_accuracy,
     backward_transfer,
@@ -29,51 +29,26 @@ from ..continual.evaluation import (
     learning_accuracy,
     task_il_correct,
 )
-from ..continual.trainer import ContinualTrainer
-from ..core.arguments import signature_of
-from ..core.config import Config
-from ..core.errors import ConfigError, ModforgeError, UsageError
-from ..core.registries import ALGORITHMS
-from ..data.loader import make_loader
-from .runs import write_json
+from ...continual.trainer import ContinualTrainer
+from ...core.config import Config
+from ...core.errors import ConfigError, ModforgeError, UsageError
+from ...core.registries import ALGORITHMS
+from ...data.loader import make_loader
+from ..base import RunRoutines
+from .task import ContinualSettings, continual_settings
 
-__all__ = ["ContinualSettings", "continual_run", "continual_settings", "evaluate_continual"]
+__all__ = ["continual_run", "evaluate_continual"]
 
 log = logging.getLogger("modforge.experiment")
 
 
-class ContinualSettings:
-    """The ``continual:`` section.
-
-    Args:
-        algorithm: the method (an algorithm spec: ``der`` or ``{type: der, args: {alpha: 0.3}}``).
-        epochs_per_task: training epochs on each task.
-    """
-
-    def __init__(self, algorithm: Any = "sgd", epochs_per_task: int = 1):
-        if epochs_per_task < 1:
-            raise ValueError(f"epochs_per_task must be at least 1, got {epochs_per_task}")
-        self.algorithm = algorithm if isinstance(algorithm, dict) else {"type": str(algorithm), "args": {}}
-        self.epochs_per_task = epochs_per_task
-
-
-def continual_settings(cfg: Config) -> ContinualSettings:
-    values = signature_of(ContinualSettings).validate(cfg.data.get("continual") or {}, path="continual",
-                                                      origin_of=cfg.where)
-    try:
-        return ContinualSettings(**values)
-    except ValueError as exc:
-        raise ConfigError(str(exc), path="continual", source=cfg.where("continual")) from None
-
-
 def continual_run(
-    cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None = None, restart: bool = False
+    routines: RunRoutines, cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None = None, restart: bool = False
 ) -> dict[str, Any]:
     """Train the task sequence of ``cfg``'s dataset with its algorithm; return the summary
-    (``run_dir`` is made once everything is built; ``restart``: see :func:`.runner.train_run`)."""
-    from .runner import Experiment, continue_run_folder, require_a_loss, start_run_folder
-
-    exp = Experiment.build(cfg, init_weights=resume is None)
+    (``run_dir`` is made once everything is built; ``restart``: a folder that never reached
+    its first checkpoint, trained again from scratch). ``routines``: the runner's."""
+    exp = routines.build(cfg, init_weights=resume is None)
     tasks = getattr(exp.splits, "tasks", None)
     if not tasks:
         raise ConfigError("a continual run needs a task-sequence dataset (seq_digits, perm_digits, rot_digits)",
@@ -92,12 +67,12 @@ def continual_run(
                           "train.trainer applies to other runs", path="train.trainer",
                           source=cfg.where("train.trainer"))  # fmt: skip
     loaders = [_train_loader(exp, tasks, i, cumulative=algorithm.cumulative) for i in range(len(tasks))]
-    require_a_loss(exp, cfg)
+    routines.require_a_loss(exp, cfg)
     trainer = exp.trainer(loaders[0], run_dir, trainer_class=ContinualTrainer, algorithm=algorithm)
     if resume is None:
-        start_run_folder(cfg, run_dir, restart=restart)
+        routines.start_run_folder(cfg, run_dir, restart=restart)
     else:
-        continue_run_folder(cfg, run_dir)
+        routines.continue_run_folder(cfg, run_dir)
     epochs = settings.epochs_per_task
     keep_last = next((cb.keep_last for cb in trainer.callbacks if hasattr(cb, "keep_last")), 3)
     first = 0
@@ -136,7 +111,12 @@ def continual_run(
         log.info("task %d/%d: class-IL %s", t + 1, len(tasks), " ".join(f"{a:.3f}" for a in class_row))
     trainer.writer.wait()
     trainer.extra_results["train_seconds"] = trainer.train_seconds  # the whole run's, resumed sessions included
-    return _summary(cfg, run_dir, exp, settings, trainer)
+    summary = _summary(cfg, exp, settings, trainer)
+    routines.write_json(run_dir / "summary.json", summary)
+    from .plots import plot_accuracy_matrix
+
+    plot_accuracy_matrix(summary["class_il"]["matrix"], run_dir / "cl_matrix.png", title=f"{cfg.name}: class-IL")
+    return summary
 
 
 def _enter_task(t: int, trainer: ContinualTrainer, exp: Any, tasks: list, loaders: list, epochs: int, *,
@@ -146,7 +126,7 @@ def _enter_task(t: int, trainer: ContinualTrainer, exp: Any, tasks: list, loader
     its loader's order from the start; with ``begin``, the algorithm's ``begin_task``. A
     resumed task has begun already (the checkpoint holds that state); the schedule object is
     rebuilt anyway and the checkpoint's state is loaded into it."""
-    from ..train.optim_builder import build_scheduler
+    from ...train.optim_builder import build_scheduler
 
     trainer.max_epochs = (t + 1) * epochs
     spec = exp.settings.scheduler
@@ -217,7 +197,7 @@ def evaluate_continual(exp: Any, payload: dict[str, Any], split: str = "test") -
 def _train_loader(exp: Any, tasks: list, index: int, *, cumulative: bool):
     """Task ``index``'s training loader (its own seeded order); with ``cumulative``, over the
     data of tasks 0..index (JOINT)."""
-    from ..data.base import ArrayDataset
+    from ...data.base import ArrayDataset
 
     data = ArrayDataset.concat([t.train for t in tasks[: index + 1]]) if cumulative else tasks[index].train
     generator = torch.Generator().manual_seed((exp.seed * 1_000_003 + index) % (1 << 63))
@@ -244,7 +224,7 @@ def _evaluate_seen(
     return class_row, task_row
 
 
-def _summary(cfg: Config, run_dir: Path, exp: Any, settings: ContinualSettings, trainer: ContinualTrainer) -> dict:
+def _summary(cfg: Config, exp: Any, settings: ContinualSettings, trainer: ContinualTrainer) -> dict:
     matrices = {name: AccuracyMatrix(trainer.continual[name]) for name in ("class_il", "task_il")}
     summary: dict[str, Any] = {
         "config": cfg.name,
@@ -263,10 +243,4 @@ def _summary(cfg: Config, run_dir: Path, exp: Any, settings: ContinualSettings, 
             "backward_transfer": backward_transfer(matrix),
             "matrix": matrix.as_lists(),
         }
-    write_json(run_dir / "summary.json", summary)
-    from .plots import plot_accuracy_matrix
-
-    plot_accuracy_matrix(matrices["class_il"].as_lists(), run_dir / "cl_matrix.png", title=f"{cfg.name}: class-IL")
     return summary
-
-

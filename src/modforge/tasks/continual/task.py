@@ -1,0 +1,107 @@
+"""The ``continual`` task: chosen by a config's ``continual:`` section (or ``task: continual``).
+
+It is classification in what it measures per sample (metrics ``accuracy``/``loss``, monitor
+``val_accuracy``), but it owns its run: the dataset's task sequence is trained one task after
+another by the configured algorithm (:mod:`.run`), and ``modforge test`` reports class-IL and
+task-IL accuracy on every task trained so far. An exported artifact holds only the model, so
+a method that classifies another way (iCaRL's nearest mean of exemplars) is refused at export.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ...core.arguments import signature_of
+from ...core.errors import ConfigError, UsageError
+from ...core.registries import ALGORITHMS, register_task
+from ..base import RunRoutines, Task
+
+__all__ = ["ContinualSettings", "ContinualTask", "continual_settings"]
+
+
+class ContinualSettings:
+    """The ``continual:`` section.
+
+    Args:
+        algorithm: the method (an algorithm spec: ``der`` or ``{type: der, args: {alpha: 0.3}}``).
+        epochs_per_task: training epochs on each task.
+    """
+
+    def __init__(self, algorithm: Any = "sgd", epochs_per_task: int = 1):
+        if epochs_per_task < 1:
+            raise ValueError(f"epochs_per_task must be at least 1, got {epochs_per_task}")
+        self.algorithm = algorithm if isinstance(algorithm, dict) else {"type": str(algorithm), "args": {}}
+        self.epochs_per_task = epochs_per_task
+
+
+def continual_settings(cfg: Any) -> ContinualSettings:
+    """The config's ``continual:`` section, checked (unknown keys, types, ranges).
+
+    Raises:
+        ConfigError: naming ``continual.<key>`` and where it came from."""
+    values = signature_of(ContinualSettings).validate(cfg.data.get("continual") or {}, path="continual",
+                                                      origin_of=cfg.where)
+    try:
+        return ContinualSettings(**values)
+    except ValueError as exc:
+        raise ConfigError(str(exc), path="continual", source=cfg.where("continual")) from None
+
+
+@register_task("continual")
+class ContinualTask(Task):
+    """A task sequence trained with a continual-learning algorithm (see the module doc)."""
+
+    name = "continual"
+    section = "continual"
+    folds_refusal = "it trains its dataset's own task sequence, which cannot be pooled and re-split into folds"
+
+    def check_config(self, cfg: Any) -> None:
+        continual_settings(cfg)  # unknown keys and bad values fail here, before data or model exist
+
+    def run(
+        self,
+        routines: RunRoutines,
+        cfg: Any,
+        run_dir: Path,
+        *,
+        resume: dict[str, Any] | None = None,
+        splits: Any = None,
+        restart: bool = False,
+    ) -> dict[str, Any]:
+        from ...train import distributed
+        from .run import continual_run
+
+        if distributed.is_distributed():
+            raise ConfigError("a continual run trains in one process (its methods step on several forward passes "
+                              "per batch, which DDP does not synchronise); launch it without torchrun/--nproc",
+                              path="continual", source=cfg.where("continual"))  # fmt: skip
+        if splits is not None:  # re-split data (k-fold refuses earlier: folds_refusal)
+            raise UsageError(f"a continual run {self.folds_refusal}")
+        return continual_run(routines, cfg, run_dir, resume=resume, restart=restart)
+
+    def evaluate(
+        self, exp: Any, checkpoint: dict[str, Any], split: str, *, out_dir: Path | None, stem: str, what: str
+    ) -> dict[str, Any]:
+        from .run import evaluate_continual
+
+        if not getattr(exp.splits, "tasks", None):  # not a task sequence: an ordinary evaluation
+            return super().evaluate(exp, checkpoint, split, out_dir=out_dir, stem=stem, what=what)
+        return {split: evaluate_continual(exp, checkpoint, split)}
+
+    def check_export(self, exp: Any) -> None:
+        """An artifact reproduces the model's logits; a method that classifies another way
+        (iCaRL: nearest mean of exemplars) would be exported as a different, worse classifier."""
+        from ...continual.algorithms.base import Algorithm
+
+        cfg = exp.cfg
+        spec = (cfg.data.get("continual") or {}).get("algorithm") or "sgd"
+        name = spec if isinstance(spec, str) else spec.get("type", "sgd")
+        algorithm, _ = ALGORITHMS.resolve(str(name), allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir),
+                                          path="continual.algorithm", source=cfg.where("continual.algorithm"))
+        if getattr(algorithm, "class_scores", Algorithm.class_scores) is not Algorithm.class_scores:
+            raise UsageError(
+                f"this continual run's method '{name}' does not classify by the model's logits (it uses its own "
+                "scores, e.g. the nearest mean of exemplars), and an artifact holds only the model: its predictions "
+                "would differ from the run's. Evaluate the run with `modforge test RUN` instead"
+            )
