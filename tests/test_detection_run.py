@@ -37,8 +37,14 @@ def test_the_shipped_config_trains_validates_by_coco_ap_and_reports(cli, shapes,
     assert {"map", "map_50", "map_75", "map_small", "mar_100", "loss"} <= set(test)
     assert set(test["per_class"]) == {"circle", "square", "triangle", "star", "cross"}
     assert summary["monitor"] == "val_map"
-    header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+    header, *rows = (run / "metrics.csv").read_text().splitlines()
+    header = header.split(",")
     assert {"val_map", "val_map_50", "val_loss"} <= set(header)
+    terms = ("cls_loss", "box_loss", "quality_loss")  # UP-style loss keys, each its own column
+    assert {f"{split}_{term}" for split in ("train", "val") for term in terms} <= set(header)
+    last = dict(zip(header, rows[-1].split(","), strict=True))
+    for split in ("train", "val"):  # the model's loss is the sum of its terms (weights 1), so are their means
+        assert float(last[f"{split}_loss"]) == pytest.approx(sum(float(last[f"{split}_{t}"]) for t in terms), rel=1e-5)
     for name in ("detections.json", "detections.png", "pr.png"):
         assert (run / name).stat().st_size > 0, name
     records = json.loads((run / "detections.json").read_text())

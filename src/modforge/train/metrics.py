@@ -61,6 +61,11 @@ class Metric(abc.ABC):
     def compute(self) -> Any:
         """The value over everything since :meth:`reset`."""
 
+    def extra_columns(self) -> dict[str, float]:
+        """Further per-epoch columns this metric logs beside its own value, named without the
+        split prefix (the ``loss`` metric: each named loss term, ``val_cls_loss``...). Default: none."""
+        return {}
+
     def sync(self, what: str = "a metric") -> None:
         """Combine what every process accumulated (called in multi-process evaluation,
         before :meth:`compute`), so the value is the one of all the data — sums and counts
@@ -180,7 +185,8 @@ class ConfusionMatrix(_Confusion):
 
 @register_metric("loss")
 class MeanLoss(Metric):
-    """The batch losses averaged over samples."""
+    """The batch losses averaged over samples; and each named loss term of the model
+    (``cls_loss``, ``box_loss``... — scalar ``*_loss`` outputs) as its own column."""
 
     higher_is_better = False
 
@@ -190,6 +196,7 @@ class MeanLoss(Metric):
     def reset(self) -> None:
         self.total: torch.Tensor | float = 0.0
         self.count = 0
+        self.terms: dict[str, torch.Tensor | float] = {}
 
     def update(self, out: dict[str, Any]) -> None:
         if "loss" not in out:
@@ -197,10 +204,20 @@ class MeanLoss(Metric):
         n = batch_size_of(out)
         self.total = self.total + out["loss"].detach().float() * n
         self.count += n
+        for key, value in out.items():
+            if key != "loss" and key.endswith("_loss") and isinstance(value, torch.Tensor) and value.ndim == 0:
+                self.terms[key] = self.terms.get(key, 0.0) + value.detach().float() * n
 
     def compute(self) -> float:
         return float(self.total) / self.count if self.count else float("nan")
 
+    def extra_columns(self) -> dict[str, float]:
+        return {key: float(total) / self.count for key, total in self.terms.items()} if self.count else {}
+
     def sync(self, what: str = "a metric") -> None:
-        both = all_reduce_sum(torch.stack([torch.as_tensor(self.total).double().cpu(), torch.tensor(float(self.count))]), what)
+        keys = sorted(self.terms)  # every process's model names the same terms
+        values = [torch.as_tensor(self.total).double().cpu(), torch.tensor(float(self.count))]
+        values += [torch.as_tensor(self.terms[k]).double().cpu() for k in keys]
+        both = all_reduce_sum(torch.stack(values), what)
         self.total, self.count = float(both[0]), int(both[1])
+        self.terms = {k: float(v) for k, v in zip(keys, both[2:].tolist(), strict=True)}

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -67,6 +68,14 @@ PRECISIONS = ("32", "bf16", "16")
 
 class NonFiniteLossError(ModforgeError):
     """The training loss became NaN or infinite."""
+
+
+def loss_terms(out: dict[str, Any]) -> tuple[str, ...]:
+    """The named loss terms of a model's output: every scalar tensor under a ``*_loss`` key
+    besides ``loss`` (UP-style ``cls_loss``, ``box_loss``...), in output order."""
+    return tuple(
+        k for k, v in out.items() if k != "loss" and k.endswith("_loss") and isinstance(v, torch.Tensor) and v.ndim == 0
+    )
 
 
 def loss_of(out: dict[str, Any]) -> torch.Tensor:
@@ -203,6 +212,10 @@ class Trainer:
         self.epoch_start_generator: torch.Tensor | None = None
         self._losses: list[torch.Tensor] = []  # this epoch's detached batch losses (read rarely)
         self._sizes: list[int] = []
+        # the model's named loss terms (``cls_loss``, ``box_loss``...): found on the first training
+        # batch, then each batch's entry in ``_losses`` is the vector (loss, term 1, term 2, ...)
+        self.loss_parts: tuple[str, ...] | None = None
+        self._step_parts: torch.Tensor | None = None
         # transient state
         self.should_stop = False
         self.stop_reason = ""
@@ -231,8 +244,22 @@ class Trainer:
         return batch.to(self.device, non_blocking=True)
 
     def training_step(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Forward and loss for one batch (the closure algorithms override)."""
-        return loss_of(self.runnable(batch))
+        """Forward and loss for one batch (the closure algorithms override). The model's named
+        loss terms (scalar ``*_loss`` outputs besides ``loss``) are noted for the epoch's
+        ``train_<term>`` columns (:meth:`note_loss_parts`)."""
+        out = self.runnable(batch)
+        self.note_loss_parts(out)
+        return loss_of(out)
+
+    def note_loss_parts(self, out: dict[str, Any]) -> None:
+        """Note this batch's loss terms — every scalar ``*_loss`` tensor of ``out`` besides
+        ``loss`` (UP-style ``cls_loss``, ``box_loss``...) — so the epoch's row logs their mean
+        as ``train_<term>``. An overriding :meth:`training_step` may call it with its output;
+        epochs with batches that did not are logged without the terms."""
+        if self.loss_parts is None:
+            self.loss_parts = loss_terms(out)
+        if self.loss_parts and all(isinstance(out.get(k), torch.Tensor) for k in self.loss_parts):
+            self._step_parts = torch.stack([out[k].detach().float().reshape(()) for k in self.loss_parts])
 
     def backward(self, loss: torch.Tensor) -> None:
         """Back-propagate (scaled for accumulation and fp16)."""
@@ -374,6 +401,7 @@ class Trainer:
         if self.ddp is not None:  # BatchNorm statistics drift apart per process: evaluate with rank 0's
             distributed.broadcast_buffers(self.model, what="sharing buffers after the epoch")
         row: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.global_step, "train_loss": self._mean_loss()}
+        row.update(self._mean_loss_parts())
         if self.guard_nonfinite:
             self.check_finite()  # before the epoch's losses are cleared (the epoch-end checkpoint follows)
         if val_loader is not None:
@@ -411,7 +439,7 @@ class Trainer:
             else:  # no context manager per step when there is nothing to suspend
                 loss = self._step_and_backward(batch, autocast)
             self.last_loss = loss.detach()
-            self._losses.append(self.last_loss)
+            self._losses.append(self._loss_entry())
             self._sizes.append(batch_size_of(batch) if isinstance(batch, dict) else 1)
             micro += 1
             self.batch_in_epoch += 1
@@ -430,6 +458,16 @@ class Trainer:
                 self.should_stop = True
                 break
 
+    def _loss_entry(self) -> torch.Tensor:
+        """This batch's entry in the epoch's losses: the loss, or (loss, terms...) when the
+        model names its loss terms (NaN terms: the step did not note them)."""
+        parts, self._step_parts = self._step_parts, None
+        if not self.loss_parts:
+            return self.last_loss
+        if parts is None:
+            parts = torch.full((len(self.loss_parts),), math.nan, device=self.last_loss.device)
+        return torch.cat([self.last_loss.float().reshape(1), parts.to(self.last_loss.device)])
+
     def _step_and_backward(self, batch: Any, autocast: bool) -> torch.Tensor:
         """One micro-batch: the training step (under autocast when casting) and its backward."""
         if autocast:
@@ -441,11 +479,13 @@ class Trainer:
         return loss
 
     def _loss_total(self) -> torch.Tensor:
-        """The epoch's sample-weighted loss sum so far (a few tensor ops, on the device)."""
+        """The epoch's sample-weighted loss sum so far (a few tensor ops, on the device): a
+        scalar, or the vector (loss, terms...) when the model names its loss terms."""
         if not self._losses:
-            return torch.zeros(())
+            return torch.zeros(1 + len(self.loss_parts)) if self.loss_parts else torch.zeros(())
         losses = torch.stack(self._losses).float()
-        return (losses * torch.tensor(self._sizes, dtype=losses.dtype, device=losses.device)).sum()
+        sizes = torch.tensor(self._sizes, dtype=losses.dtype, device=losses.device)
+        return (losses * sizes.reshape(-1, *([1] * (losses.ndim - 1)))).sum(0)
 
     def _reduced_loss(self) -> tuple[torch.Tensor, int]:
         """The epoch's loss sum and sample count so far, over every process (reduced once
@@ -455,14 +495,26 @@ class Trainer:
         key = (self.epoch, self.global_step, len(self._losses))
         if self._reduced is None or self._reduced[0] != key:
             total, count = self._loss_total(), sum(self._sizes)
-            both = torch.stack([total.double().to(self.device), torch.tensor(float(count), device=self.device).double()])
+            count_row = torch.tensor([float(count)], device=self.device).double()
+            both = torch.cat([total.double().to(self.device).reshape(-1), count_row])
             both = distributed.all_reduce_sum(both, "the training loss")
-            self._reduced = (key, both[0], int(both[1]))
+            self._reduced = (key, both[:-1].reshape(total.shape), int(both[-1]))
         return self._reduced[1], self._reduced[2]
 
     def _mean_loss(self) -> float:
         total, count = self._reduced_loss()
-        return float(total) / count if count else float("nan")
+        return float(total.reshape(-1)[0]) / count if count else float("nan")
+
+    def _mean_loss_parts(self) -> dict[str, float]:
+        """The epoch's mean of each named loss term (``train_cls_loss``...); terms some batch
+        did not note are left out."""
+        if not self.loss_parts:
+            return {}
+        total, count = self._reduced_loss()
+        if not count or total.ndim == 0:
+            return {}
+        means = {f"train_{k}": float(v) / count for k, v in zip(self.loss_parts, total[1:].tolist(), strict=True)}
+        return {k: v for k, v in means.items() if math.isfinite(v)}
 
     def _step_scheduler_epoch(self, row: dict[str, Any]) -> None:
         if self.scheduler is None or self.scheduler_interval != "epoch":
@@ -503,6 +555,7 @@ class Trainer:
                     target[f"{prefix}_{key}"] = figure
             elif metric.scalar:
                 row[f"{prefix}_{name}"] = value
+                row.update({f"{prefix}_{key}": figure for key, figure in metric.extra_columns().items()})
             else:
                 self.extra_results[f"{prefix}_{name}"] = value
         return row
@@ -561,7 +614,7 @@ class Trainer:
         """Raise :class:`NonFiniteLossError` if a NaN/Inf entered this epoch's loss sum (of
         any process: every process decides alike)."""
         total, count = self._reduced_loss()
-        if count and not bool(torch.isfinite(total)):
+        if count and not bool(torch.isfinite(total.reshape(-1)[0])):
             self.writer.wait()  # checkpoints already queued are good ones: let them land first
             last = list_checkpoints(self.run_dir / "checkpoints") if self.run_dir else []
             kept = f"; the last good checkpoint is {last[0]}" if last else ""
@@ -595,6 +648,7 @@ class Trainer:
             "rng_per_rank": None if per_rank is None else [rng for rng, _, _ in per_rank],
             "epoch_losses": losses,
             "epoch_sizes": sizes,
+            "loss_parts": list(self.loss_parts) if self.loss_parts is not None else None,
             "epoch_losses_per_rank": None if per_rank is None else [lo for _, lo, _ in per_rank],
             "epoch_sizes_per_rank": None if per_rank is None else [si for _, _, si in per_rank],
             "history": [dict(row) for row in self.history],
@@ -648,6 +702,10 @@ class Trainer:
         self.global_step = payload["global_step"]
         self.train_seconds_before = float(payload.get("train_seconds") or 0.0)
         self.history = [dict(row) for row in payload["history"]]
+        if "loss_parts" in payload:  # None: saved before the first training batch named them
+            self.loss_parts = tuple(payload["loss_parts"]) if payload["loss_parts"] is not None else None
+        else:  # an older modforge's checkpoint: its epoch losses are plain, so this run logs no terms
+            self.loss_parts = ()
         self._losses, self._sizes = self._restored_losses(payload, saved_world)
         self.epoch_start_generator = payload.get("loader_generator")
         if generator is not None and self.epoch_start_generator is not None:
