@@ -85,7 +85,9 @@ class ContinualTask(Task):
     ) -> dict[str, Any]:
         from .run import evaluate_continual
 
-        if not getattr(exp.splits, "tasks", None):  # not a task sequence: an ordinary evaluation
+        if not getattr(exp.splits, "tasks", None) or "epoch" not in checkpoint:
+            # not a task sequence, or weights that were never trained here (a config's model.init): no task
+            # has been learned to report on, so the split is evaluated as one classification set
             return super().evaluate(exp, checkpoint, split, out_dir=out_dir, stem=stem, what=what)
         return {split: evaluate_continual(exp, checkpoint, split)}
 
