@@ -17,6 +17,7 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "detection" / "shapes
 SMALL = [
     "data.args.min_size=64", "data.args.max_size=64", "data.batch_size=8", "train.max_epochs=2",
     "model.backbone.args.width=0.25", "model.neck.args.out_channels=32", "train.progress=never", "train.num_threads=1",
+    "train.scheduler.args.warmup=2",  # steps: the shipped config's 300 would outlast these few-step runs
 ]  # fmt: skip
 
 

@@ -392,6 +392,9 @@ def fit_and_test(
     }
     best_path = run_dir / "checkpoints" / "best.pt"
     checkpoint_cb = next((cb for cb in trainer.callbacks if type(cb).__name__ == "Checkpoint"), None)
+    earlier = getattr(checkpoint_cb, "best_file", None)
+    if not best_path.exists() and earlier and Path(earlier).exists():  # resumed into a new folder, no better
+        best_path = Path(earlier)  # epoch since: the best weights are the resumed run's best.pt
     if checkpoint_cb is not None and checkpoint_cb.best is not None:
         summary["best"] = {"epoch": checkpoint_cb.best_epoch, exp.monitor: checkpoint_cb.best}
     if test_loader is not None:
@@ -401,7 +404,7 @@ def fit_and_test(
         best = distributed.broadcast_object(best, what="sharing best.pt for the test")
         if best is not None:
             exp.model.load_state_dict(best)
-            evaluated = "checkpoints/best.pt"
+            evaluated = "checkpoints/best.pt" if best_path.parent.parent == run_dir else display_path(best_path)
         out_dir = run_dir if main else None
         summary.update(exp.task.test(trainer, test_loader, exp.splits.test, split="test", out_dir=out_dir, stem=""))
         summary["evaluated"] = evaluated

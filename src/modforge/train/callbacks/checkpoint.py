@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 from ...core.registries import register_callback
@@ -38,6 +39,9 @@ class Checkpoint(Callback):
         self.every_n_epochs, self.every_n_steps, self.keep_last = every_n_epochs, every_n_steps, keep_last
         self.best: float | None = None
         self.best_epoch: int | None = None
+        # where the best weights were written (absolute): a run resumed into another folder
+        # finds them there until it writes a better best.pt of its own
+        self.best_file: str | None = None
 
     def on_step_end(self, trainer) -> None:
         if self.every_n_steps and trainer.global_step % self.every_n_steps == 0 and not trainer.epoch_finished:
@@ -50,12 +54,15 @@ class Checkpoint(Callback):
             mode = trainer.direction(self.monitor) if self.mode == "auto" else self.mode
             if improved(value, self.best, mode):
                 self.best, self.best_epoch, is_best = value, row["epoch"], True
+                if trainer.run_dir is not None:
+                    self.best_file = str((Path(trainer.run_dir) / "checkpoints" / "best.pt").resolve())
         periodic = self.every_n_epochs and row["epoch"] % self.every_n_epochs == 0
         if periodic or is_best or trainer.is_last_epoch:
             trainer.save_checkpoint(keep_last=self.keep_last, best=is_best)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "best_epoch": self.best_epoch}
+        return {"best": self.best, "best_epoch": self.best_epoch, "best_file": self.best_file}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.best_epoch = state.get("best"), state.get("best_epoch")
+        self.best_file = state.get("best_file")
