@@ -58,14 +58,19 @@ def test_each_named_term_gets_train_and_val_columns_that_add_up_to_the_loss(digi
     assert trainer.loss_parts == ("ce_loss", "reg_loss")
 
 
-def test_a_checkpoint_of_an_older_modforge_resumes_without_term_columns(digits):
+def test_a_checkpoint_of_an_older_modforge_resumes_and_names_its_terms_from_the_next_epoch(digits):
     first = _fit(digits, epochs=1)
-    payload = first.checkpoint_payload()
-    del payload["loss_parts"]  # what an older modforge wrote: plain epoch losses
+    payload = first.checkpoint_payload()  # at the epoch boundary: no epoch losses in it
+    del payload["loss_parts"]  # what an older modforge wrote
     resumed = _fit(digits, epochs=2, payload=payload)
-    assert resumed.loss_parts == ()
-    assert "train_ce_loss" not in resumed.history[-1] and "val_ce_loss" in resumed.history[-1]
+    assert resumed.loss_parts == ("ce_loss", "reg_loss")  # nothing plain to mix with: found again
+    assert "train_ce_loss" in resumed.history[-1]
     assert resumed.history[0] == first.history[0]
+    mid_epoch = dict(payload, epoch_losses=torch.tensor([2.3, 2.2]), epoch_sizes=[64, 64])
+    model = TwoTerms()
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), max_epochs=2)
+    trainer.load_state(mid_epoch)
+    assert trainer.loss_parts == ()  # plain losses of this epoch restored: no terms for it (found again next epoch)
 
 
 class PlainStep(Trainer):

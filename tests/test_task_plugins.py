@@ -184,3 +184,39 @@ def test_a_plug_in_task_can_own_a_config_section_and_its_run(cli, tmp_path):
     assert all((tmp_path / "run" / f"seed{s}" / "checkpoints" / "best.pt").exists() for s in (0, 1))
     other = json.loads((tmp_path / "run" / "seed1" / "summary.json").read_text())
     assert other["test"]["accuracy"] == summary["test_accuracy"]["1"]
+
+
+TIMED_PLUGIN = '''
+"""A dataset that names its task, whose run wraps the standard routine (must not recurse)."""
+import modforge as mf
+from modforge.data.digits import digits
+from modforge.tasks.base import Task
+
+
+@mf.register_dataset("digits_timed")
+def digits_timed(seed: int = 0):
+    splits = digits(seed=seed, as_image=False)
+    splits.task = "timed"
+    return splits
+
+
+@mf.register_task("timed")
+class Timed(Task):
+    name = "timed"
+
+    def run(self, routines, cfg, run_dir, *, resume=None, splits=None, restart=False):
+        summary = routines.fit_and_test(cfg, run_dir, resume=resume, splits=splits, restart=restart)
+        summary["wrapped"] = True
+        routines.write_json(run_dir / "summary.json", summary)
+        return summary
+'''
+
+
+def test_a_task_chosen_by_its_dataset_runs_its_own_routine_once(cli, tmp_path):
+    (tmp_path / "timed.py").write_text(TIMED_PLUGIN)
+    (tmp_path / "timed.yaml").write_text(SEEDS_CONFIG.replace("plugins: [seeds.py]\nseeds: [0, 1]\n", "plugins: [timed.py]\n")
+                                         .replace("{type: digits,", "{type: digits_timed,"))
+    res = cli("train", "timed.yaml", "--run-dir", "run")
+    assert res.code == 0, res.err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["wrapped"] is True and "accuracy" in summary["test"]

@@ -57,7 +57,11 @@ def run_kfold(cfg: Config, folds: int, run_dir: Path) -> dict[str, Any]:
     if task is not None and task.folds_refusal:  # known before any data is loaded
         raise UsageError(f"k-fold cannot split a {task.name} run: {task.folds_refusal}")
     base = _splits(cfg)
-    task = task or get_task(base.task)
+    if task is None:
+        try:
+            task = get_task(base.task)
+        except ValueError as exc:
+            raise UsageError(f"the dataset's task: {exc}") from None
     if task.folds_refusal:
         raise UsageError(f"k-fold cannot split a {task.name} run: {task.folds_refusal}")
     parts = [s for s in (base.train, base.val) if s is not None and len(s)]

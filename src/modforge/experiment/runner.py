@@ -345,7 +345,9 @@ def train_run(
         distributed.DistributedSettings(**(train_settings.get("distributed") or {})),
         device=str(train_settings.get("device", "auto")),
     )  # under torchrun from Python: join before the data is sharded
-    task = configured_task(cfg) or Task()  # none configured: the dataset's task, found once its data is loaded
+    task = configured_task(cfg)
+    if task is None:  # the dataset's task, known once its data is loaded: fit_and_test hands the run over if it owns one
+        return fit_and_test(cfg, run_dir, resume=resume, splits=splits, restart=restart, dispatch=True)
     return task.run(ROUTINES, cfg, run_dir, resume=resume, splits=splits, restart=restart)
 
 
@@ -356,12 +358,15 @@ def fit_and_test(
     resume: dict[str, Any] | None = None,
     splits: DataSplits | None = None,
     restart: bool = False,
+    dispatch: bool = False,
 ) -> dict[str, Any]:
     """The standard run: build, train (or resume), test ``best.pt`` with the task's report,
-    write ``summary.json`` and ``curves.png``; return the summary. A task chosen by the
-    dataset that owns its run routine gets the run instead (:meth:`Task.run`)."""
+    write ``summary.json`` and ``curves.png``; return the summary. With ``dispatch`` (only
+    :func:`train_run`'s own call), a task chosen by the dataset that owns its run routine
+    gets the run instead (:meth:`Task.run`) — once: the routine it may call back is this one
+    without ``dispatch``."""
     exp = Experiment.build(cfg, splits, init_weights=resume is None)  # a resumed run's weights are its checkpoint's
-    if type(exp.task).run is not Task.run and configured_task(cfg) is None:  # the dataset chose a task with its own run
+    if dispatch and type(exp.task).run is not Task.run:
         return exp.task.run(ROUTINES, cfg, run_dir, resume=resume, splits=exp.splits, restart=restart)
     if len(exp.splits.train) == 0:
         raise ConfigError("the dataset's training split is empty: nothing to train on", path="data")

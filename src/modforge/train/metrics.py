@@ -17,7 +17,14 @@ import torch
 
 from ..core.errors import ModforgeError
 from ..core.registries import register_metric
-from .distributed import all_reduce_sum
+from ..model.spec import is_loss_key
+from .distributed import all_gather_objects, all_reduce_sum
+
+
+def is_loss_term(key: str) -> bool:
+    """A loss key (:func:`~modforge.model.spec.is_loss_key`) other than the total ``loss``: a
+    named term such as ``cls_loss`` or a config's ``loss_<name>``."""
+    return key != "loss" and is_loss_key(key)
 
 __all__ = ["Metric"]
 
@@ -205,19 +212,22 @@ class MeanLoss(Metric):
         self.total = self.total + out["loss"].detach().float() * n
         self.count += n
         for key, value in out.items():
-            if key != "loss" and key.endswith("_loss") and isinstance(value, torch.Tensor) and value.ndim == 0:
+            if is_loss_term(key) and isinstance(value, torch.Tensor) and value.ndim == 0:
                 self.terms[key] = self.terms.get(key, 0.0) + value.detach().float() * n
 
     def compute(self) -> float:
         return float(self.total) / self.count if self.count else float("nan")
 
     def extra_columns(self) -> dict[str, float]:
-        return {key: float(total) / self.count for key, total in self.terms.items()} if self.count else {}
+        if not self.count or len(self.terms) < 2:  # a single term is the total: no column repeating it
+            return {}
+        return {key: float(total) / self.count for key, total in self.terms.items()}
 
     def sync(self, what: str = "a metric") -> None:
-        keys = sorted(self.terms)  # every process's model names the same terms
+        # the names every process saw (a process whose shard was empty saw none): the same vector everywhere
+        keys = sorted(set().union(*all_gather_objects(sorted(self.terms), what)))
         values = [torch.as_tensor(self.total).double().cpu(), torch.tensor(float(self.count))]
-        values += [torch.as_tensor(self.terms[k]).double().cpu() for k in keys]
+        values += [torch.as_tensor(self.terms.get(k, 0.0)).double().cpu() for k in keys]
         both = all_reduce_sum(torch.stack(values), what)
         self.total, self.count = float(both[0]), int(both[1])
         self.terms = {k: float(v) for k, v in zip(keys, both[2:].tolist(), strict=True)}

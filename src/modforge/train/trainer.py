@@ -57,7 +57,7 @@ from .checkpoint import (
     remove_abandoned_temps,
     serialize,
 )
-from .metrics import Metric, batch_size_of
+from .metrics import Metric, batch_size_of, is_loss_term
 from .rng import capture_rng, restore_rng, seed_everything
 
 __all__ = ["NonFiniteLossError", "Trainer"]
@@ -71,11 +71,12 @@ class NonFiniteLossError(ModforgeError):
 
 
 def loss_terms(out: dict[str, Any]) -> tuple[str, ...]:
-    """The named loss terms of a model's output: every scalar tensor under a ``*_loss`` key
-    besides ``loss`` (UP-style ``cls_loss``, ``box_loss``...), in output order."""
-    return tuple(
-        k for k, v in out.items() if k != "loss" and k.endswith("_loss") and isinstance(v, torch.Tensor) and v.ndim == 0
-    )
+    """The named loss terms of a model's output: every scalar tensor under a loss key
+    (:func:`~modforge.model.spec.is_loss_key`: ``loss_*``, ``*_loss``) besides ``loss`` —
+    UP-style ``cls_loss``, ``box_loss``, a config's ``loss_<name>`` — in output order; none when
+    there is only one (it is the total, perhaps weighted: a column of its own would repeat it)."""
+    terms = tuple(k for k, v in out.items() if is_loss_term(k) and isinstance(v, torch.Tensor) and v.ndim == 0)
+    return terms if len(terms) > 1 else ()
 
 
 def loss_of(out: dict[str, Any]) -> torch.Tensor:
@@ -378,6 +379,8 @@ class Trainer:
             if generator is not None:
                 self.epoch_start_generator = generator.get_state()
             self._losses, self._sizes = [], []
+            if not self.loss_parts:  # none yet (or an older checkpoint's plain epoch): look again this epoch
+                self.loss_parts = None
             self.samples_in_epoch = 0
         else:  # resuming inside an epoch: same order, consumed batches skipped unread
             if generator is not None and self.epoch_start_generator is not None:
@@ -704,8 +707,8 @@ class Trainer:
         self.history = [dict(row) for row in payload["history"]]
         if "loss_parts" in payload:  # None: saved before the first training batch named them
             self.loss_parts = tuple(payload["loss_parts"]) if payload["loss_parts"] is not None else None
-        else:  # an older modforge's checkpoint: its epoch losses are plain, so this run logs no terms
-            self.loss_parts = ()
+        else:  # an older modforge's checkpoint: plain losses this epoch — terms from the next epoch on
+            self.loss_parts = () if len(payload.get("epoch_losses", ())) else None
         self._losses, self._sizes = self._restored_losses(payload, saved_world)
         self.epoch_start_generator = payload.get("loader_generator")
         if generator is not None and self.epoch_start_generator is not None:

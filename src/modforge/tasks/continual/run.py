@@ -43,12 +43,19 @@ log = logging.getLogger("modforge.experiment")
 
 
 def continual_run(
-    routines: RunRoutines, cfg: Config, run_dir: Path, *, resume: dict[str, Any] | None = None, restart: bool = False
+    routines: RunRoutines,
+    cfg: Config,
+    run_dir: Path,
+    *,
+    resume: dict[str, Any] | None = None,
+    splits: Any = None,
+    restart: bool = False,
 ) -> dict[str, Any]:
     """Train the task sequence of ``cfg``'s dataset with its algorithm; return the summary
     (``run_dir`` is made once everything is built; ``restart``: a folder that never reached
-    its first checkpoint, trained again from scratch). ``routines``: the runner's."""
-    exp = routines.build(cfg, init_weights=resume is None)
+    its first checkpoint, trained again from scratch; ``splits``: the data, when already
+    loaded). ``routines``: the runner's."""
+    exp = routines.build(cfg, splits, init_weights=resume is None)
     tasks = getattr(exp.splits, "tasks", None)
     if not tasks:
         raise ConfigError("a continual run needs a task-sequence dataset (seq_digits, perm_digits, rot_digits)",

@@ -76,9 +76,7 @@ class ContinualTask(Task):
             raise ConfigError("a continual run trains in one process (its methods step on several forward passes "
                               "per batch, which DDP does not synchronise); launch it without torchrun/--nproc",
                               path="continual", source=cfg.where("continual"))  # fmt: skip
-        if splits is not None:  # re-split data (k-fold refuses earlier: folds_refusal)
-            raise UsageError(f"a continual run {self.folds_refusal}")
-        return continual_run(routines, cfg, run_dir, resume=resume, restart=restart)
+        return continual_run(routines, cfg, run_dir, resume=resume, splits=splits, restart=restart)
 
     def evaluate(
         self, exp: Any, checkpoint: dict[str, Any], split: str, *, out_dir: Path | None, stem: str, what: str
