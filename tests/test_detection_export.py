@@ -94,7 +94,7 @@ def test_an_exported_detector_predicts_the_eager_detections_in_original_pixels(r
     assert post["type"] == "fcos" and post["nms_threshold"] == 0.5  # the run's own head settings
     assert (post["score_threshold"], post["pre_nms_topk"], post["max_detections"]) == (0.05, 1000, 100)
     assert post["strides"] == [4, 8, 16, 32]  # the shipped config's P2–P5
-    assert result.detections is not None and result.detections.equal and result.detections.eager > 0
+    assert result.task_report is not None and result.task_report.equal and result.task_report.eager > 0
 
     drawn = tmp_path / "drawn"
     assert main(["predict", str(result.path), *map(str, pictures), "--out", str(drawn)]) == 0

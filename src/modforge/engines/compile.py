@@ -21,7 +21,7 @@ import torch
 from ..core.registries import register_engine
 from .artifact import read_torch_artifact, rebuild_model, write_torch_artifact
 from .base import Capabilities, Engine
-from .common import example_from_metadata, isolated, training_mode
+from .common import MemoryFormat, apply_memory_format, example_from_metadata, isolated, training_mode
 from .detection import for_metadata
 
 Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -41,21 +41,25 @@ class Compile(Engine):
         fallback_random: random operations (dropout) draw from PyTorch's generator exactly
             as in eager mode, so a compiled run reproduces (and resumes) an eager one;
             False lets Inductor generate its own random numbers (a little faster, other numbers).
+        memory_format: ``channels_last`` lays the model's 4-D weights out NHWC before compiling
+            (see the ``eager`` engine); ``contiguous`` (default) keeps them as built.
     """
 
     capabilities = Capabilities(can_train=True, multi_device=True, dynamic_shapes=True, needs_example_input=True)
     suffix = ".pt"
 
     def __init__(self, mode: Mode = "default", backend: str = "inductor", fullgraph: bool = False,
-                 dynamic: Optional[bool] = None, fallback_random: bool = True):
+                 dynamic: Optional[bool] = None, fallback_random: bool = True,
+                 memory_format: MemoryFormat = "contiguous"):  # fmt: skip
         self.mode, self.backend, self.fullgraph, self.dynamic = mode, backend, fullgraph, dynamic
-        self.fallback_random = fallback_random
+        self.fallback_random, self.memory_format = fallback_random, memory_format
 
     def prepare(self, model: Any, example: dict[str, Any] | None = None, *, train: bool = False) -> Callable:
         if self.fallback_random:
             import torch._inductor.config as inductor_config
 
             inductor_config.fallback_random = True  # read at every (re)compilation, so set for the process
+        apply_memory_format(model, self.memory_format)
         try:
             compiled = torch.compile(
                 model,

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..core.errors import UsageError
@@ -17,10 +16,9 @@ from ..engines import EngineError, build_engine
 from ..engines.artifact import make_metadata
 from .runner import load_trained
 
-__all__ = ["BOX_TOLERANCE", "PARITY_TOLERANCE", "DetectionParity", "ExportResult", "export_run"]
+__all__ = ["PARITY_TOLERANCE", "ExportResult", "export_run"]
 
 PARITY_TOLERANCE = 1e-5  # max |Δ| vs eager, relative to the output's scale (at least 1)
-BOX_TOLERANCE = 1e-4  # pixels: a detector artifact's boxes vs the eager model's
 
 
 @dataclasses.dataclass
@@ -33,26 +31,9 @@ class ExportResult:
     max_abs_diff: float
     output_scale: float
     metadata: dict[str, Any]
-    detections: DetectionParity | None = None
-
-
-@dataclasses.dataclass
-class DetectionParity:
-    """How a detector artifact's detections, post-processed as ``modforge predict`` does, compare
-    with the eager model's ``dt_bboxes`` on the export batch.
-
-    Attributes:
-        eager: detections of the eager model.
-        artifact: detections of the artifact.
-        equal: same count, labels and order, boxes within :data:`BOX_TOLERANCE` px, scores within
-            :data:`PARITY_TOLERANCE`.
-        max_box_diff: largest box coordinate difference in pixels (inf when not comparable).
-    """
-
-    eager: int
-    artifact: int
-    equal: bool
-    max_box_diff: float
+    task_report: Any = None
+    """The task's own check of the artifact (:meth:`~modforge.tasks.base.Task.export_report`;
+    a detector's :class:`~modforge.tasks.detection.export_check.DetectionParity`), or None."""
 
 
 def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *, which: str = "best",
@@ -68,15 +49,11 @@ def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *,
     input layout and shape, class names, normalisation, versions, resolved config) and the
     run's ``task``.
 
-    A detector (task ``detection``) is exported as its
-    :class:`~modforge.engines.detection.DetectionOutputs` view: normalised, padded image batch
-    → every location's decoded boxes, class probabilities and quality. The threshold, top-k
-    and NMS are data-dependent (ONNX cannot express them from the model's code; a trace would
-    freeze one image's path), so they run after the runtime, in ``modforge predict``, with
-    the settings recorded under ``postprocess``. The check against eager is on those outputs
-    (boxes to the tolerance times the largest coordinate, scores to the tolerance), and the
-    detections predict will make of them are compared with the eager model's ``dt_bboxes`` and
-    reported (:class:`DetectionParity`).
+    What is exported, how it is compared and what else is checked is the run's task's
+    (:meth:`~modforge.tasks.base.Task.export_view`, ``export_difference``,
+    ``export_report``): a detector, for one, is exported as its decoded per-location outputs,
+    with the threshold, top-k and NMS recorded for ``modforge predict`` to run after the
+    graph, and the detections predict will make are compared with the eager model's.
     """
     exp, checkpoint = load_trained(Path(target), which)
     cfg = exp.cfg
@@ -103,68 +80,23 @@ def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *,
     metadata["input"]["image"] = splits.image
     metadata["task"] = exp.task.name
     metadata["engine_args"] = {k: v for k, v in vars(engine).items() if k != "registered_as"}
-    detector = exp.task.name == "detection"
-    exported = model
-    if detector:  # image batch → decoded per-location outputs; thresholds, top-k and NMS run after it
-        from ..engines.detection import DetectionOutputs
-
-        exported = DetectionOutputs(model).eval()
-        metadata["postprocess"] = exported.settings
+    exported, extra = exp.task.export_view(model)
+    metadata.update(extra)
     runnable = engine.prepare(exported, batch, train=False)
     written = engine.save(runnable, path, metadata)
     loaded, _ = engine.load(written)
     with torch.no_grad():
         reference = exported(batch["input"])
         got = torch.as_tensor(loaded({"input": batch["input"]})["logits"])
-    if detector:
-        diff, scale = _detector_diff(got, reference, int(metadata["postprocess"]["num_classes"]))
-    else:
-        diff = float((got - reference).abs().max()) if got.shape == reference.shape else float("inf")
-        scale = float(reference.abs().max())
+    diff, scale = exp.task.export_difference(got, reference, metadata)
     if not diff <= PARITY_TOLERANCE * max(1.0, scale):
         written.unlink(missing_ok=True)
         raise EngineError(
             f"the {engine.name} artifact does not reproduce the model (max |Δ| {diff:.3g} on outputs up to "
             f"{scale:.3g}, shapes {list(got.shape)} vs {list(reference.shape)}); nothing was written"
         )
-    parity = _detection_parity(model, batch, got, metadata["postprocess"]) if detector else None
-    return ExportResult(written, checkpoint, engine.name, diff, scale, metadata, parity)
-
-
-def _detector_diff(got: torch.Tensor, reference: torch.Tensor, classes: int) -> tuple[float, float]:
-    """``(max |Δ|, scale)`` of a detector's decoded outputs, on the scale of the outputs' boxes: the
-    boxes may differ by the parity tolerance times the largest coordinate, the probabilities,
-    quality and level (in [0, 1] and small integers) by that tolerance times 1, so the
-    boxes' size in pixels never loosens the check of the scores."""
-    if got.shape != reference.shape:
-        return float("inf"), float(reference.abs().max()) if reference.numel() else 0.0
-    if reference.numel() == 0:
-        return 0.0, 0.0
-    scale = max(1.0, float(reference[..., :4].abs().max()))
-    boxes = float((got[..., :4] - reference[..., :4]).abs().max())
-    rest = float((got[..., 4:] - reference[..., 4:]).abs().max())
-    return max(boxes, rest * scale), scale
-
-
-def _detection_parity(model: Any, batch: dict[str, Any], outputs: torch.Tensor,
-                      settings: dict[str, Any]) -> DetectionParity:  # fmt: skip
-    """The artifact's detections (its outputs post-processed as ``modforge predict`` does) against
-    the eager model's ``dt_bboxes`` on the same batch. Reported, not enforced: with outputs equal
-    within the parity tolerance, only a candidate within that tolerance of the score threshold or
-    of an NMS overlap limit can come out differently."""
-    from ..tasks.detection.predict import postprocess
-
-    sizes = torch.as_tensor(batch["image_sizes"]).reshape(-1, 2)
-    with torch.no_grad():
-        eager = model({"input": batch["input"], "image_sizes": sizes})["dt_bboxes"].float().cpu().numpy()
-    found = postprocess(outputs.float().cpu().numpy(), sizes.cpu().numpy(), settings)
-    if found.shape != eager.shape:
-        return DetectionParity(len(eager), len(found), False, float("inf"))
-    box_diff = float(np.abs(found[:, 1:5] - eager[:, 1:5]).max()) if len(eager) else 0.0
-    same = bool((found[:, [0, 6]] == eager[:, [0, 6]]).all()) and bool(
-        np.abs(found[:, 5] - eager[:, 5]).max(initial=0.0) <= PARITY_TOLERANCE
-    )
-    return DetectionParity(len(eager), len(found), same and box_diff <= BOX_TOLERANCE, box_diff)
+    report = exp.task.export_report(model, batch, got, metadata)
+    return ExportResult(written, checkpoint, engine.name, diff, scale, metadata, report)
 
 
 def _artifact_path(out: str | Path | None, folder: Path, stem: str, engine: Any) -> Path:

@@ -150,6 +150,30 @@ class Task:
         """Refuse (``UsageError``) an export whose artifact — the model alone — would not
         reproduce the run's predictions (default: every model exports)."""
 
+    def export_view(self, model: Any) -> tuple[Any, dict[str, Any]]:
+        """What ``modforge export`` writes for ``model`` (in eval mode): the module the artifact
+        holds and the metadata entries the artifact's user needs besides the common ones
+        (default: the model itself, nothing more). A detector exports its decoded per-location
+        outputs and records the post-processing ``modforge predict`` runs after the graph."""
+        return model, {}
+
+    def export_difference(self, got: Any, reference: Any, metadata: dict[str, Any]) -> tuple[float, float]:
+        """``(max |Δ|, scale)`` of an artifact's outputs ``got`` against the eager view's
+        ``reference`` on the export batch; the export is refused when ``max |Δ|`` exceeds the
+        parity tolerance times ``max(1, scale)`` (default: over every output, on their largest
+        magnitude)."""
+        if got.shape != reference.shape:
+            return float("inf"), float(reference.abs().max()) if reference.numel() else 0.0
+        if reference.numel() == 0:
+            return 0.0, 0.0
+        return float((got - reference).abs().max()), float(reference.abs().max())
+
+    def export_report(self, model: Any, batch: dict[str, Any], got: Any, metadata: dict[str, Any]) -> Any:
+        """A task's own check of an exported artifact's outputs ``got`` against ``model`` on the
+        export ``batch`` (reported, not enforced), or None (default). What it returns offers
+        ``rows() -> list[tuple[str, str]]`` for the export command's table."""
+        return None
+
     def test(self, trainer: Any, loader: Any, dataset: Any, *, split: str, out_dir: Path | None, stem: str) -> dict:
         """Evaluate ``loader`` and return ``{"<split>": {metric: value}, ...}`` for the summary;
         files (if any) go to ``out_dir`` named after ``stem``."""

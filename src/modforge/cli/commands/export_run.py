@@ -66,17 +66,7 @@ def run(argv: list[str]) -> int:
         ("input", f"{result.metadata['input']['layout']} {result.metadata['input']['shape']}"),
         ("max |Δ| vs eager", f"{result.max_abs_diff:.2e} (outputs up to {result.output_scale:.3g})"),
     ]
-    parity = result.detections
-    if parity is not None:  # a detector: what modforge predict will make of the artifact's outputs
-        post = result.metadata["postprocess"]
-        rows.append(("after the graph", f"{post['type']} post-processing in predict: score > {post['score_threshold']}, "
-                     f"top {post['pre_nms_topk']} per level, class-aware NMS at IoU {post['nms_threshold']}, "
-                     f"{post['max_detections']} per image"))  # fmt: skip
-        if parity.equal:
-            shown = f"{parity.eager} equal to eager's (max box |Δ| {parity.max_box_diff:.2e} px)"
-        else:
-            shown = (f"{parity.artifact} vs eager's {parity.eager}, NOT all equal (max box |Δ| "
-                     f"{parity.max_box_diff:.2e} px): candidates at the score threshold or an NMS limit")  # fmt: skip
-        rows.append(("detections", shown))
+    if result.task_report is not None:  # the task's own check (a detector: what predict will make of it)
+        rows.extend(result.task_report.rows())
     print_table(("", ""), rows, title="exported")
     return 0

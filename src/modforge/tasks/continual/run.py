@@ -123,6 +123,7 @@ def continual_run(
     from .plots import plot_accuracy_matrix
 
     plot_accuracy_matrix(summary["class_il"]["matrix"], run_dir / "cl_matrix.png", title=f"{cfg.name}: class-IL")
+    trainer.end_run(summary)  # after the files: trackers keep them
     return summary
 
 

@@ -45,6 +45,28 @@ class DetectionTask(Task):
     folds_refusal = ("a detection image holds boxes of several classes, so there is no one label per image to "
                      "stratify folds by")  # fmt: skip
 
+    def export_view(self, model: Any) -> tuple[Any, dict[str, Any]]:
+        """Image batch → every location's decoded boxes, class probabilities and quality. The
+        threshold, top-k and NMS are data-dependent (ONNX cannot express them from the model's
+        code; a trace would freeze one image's path), so they run after the runtime, in
+        ``modforge predict``, with the settings recorded under ``postprocess``."""
+        from ...engines.detection import DetectionOutputs
+
+        view = DetectionOutputs(model).eval()
+        return view, {"postprocess": view.settings}
+
+    def export_difference(self, got: Any, reference: Any, metadata: dict[str, Any]) -> tuple[float, float]:
+        from .export_check import detector_difference
+
+        return detector_difference(got, reference, int(metadata["postprocess"]["num_classes"]))
+
+    def export_report(self, model: Any, batch: dict[str, Any], got: Any, metadata: dict[str, Any]) -> Any:
+        """What ``modforge predict`` will make of the artifact's outputs, against the eager
+        model's ``dt_bboxes`` (:class:`~.export_check.DetectionParity`)."""
+        from .export_check import detection_parity
+
+        return detection_parity(model, batch, got, metadata["postprocess"])
+
     def test(self, trainer: Any, loader: Any, dataset: Any, *, split: str, out_dir: Path | None, stem: str) -> dict:
         coco = next((m for m in trainer.metrics.values() if isinstance(m, CocoMAP)), None)
         added = coco is None
