@@ -85,3 +85,33 @@ def test_a_step_that_does_not_note_its_terms_logs_the_total_only(digits):
     row = trainer.history[0]
     assert "train_loss" in row and not any(k.startswith("train_") and k.endswith("_loss") and k != "train_loss"
                                            for k in row)
+
+
+def test_a_term_missing_from_some_batches_is_averaged_over_the_batches_that_had_it():
+    metric = MeanLoss()
+    one = torch.tensor(1.0)
+    metric.update({"loss": one * 3, "a_loss": one, "b_loss": one * 2, "label": torch.zeros(4)})
+    metric.update({"loss": one * 5, "a_loss": one * 5, "label": torch.zeros(2)})  # no b_loss in this batch
+    assert metric.compute() == pytest.approx((3 * 4 + 5 * 2) / 6)
+    assert metric.extra_columns() == pytest.approx({"a_loss": (4 + 10) / 6, "b_loss": 2.0})
+
+
+def test_a_loss_term_can_be_monitored_and_lower_is_better(tmp_path):
+    from modforge.core.config import load_config
+    from modforge.core.errors import ConfigError
+    from modforge.experiment.runner import Experiment
+    from modforge.experiment.schema import validate_config
+
+    def build(overrides):
+        cfg = load_config("configs/digits.yaml").apply_overrides(overrides)
+        validate_config(cfg)
+        return Experiment.build(cfg)
+
+    for monitor in ("val_loss_cross_entropy", "train_box_loss", "val_cls_loss"):
+        exp = build([f"train.monitor={monitor}"])
+        exp.check_monitor()  # the model's output decides which terms exist: checked on the first epoch's row
+        assert Trainer(exp.model, torch.optim.SGD(exp.model.parameters(), lr=0.1)).direction(monitor) == "min"
+    with pytest.raises(ConfigError, match="never logged"):
+        build(["train.monitor=val_cls_los"]).check_monitor()
+    with pytest.raises(ConfigError, match="never logged"):
+        build(["train.monitor=val_cls_loss", "train.metrics=[accuracy]"]).check_monitor()

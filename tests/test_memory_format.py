@@ -57,7 +57,7 @@ def test_a_channels_last_run_resumed_mid_epoch_ends_bitwise_like_an_uninterrupte
               if load_checkpoint(p)["batch_in_epoch"] > 0][-1]  # fmt: skip
     got, model = train("channels_last", tmp_path / "resumed", resume=load_checkpoint(middle))
     assert got == ref
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref_model.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref_model.state_dict().values(), strict=True))
 
 
 def test_an_unknown_memory_format_is_one_clear_error():

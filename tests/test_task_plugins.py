@@ -220,3 +220,29 @@ def test_a_task_chosen_by_its_dataset_runs_its_own_routine_once(cli, tmp_path):
     assert res.code == 0, res.err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["wrapped"] is True and "accuracy" in summary["test"]
+
+
+def test_a_task_may_not_claim_a_core_section_or_another_tasks_section():
+    from modforge.core.errors import UsageError
+    from modforge.core.registries import TASKS, register_task
+    from modforge.experiment.schema import SECTIONS
+    from modforge.tasks.base import Task, sectioned_tasks
+
+    assert sectioned_tasks(reserved=SECTIONS)["continual"].name == "continual"  # the built-in claim is fine
+
+    @register_task("grabs_train")
+    class GrabsTrain(Task):
+        name = "grabs_train"
+        section = "train"
+
+    with pytest.raises(UsageError, match="'grabs_train' claims the config section 'train'"):
+        sectioned_tasks(reserved=SECTIONS)
+    TASKS._entries.pop("grabs_train")
+
+    @register_task("second_continual")
+    class SecondContinual(Task):
+        name = "second_continual"
+        section = "continual"
+
+    with pytest.raises(UsageError, match="both claim the config section 'continual'"):
+        sectioned_tasks(reserved=SECTIONS)

@@ -25,7 +25,7 @@ from ..model import build_model
 from ..tasks.base import RunRoutines, Task, get_task, sectioned_tasks
 from ..train import distributed
 from ..train.checkpoint import CorruptCheckpointError, find_resumable, load_checkpoint, load_weights
-from ..train.metrics import Metric
+from ..train.metrics import MeanLoss, Metric, is_loss_term
 from ..train.optim_builder import build_optimizer, build_scheduler
 from ..train.rng import seed_everything
 from ..train.trainer import Trainer
@@ -143,12 +143,22 @@ class Experiment:
                 out.append((name, metric.higher_is_better))
         return out
 
+    def _a_loss_term_column(self, name: str) -> bool:
+        """``train_<term>`` or ``val_<term>`` (with the ``loss`` metric) of a named loss term
+        (``cls_loss``, ``loss_cross_entropy``): the model's output decides which terms exist, so
+        such a monitor is checked against the first epoch's row (one clear error if absent)."""
+        split, _, term = name.partition("_")
+        if not is_loss_term(term):
+            return False
+        return split == "train" or (split == "val" and self.splits.val is not None
+                                    and any(isinstance(m, MeanLoss) for m in self.metrics.values()))  # fmt: skip
+
     def check_monitor(self) -> None:
         """Refuse a ``train.monitor`` no epoch will ever log, before any training."""
         logged = ["train_loss"]
         if self.splits.val is not None:
             logged += [f"val_{key}" for key, _ in self.metric_directions()]
-        if self.monitor not in logged:
+        if self.monitor not in logged and not self._a_loss_term_column(self.monitor):
             import difflib
 
             close = difflib.get_close_matches(self.monitor, logged, n=1)

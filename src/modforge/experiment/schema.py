@@ -145,7 +145,7 @@ def validate_config(
     load_config_plugins(cfg.plugins, sources=cfg.plugin_sources, origin=f"plugins: in {where('plugins') or 'the config'}")
     from ..tasks.base import sectioned_tasks
 
-    owned = sectioned_tasks()  # after the plug-ins: a plug-in task may own a section too
+    owned = sectioned_tasks(reserved=SECTIONS)  # after the plug-ins: a plug-in task may own a section too
     check_keys(cfg.data, (*SECTIONS, *owned), what="section", origin_of=where)
     _check_seed(cfg)
     _check_task(cfg, owned)

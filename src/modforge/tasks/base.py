@@ -51,7 +51,7 @@ task (which sits below it) never imports the runner.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -183,13 +183,30 @@ class Task:
         return {split: {**metrics, **extra}}
 
 
-def sectioned_tasks() -> dict[str, type[Task]]:
-    """Every registered task that owns a config section, by section name."""
+def sectioned_tasks(reserved: Iterable[str] = ()) -> dict[str, type[Task]]:
+    """Every registered task that owns a config section, by section name.
+
+    Raises:
+        UsageError: two tasks claim one section, or a task claims one of the ``reserved``
+            core sections (``model``, ``train``…) — a plug-in's mistake, named with both owners.
+    """
+    from ..core.errors import UsageError
+
+    core = set(reserved)
     owned: dict[str, type[Task]] = {}
     for name in TASKS.list():
-        section = getattr(TASKS.get(name), "section", None)
-        if section:
-            owned[section] = TASKS.get(name)
+        task = TASKS.get(name)
+        section = getattr(task, "section", None)
+        if not section:
+            continue
+        if section in core:
+            raise UsageError(f"task '{name}' claims the config section '{section}', which is modforge's own; "
+                             "a task's section must be a new top-level key")  # fmt: skip
+        if section in owned:
+            other = next(n for n in TASKS.list() if TASKS.get(n) is owned[section])
+            raise UsageError(f"tasks '{other}' and '{name}' both claim the config section '{section}'; "
+                             "rename one task's section")  # fmt: skip
+        owned[section] = task
     return owned
 
 

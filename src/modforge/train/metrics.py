@@ -204,6 +204,7 @@ class MeanLoss(Metric):
         self.total: torch.Tensor | float = 0.0
         self.count = 0
         self.terms: dict[str, torch.Tensor | float] = {}
+        self.term_counts: dict[str, int] = {}  # a term some batches lack is averaged over those that had it
 
     def update(self, out: dict[str, Any]) -> None:
         if "loss" not in out:
@@ -214,6 +215,7 @@ class MeanLoss(Metric):
         for key, value in out.items():
             if is_loss_term(key) and isinstance(value, torch.Tensor) and value.ndim == 0:
                 self.terms[key] = self.terms.get(key, 0.0) + value.detach().float() * n
+                self.term_counts[key] = self.term_counts.get(key, 0) + n
 
     def compute(self) -> float:
         return float(self.total) / self.count if self.count else float("nan")
@@ -221,13 +223,16 @@ class MeanLoss(Metric):
     def extra_columns(self) -> dict[str, float]:
         if not self.count or len(self.terms) < 2:  # a single term is the total: no column repeating it
             return {}
-        return {key: float(total) / self.count for key, total in self.terms.items()}
+        return {key: float(total) / self.term_counts[key] for key, total in self.terms.items()}
 
     def sync(self, what: str = "a metric") -> None:
         # the names every process saw (a process whose shard was empty saw none): the same vector everywhere
         keys = sorted(set().union(*all_gather_objects(sorted(self.terms), what)))
         values = [torch.as_tensor(self.total).double().cpu(), torch.tensor(float(self.count))]
         values += [torch.as_tensor(self.terms.get(k, 0.0)).double().cpu() for k in keys]
+        values += [torch.tensor(float(self.term_counts.get(k, 0))) for k in keys]
         both = all_reduce_sum(torch.stack(values), what)
         self.total, self.count = float(both[0]), int(both[1])
-        self.terms = {k: float(v) for k, v in zip(keys, both[2:].tolist(), strict=True)}
+        sums, counts = both[2 : 2 + len(keys)].tolist(), both[2 + len(keys) :].tolist()
+        self.terms = {k: float(v) for k, v in zip(keys, sums, strict=True)}
+        self.term_counts = {k: int(c) for k, c in zip(keys, counts, strict=True)}

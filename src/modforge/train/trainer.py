@@ -609,8 +609,8 @@ class Trainer:
         """ "max" or "min" for a monitored name like ``val_accuracy`` or ``train_loss``."""
         name = monitor.split("_", 1)[1] if "_" in monitor else monitor
         higher = self.directions.get(name, self.directions.get(monitor))
-        if higher is None:
-            higher = not name.endswith("loss")
+        if higher is None:  # a loss or a named loss term (cls_loss, loss_cross_entropy): lower is better
+            higher = not (name.endswith("loss") or is_loss_term(name))
         return "max" if higher else "min"
 
     def check_finite(self) -> None:
