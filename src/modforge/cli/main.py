@@ -30,6 +30,8 @@ COMMANDS: dict[str, str] = {
     "export": "modforge.cli.commands.export_run",
     "predict": "modforge.cli.commands.predict_files",
     "data": "modforge.cli.commands.data_tools",
+    "sweep": "modforge.cli.commands.sweep_run",
+    "sweep-report": "modforge.cli.commands.sweep_report",
 }
 """Sub-command name → module defining ``HELP`` and ``run(argv)``; imported on use."""
 
@@ -44,6 +46,8 @@ _HELPS: dict[str, str] = {
     "export": "write a run's model as an engine artifact (onnx, torchscript, ...), checked against eager",
     "predict": "run an exported artifact on .npy arrays, pictures or audio files; class and score per input",
     "data": "data utilities: make-spoof-corpus (a synthetic audio deepfake corpus)",
+    "sweep": "run a config over a grid / random space and seeds (resumable, N workers); results table at the end",
+    "sweep-report": "a sweep's results table: mean ± std over seeds per setting, best in bold, a plot",
 }
 
 

@@ -1,0 +1,176 @@
+"""Running a sweep: ask the search, skip finished trials, run the rest on an executor,
+record every change in ``trials.csv``.
+
+Re-running a sweep in the same folder continues it: a trial whose folder holds its
+``summary.json`` is finished and never run again; an unfinished one (interrupted, killed,
+failed) runs again — resumed from its checkpoint where it has one. A finished trial the
+sweep file now sets differently is an error (its folder would no longer match its row).
+Nothing here prints: progress goes to ``on_event``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..core.config import display_path
+from .collect import collect_metrics, read_summary
+from .command import TrialJob, build_job, user_tokens
+from .executor import EXECUTORS, ExecutorOptions, TrialOutcome, last_error_line
+from .lock import SweepLock
+from .search import SEARCHES, Search, TrialResult
+from .spec import SweepSpec, SweepSpecError
+from .table import TrialsTable
+from .trial import Trial, format_value
+
+__all__ = ["SweepResult", "default_threads", "param_columns", "run_sweep", "write_resolved"]
+
+Event = Callable[[str, Trial, dict[str, str]], None]
+"""``on_event(kind, trial, row)``: kind is ``started``, ``done``, ``failed`` or ``skipped`` (finished before)."""
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """How a sweep ended: trials finished (this run and before), failed, and in all."""
+
+    done: int = 0
+    failed: int = 0
+    skipped: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Every trial succeeded."""
+        return self.failed == 0
+
+
+def default_threads(workers: int) -> int:
+    """Torch threads per trial: the cores this process may use, divided among the workers."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, workers))
+
+
+def param_columns(spec: SweepSpec) -> list[str]:
+    """The parameter columns of ``trials.csv``: grid axes, then random keys."""
+    return [axis.name for axis in spec.grid] + ([p.key for p in spec.random.params] if spec.random else [])
+
+
+def write_resolved(spec: SweepSpec, sweep_dir: Path) -> None:
+    """``sweep_dir/sweep.yaml``: the resolved sweep (config paths absolute), what the report reads."""
+    header = f"# The resolved sweep of {display_path(spec.file)}, written by 'modforge sweep'.\n"
+    text = header + yaml.safe_dump(spec.data, sort_keys=False, allow_unicode=True)
+    tmp = sweep_dir / ".sweep.yaml.tmp"
+    tmp.write_text(text)
+    tmp.replace(sweep_dir / "sweep.yaml")
+
+
+class _Run:
+    """One invocation of a sweep (see :func:`run_sweep`)."""
+
+    def __init__(self, spec: SweepSpec, sweep_dir: Path, search: Search, threads: int, on_event: Event | None):
+        self.spec, self.sweep_dir, self.search, self.threads = spec, sweep_dir, search, threads
+        self.on_event = on_event or (lambda *_: None)
+        self.table = TrialsTable(sweep_dir, param_columns(spec), [c.name for c in spec.collect if c.name != "seconds"])
+        self.jobs: dict[str, tuple[Trial, TrialJob]] = {}
+        self.result = SweepResult()
+
+    def row_values(self, trial: Trial) -> dict[str, Any]:
+        values = {k: format_value(v) for k, v in trial.params.items() if k in self.table.params}
+        return {**values, "seed": trial.seed, "overrides": " ".join(user_tokens(trial))}
+
+    def check_same(self, trial: Trial, job: TrialJob) -> None:
+        """Refuse a trial whose folder holds a run the sweep file now sets differently."""
+        before = self.table.previous.get(trial.id, {}).get("overrides")
+        now = " ".join(user_tokens(trial))
+        if before and before != now and job.run_dir.exists():
+            raise SweepSpecError(
+                f"trial {trial.id} in {display_path(self.sweep_dir)} was run with '{before}', but the sweep file now "
+                f"gives it '{now}'; nothing was changed. Use another --sweep-dir, or delete "
+                f"{display_path(job.run_dir)} to run it again",
+                source=display_path(self.spec.file),
+            )
+
+    def start(self, trial: Trial, executor) -> None:
+        job = build_job(self.spec, trial, self.sweep_dir, self.threads)
+        self.check_same(trial, job)
+        self.table.set(trial.id, **self.row_values(trial))
+        if job.finished():
+            seconds = self.table.previous.get(trial.id, {}).get("seconds") or None
+            self.finish(trial, job, float(seconds) if seconds else None, skipped=True)
+            return
+        self.table.set(trial.id, status="running", error="")
+        self.table.write()
+        executor.submit(job)
+        self.jobs[trial.id] = (trial, job)
+        self.on_event("started", trial, self.table.rows[trial.id])
+
+    def finish(self, trial: Trial, job: TrialJob, seconds: float | None, *, skipped: bool = False,
+               returncode: int = 0) -> None:  # fmt: skip
+        summary = read_summary(job.run_dir) if job.finished() else {}
+        metrics = collect_metrics(self.spec.collect, summary, seconds)
+        if summary:
+            status, error = "done", ""
+            self.result.done += 1
+            self.result.skipped += skipped
+        else:
+            status = "failed"
+            error = last_error_line(job.log) if returncode else "the trial ended without writing summary.json"
+            self.result.failed += 1
+        values = {k: v for k, v in metrics.items() if k != "seconds"}  # seconds has its own column
+        self.table.set(trial.id, status=status, error=error, seconds=None if seconds is None else round(seconds, 2),
+                       **values)  # fmt: skip
+        self.table.write()
+        self.search.tell(trial, TrialResult(status, metrics, summary, job.run_dir))
+        self.on_event("skipped" if skipped else status, trial, self.table.rows[trial.id])
+
+    def ended(self, outcome: TrialOutcome) -> None:
+        trial, job = self.jobs.pop(outcome.trial_id)
+        self.finish(trial, job, outcome.seconds, returncode=outcome.returncode)
+
+    def interrupted(self) -> None:
+        for trial_id in self.jobs:
+            self.table.set(trial_id, status="interrupted", error="the sweep was stopped; a re-run resumes it")
+        self.table.write()
+
+
+def run_sweep(
+    spec: SweepSpec, sweep_dir: Path, *, workers: int = 1, backend: str = "local", on_event: Event | None = None
+) -> SweepResult:
+    """Run (or continue) ``spec`` in ``sweep_dir`` with ``workers`` trials at once on ``backend``.
+
+    Raises:
+        SweepBusyError: another sweep (or a killed one's trials) holds the folder.
+        SweepSpecError: an unknown search, or a finished trial the sweep file now sets differently.
+    """
+    if spec.search not in SEARCHES:
+        raise SweepSpecError(f"unknown search '{spec.search}' (known: {', '.join(sorted(SEARCHES))})",
+                             path="search", source=display_path(spec.file))  # fmt: skip
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with SweepLock(sweep_dir) as lock:
+        write_resolved(spec, sweep_dir)
+        run = _Run(spec, sweep_dir, SEARCHES[spec.search](spec, sweep_dir), default_threads(workers), on_event)
+        executor = EXECUTORS[backend](ExecutorOptions(workers=workers, keep_fds=(lock.fd,)))
+        try:
+            while True:
+                while executor.free() > 0:
+                    trial = run.search.ask()
+                    if trial is None:
+                        break
+                    run.start(trial, executor)
+                if executor.running() == 0 and not run.jobs:
+                    break
+                for outcome in executor.wait(1.0):
+                    run.ended(outcome)
+        except BaseException:
+            executor.shutdown()
+            run.interrupted()
+            raise
+        run.table.write()
+    return run.result

@@ -1,0 +1,92 @@
+"""``results.png``: every collected value against every swept parameter (one panel each).
+
+Each finished trial is a dot; each distinct parameter value its mean with the std as an
+error bar. Numbers go on a numeric axis (logarithmic when they span more than 100×),
+anything else (named grid values) on a categorical one in table order.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .report import Report
+
+__all__ = ["plot_results"]
+
+
+def _numbers(values: list[str]) -> list[float] | None:
+    try:
+        out = [float(v) for v in values]
+    except ValueError:
+        return None
+    return out if all(math.isfinite(v) for v in out) else None
+
+
+def plot_results(report: Report, path: Path) -> None:
+    """Draw the report's panels into ``path`` (a PNG; matplotlib's Agg backend, no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .collect import collect_metrics, read_summary
+    from .table import read_rows
+
+    metrics = list(report.spec.collect)
+    params = report.params or ["trial"]
+    rows = [r for r in read_rows(report.sweep_dir) if r.get("status") == "done"]
+    fig, axes = plt.subplots(len(metrics), len(params), figsize=(4.2 * len(params), 3.0 * len(metrics)),
+                             squeeze=False)  # fmt: skip
+    trial_values = []
+    for row in rows:
+        seconds = float(row["seconds"]) if row.get("seconds") else None
+        summary = read_summary(report.sweep_dir / "trials" / row["trial"])
+        trial_values.append((row, collect_metrics(report.spec.collect, summary, seconds)))
+    for j, param in enumerate(params):
+        shown = [row.get(param, row["trial"]) for row, _ in trial_values]
+        order = list(dict.fromkeys(g.params.get(param, "") for g in report.groups)) if report.params else shown
+        numeric = _numbers(shown)
+        xs = numeric if numeric is not None else [order.index(v) if v in order else 0 for v in shown]
+        for i, c in enumerate(metrics):
+            ax = axes[i][j]
+            points = [
+                (x, v[c.name] * c.scale)
+                for x, (_, v) in zip(xs, trial_values, strict=True)
+                if v.get(c.name) is not None
+            ]
+            if points:
+                ax.scatter(*zip(*points, strict=True), s=12, alpha=0.45, color="tab:blue")
+                by_x: dict[float, list[float]] = {}
+                for x, y in points:
+                    by_x.setdefault(x, []).append(y)
+                keys = sorted(by_x)
+                means = [statistics.fmean(by_x[k]) for k in keys]
+                stds = [statistics.stdev(by_x[k]) if len(by_x[k]) > 1 else 0.0 for k in keys]
+                ax.errorbar(
+                    keys,
+                    means,
+                    yerr=stds,
+                    color="tab:red",
+                    marker="o",
+                    ms=4,
+                    capsize=3,
+                    lw=1,
+                    ls="-" if numeric is not None else "none",
+                )  # named values: no line between them
+            if numeric is None:
+                ax.set_xticks(range(len(order)), order, rotation=35 if len(order) > 3 else 0, ha="right", fontsize=8)
+            elif numeric and min(numeric) > 0 and max(numeric) / min(numeric) > 100:
+                ax.set_xscale("log")
+            ax.set_xlabel(param, fontsize=9)
+            ax.set_ylabel(c.label, fontsize=9)
+            ax.grid(alpha=0.3)
+    fig.suptitle(report.spec.report.title, fontsize=11)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)

@@ -1,0 +1,258 @@
+"""The results table of a sweep: trials grouped over seeds, mean ± std (or median) per group
+and collected value, the best of each column in bold; written as ``results.md``,
+``results.csv`` and ``results.png`` in the sweep folder.
+
+A group is every parameter but the seed; its ``n`` counts its finished trials. Values come
+from each finished trial's ``summary.json`` (so a report after editing ``collect:`` in the
+folder's ``sweep.yaml`` needs no re-run), ``seconds`` from ``trials.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+import os
+import platform
+import statistics
+from datetime import date
+from pathlib import Path
+
+from ..core.config import display_path
+from ..core.errors import UsageError
+from .collect import collect_metrics, read_summary
+from .spec import Collect, SweepSpec, load_sweep
+from .table import read_rows
+
+__all__ = ["NOTES_MARKER", "Group", "Report", "build_report", "keep_notes", "markdown", "write_report"]
+
+NOTES_MARKER = "<!-- hand-written notes below: kept by --write -->"
+"""A line in a results page: everything from it on is hand-written and kept when the page is regenerated."""
+
+
+@dataclasses.dataclass
+class Group:
+    """The trials of one setting, over seeds.
+
+    Attributes:
+        params: column → shown value.
+        values: collected name → the finished trials' values (``None`` dropped).
+        n: finished trials; failed: trials that failed.
+        trials: the ids of the group's trials.
+    """
+
+    params: dict[str, str]
+    values: dict[str, list[float]]
+    n: int = 0
+    failed: int = 0
+    trials: list[str] = dataclasses.field(default_factory=list)
+
+    def centre(self, c: Collect) -> float | None:
+        """The group's value of ``c``: mean or median over its finished trials."""
+        values = self.values.get(c.name) or []
+        if not values:
+            return None
+        return statistics.median(values) if c.agg == "median" else statistics.fmean(values)
+
+    def spread(self, c: Collect) -> float | None:
+        """The sample standard deviation over seeds (``None`` for fewer than two values or a median)."""
+        values = self.values.get(c.name) or []
+        return statistics.stdev(values) if len(values) > 1 and c.agg == "mean" else None
+
+
+@dataclasses.dataclass
+class Report:
+    """A sweep's groups and how to show them."""
+
+    spec: SweepSpec
+    sweep_dir: Path
+    params: list[str]
+    groups: list[Group]
+
+    def best(self, c: Collect) -> float | None:
+        """The best group value of ``c`` (``None``: no goal, or fewer than two groups with a value)."""
+        centres = [g.centre(c) for g in self.groups]
+        centres = [v for v in centres if v is not None]
+        if c.goal == "none" or len(centres) < 2:
+            return None
+        return max(centres) if c.goal == "max" else min(centres)
+
+    def cell(self, group: Group, c: Collect, *, bold: str = "**") -> str:
+        """``mean ± std`` (scaled, rounded), bold where best; ``–`` without a value."""
+        centre = group.centre(c)
+        if centre is None:
+            return "–"
+        spread = group.spread(c)
+        text = f"{centre * c.scale:,.{c.decimals}f}"
+        if spread is not None:
+            text += f" ± {spread * c.scale:,.{c.decimals}f}"
+        best = self.best(c)
+        if best is not None and round(centre * c.scale, c.decimals) == round(best * c.scale, c.decimals):
+            text = f"{bold}{text}{bold}" if bold else text
+        return text
+
+    def is_best(self, group: Group, c: Collect) -> bool:
+        best, centre = self.best(c), group.centre(c)
+        return (
+            best is not None
+            and centre is not None
+            and round(centre * c.scale, c.decimals) == round(best * c.scale, c.decimals)
+        )
+
+    def headers(self) -> list[str]:
+        return [*self.params, "n", *(c.label for c in self.spec.collect)]
+
+    def row(self, group: Group, *, bold: str = "**") -> list[str]:
+        n = f"{group.n}" + (f" ({group.failed} failed)" if group.failed else "")
+        return [
+            *(group.params[p] for p in self.params),
+            n,
+            *(self.cell(group, c, bold=bold) for c in self.spec.collect),
+        ]
+
+
+def build_report(sweep_dir: Path) -> Report:
+    """Group the trials recorded in ``sweep_dir`` (its ``sweep.yaml`` and ``trials.csv``).
+
+    Raises:
+        UsageError: the folder holds no sweep.
+    """
+    if not (sweep_dir / "sweep.yaml").is_file() or not (sweep_dir / "trials.csv").is_file():
+        raise UsageError(f"{display_path(sweep_dir)} is not a sweep folder (no sweep.yaml and trials.csv); "
+                         "give the folder 'modforge sweep' wrote (runs/sweeps/<name> by default)")  # fmt: skip
+    spec = load_sweep(sweep_dir / "sweep.yaml")
+    rows = read_rows(sweep_dir)
+    fixed = {"trial", "seed", "status", "seconds", "overrides", "error", *(c.name for c in spec.collect)}
+    params = [c for c in (rows[0].keys() if rows else []) if c not in fixed]
+    groups: dict[tuple[str, ...], Group] = {}
+    for row in rows:
+        key = tuple(row.get(p, "") for p in params)
+        group = groups.setdefault(key, Group(dict(zip(params, key, strict=True)), {c.name: [] for c in spec.collect}))
+        group.trials.append(row["trial"])
+        if row.get("status") == "failed":
+            group.failed += 1
+        if row.get("status") != "done":
+            continue
+        seconds = float(row["seconds"]) if row.get("seconds") else None
+        summary = read_summary(sweep_dir / "trials" / row["trial"])
+        metrics = collect_metrics(spec.collect, summary, seconds) if summary else {}
+        for c in spec.collect:
+            value = metrics.get(c.name)
+            if value is None and row.get(c.name):
+                value = float(row[c.name])
+            if value is not None and math.isfinite(value):
+                group.values[c.name].append(value)
+        group.n += 1
+    return Report(spec, sweep_dir, params, list(groups.values()))
+
+
+def _machine() -> str:
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def _code(value: str) -> str:
+    return f"`{value}`" if value and value != "–" else value
+
+
+def markdown(report: Report, produced_by: str | None = None) -> str:
+    """The report as a markdown page: title, how it was produced, the description, the table,
+    and what each row's setting sets."""
+    spec = report.spec
+    lines = [f"# {spec.report.title}", ""]
+    lines += [f"_Produced by `{produced_by or 'modforge sweep-report ' + display_path(report.sweep_dir)}` on "
+              f"{date.today().isoformat()} ({_machine()})._", ""]  # fmt: skip
+    if spec.report.description:
+        lines += [spec.report.description, ""]
+    headers = report.headers()
+    lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for group in report.groups:
+        row = report.row(group)
+        row[: len(report.params)] = [_code(v) for v in row[: len(report.params)]]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", *_settings(spec)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _settings(spec: SweepSpec) -> list[str]:
+    """What the sweep sets: fixed overrides, each named grid value's overrides, seeds."""
+    from .command import override_tokens
+
+    parts = []
+    if spec.overrides:
+        parts.append("Every trial: `" + " ".join(override_tokens(spec.overrides)) + "`.")
+    for axis in spec.grid:
+        named = [v for v in axis.values if list(v.overrides) != [axis.name]]
+        if named:
+            shown = "; ".join(f"`{v.label}` {_setting_text(v.overrides)}" for v in named)
+            parts.append(f"Settings ({axis.name}): {shown}.")
+    if spec.random is not None:
+        space = ", ".join(f"`{p.key}` {p.kind} {list(p.args)}" for p in spec.random.params)
+        parts.append(f"Random search: {spec.random.trials} draws (seed {spec.random.seed}) of {space}.")
+    if spec.seeds:
+        parts.append(f"Seeds: {', '.join(map(str, spec.seeds))} (mean ± sample std over seeds; n = finished trials).")
+    return [" ".join(parts), ""] if parts else []
+
+
+def _setting_text(overrides: dict) -> str:
+    from .command import override_tokens
+
+    text = " ".join(override_tokens(overrides))
+    extra = [f"{k} {Path(v).name if k == 'config' else v}" for k, v in overrides.items() if k in ("config", "command")]
+    return " ".join(filter(None, [*extra, text])) or "—"
+
+
+def results_csv(report: Report) -> str:
+    """One row per group: parameters, n, failed, and each value's centre and std (unscaled)."""
+    out = io.StringIO()
+    columns = [*report.params, "n", "failed"]
+    for c in report.spec.collect:
+        columns += [f"{c.name}_{c.agg}", f"{c.name}_std"]
+    writer = csv.writer(out)
+    writer.writerow(columns)
+    for g in report.groups:
+        cells: list = [*(g.params[p] for p in report.params), g.n, g.failed]
+        for c in report.spec.collect:
+            centre, spread = g.centre(c), g.spread(c)
+            cells += ["" if centre is None else repr(centre), "" if spread is None else repr(spread)]
+        writer.writerow(cells)
+    return out.getvalue()
+
+
+def keep_notes(generated: str, target: Path) -> str:
+    """``generated`` followed by the hand-written part of ``target`` (from :data:`NOTES_MARKER` on).
+
+    Raises:
+        UsageError: ``target`` exists without the marker (its text would be lost).
+    """
+    if not target.exists():
+        return f"{generated}\n{NOTES_MARKER}\n"
+    old = target.read_text()
+    if NOTES_MARKER not in old:
+        raise UsageError(f"--write-to {display_path(target)}: the file has no '{NOTES_MARKER}' line, so its "
+                         "hand-written text would be lost; nothing was changed. Add that line above the text to "
+                         "keep (everything above it is regenerated), or write to a new file")  # fmt: skip
+    return f"{generated}\n{old[old.index(NOTES_MARKER) :]}"
+
+
+def write_report(sweep_dir: Path, *, write_to: Path | None = None, produced_by: str | None = None) -> Report:
+    """Write ``results.md``, ``results.csv`` and ``results.png`` into ``sweep_dir`` (and the
+    markdown, notes kept, into ``write_to``); the report."""
+    from .plot import plot_results
+
+    report = build_report(sweep_dir)
+    text = markdown(report, produced_by)
+    if write_to is not None:
+        page = keep_notes(text, write_to)  # checked before anything is written
+    _atomic(sweep_dir / "results.md", text)
+    _atomic(sweep_dir / "results.csv", results_csv(report))
+    plot_results(report, sweep_dir / "results.png")
+    if write_to is not None:
+        _atomic(write_to, page)
+    return report
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -1,0 +1,128 @@
+"""Real sweeps of tiny digits runs: a failing trial recorded while the others finish, and a
+sweep SIGKILLed part-way then run again — finished trials untouched, the interrupted one
+resumed, every metric equal to an uninterrupted sweep's."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "configs" / "digits.yaml"
+TIMEOUT_S = 300  # against hangs only
+
+
+def _sweep(cwd: Path, *args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "modforge", "sweep", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+def _rows(sweep_dir: Path) -> dict[str, dict[str, str]]:
+    with (sweep_dir / "trials.csv").open(newline="") as fh:
+        return {row["trial"]: row for row in csv.DictReader(fh)}
+
+
+@pytest.mark.slow
+def test_a_failing_trial_is_recorded_with_its_error_and_the_others_finish(tmp_path):
+    sweep = tmp_path / "fail.yaml"
+    sweep.write_text(f"""
+config: {DIGITS}
+overrides: {{train.max_epochs: 1}}
+grid:
+  variant:
+    ok: {{}}
+    bad: {{model.backbone.args.channels: abc}}
+seeds: [0]
+collect: [test.accuracy, {{name: seconds, goal: none}}]
+""")
+    res = _sweep(tmp_path, str(sweep), "--workers", "2", "--sweep-dir", "sw")
+    assert res.returncode == 1, res.stderr
+    rows = _rows(tmp_path / "sw")
+    assert list(rows) == ["ok-seed0", "bad-seed0"]
+    ok, bad = rows["ok-seed0"], rows["bad-seed0"]
+    assert ok["status"] == "done" and 0.0 < float(ok["test.accuracy"]) <= 1.0 and float(ok["seconds"]) > 0
+    assert ok["overrides"] == "train.max_epochs=1 --seed 0" and ok["variant"] == "ok" and ok["seed"] == "0"
+    assert bad["status"] == "failed" and bad["test.accuracy"] == ""
+    assert bad["error"].startswith("model.backbone.args.channels: expected") and "\n" not in bad["error"]
+    assert "failed bad-seed0: model.backbone.args.channels" in res.stdout
+    summary = json.loads((tmp_path / "sw" / "trials" / "ok-seed0" / "summary.json").read_text())
+    assert summary["test"]["accuracy"] == float(ok["test.accuracy"])
+    assert (tmp_path / "sw" / "trials" / "bad-seed0.log").read_text().count("error:") == 1
+    results = (tmp_path / "sw" / "results.md").read_text()
+    assert "| `ok` | 1 |" in results and "| `bad` | 0 (1 failed) | – | – |" in results
+    assert (tmp_path / "sw" / "results.png").is_file() and (tmp_path / "sw" / "sweep.yaml").is_file()
+
+
+KILL_SWEEP = f"""
+config: {DIGITS}
+overrides: {{train.max_epochs: 4, data.batch_size: 16, train.callbacks: []}}
+seeds: [0, 1]
+collect: [test.accuracy, test.loss, best.val_accuracy]
+"""
+
+
+def _wait_for(predicate, process: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not predicate():
+        if process.poll() is not None:
+            raise AssertionError(f"the sweep ended before {what}: {process.stdout.read()}")  # type: ignore[union-attr]
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_part_way_continues_without_rerunning_finished_trials(tmp_path):
+    sweep = tmp_path / "kill.yaml"
+    sweep.write_text(KILL_SWEEP)
+    killed, trials = tmp_path / "killed", tmp_path / "killed" / "trials"
+    process = subprocess.Popen([sys.executable, "-m", "modforge", "sweep", str(sweep), "--sweep-dir", str(killed)],
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        _wait_for(lambda: (trials / "seed0" / "summary.json").exists(), process, "the first trial finished")
+        _wait_for(lambda: (trials / "seed1" / "checkpoints" / "last.pt").exists(), process, "the second one saved")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stdout.close()  # type: ignore[union-attr]
+    assert not (trials / "seed1" / "summary.json").exists(), "the second trial finished before the kill"
+    first = (trials / "seed0" / "summary.json").stat()
+
+    again = _sweep(tmp_path, str(sweep), "--sweep-dir", str(killed))  # waits for the killed sweep's trial to end
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "done before seed0" in again.stdout and "done seed1" in again.stdout
+    after = (trials / "seed0" / "summary.json").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # not run again
+    assert "resuming" in (trials / "seed1.log").read_text()  # continued from its checkpoint
+    assert (trials / "seed0.log").read_text().count("# ") == 1  # one attempt only
+
+    reference = _sweep(tmp_path, str(sweep), "--sweep-dir", "whole")
+    assert reference.returncode == 0, reference.stderr
+    got, expected = _rows(killed), _rows(tmp_path / "whole")
+    assert [r["status"] for r in got.values()] == ["done", "done"]
+    for trial_id, row in expected.items():
+        for metric in ("test.accuracy", "test.loss", "best.val_accuracy"):
+            assert got[trial_id][metric] == row[metric], (trial_id, metric)
+
+
+@pytest.mark.slow
+def test_a_finished_trial_the_sweep_file_now_sets_differently_is_refused(tmp_path):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"config: {DIGITS}\noverrides: {{train.max_epochs: 1}}\nseeds: [0]\ncollect: [test.accuracy]\n")
+    assert _sweep(tmp_path, str(sweep), "--sweep-dir", "sw").returncode == 0
+    rows_before = (tmp_path / "sw" / "trials.csv").read_text()
+    sweep.write_text(sweep.read_text().replace("max_epochs: 1", "max_epochs: 2"))
+    res = _sweep(tmp_path, str(sweep), "--sweep-dir", "sw")
+    assert res.returncode == 2 and "trial seed0" in res.stderr and "train.max_epochs=2" in res.stderr
+    assert (tmp_path / "sw" / "trials.csv").read_text() == rows_before
