@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import soundfile as sf
 import torch
@@ -53,13 +54,23 @@ def test_train_and_test_a_small_system(cli, corpus, tmp_path):
     unseen = set(json.loads((corpus / "meta.json").read_text())["unseen_attacks"])
     assert unseen and unseen <= set(summary["test_per_attack"])  # attacks never seen in training are scored
 
+    train_protocol = [line.split() for line in (corpus / "protocols" / "train.txt").read_text().splitlines() if line]
+    trained_attacks = {fields[3] for fields in train_protocol if fields[4] == "spoof"}
+    bona = table.labels == 1
+    for name, chosen in (("seen", trained_attacks), ("unseen", unseen)):
+        keep = bona | np.isin(table.attacks, sorted(chosen))
+        expected = detection.eer(table.scores[keep], table.labels[keep])[0]
+        assert summary[f"test_{name}"]["eer"] == pytest.approx(expected, abs=1e-9), name
+        assert summary[f"test_{name}"]["spoofed_files"] == int((~bona & keep).sum()) > 0
+
     res = cli("test", str(run))
     assert res.code == 0, res.err
-    assert "eer" in res.out and "per attack" in res.out and sorted(unseen)[0] in res.out
+    assert "eer" in res.out and "per attack" in res.out and sorted(unseen)[0] in res.out and "unseen" in res.out
     evaluations = run / "evaluations"
     for name in ("best-test.json", "best-test-scores.txt", "best-test-det.png"):
         assert (evaluations / name).exists(), name
     record = json.loads((evaluations / "best-test.json").read_text())
+    assert record["unseen"]["eer"] == pytest.approx(summary["test_unseen"]["eer"])
     assert record["eer"] == pytest.approx(summary["test"]["eer"]) and set(record["per_attack"]) == set(
         summary["test_per_attack"]
     )

@@ -63,6 +63,11 @@ def _print_results(results: dict, split: str, title: str) -> None:
     if per_attack:
         attack_rows = [(attack, _value(v["eer"]), v["files"]) for attack, v in per_attack.items()]
         print_table(("attack", "eer", "files"), attack_rows, title="per attack (each attack's files vs all bona fide)")
+    subsets = [(name, results.get(f"{split}_{name}")) for name in ("seen", "unseen")]
+    if all(figures for _, figures in subsets):
+        subset_rows = [(name, _value(f["eer"]), _value(f["min_dcf"]), f["spoofed_files"]) for name, f in subsets]
+        print_table(("attacks", "eer", "min_dcf", "spoofed files"), subset_rows,
+                    title="attacks seen in training and unseen (their spoofs vs all bona fide)")  # fmt: skip
 
 
 def _test_config(argv: list[str]) -> int:
@@ -103,7 +108,7 @@ def run(argv: list[str]) -> int:
     load_cli_plugins(ns.plugins)
     results, path = evaluate_checkpoint(Path(ns.target), split=ns.split, which=ns.checkpoint, overrides=ns.overrides)
     metrics = results[ns.split]
-    per_attack = results.get(f"{ns.split}_per_attack")
+    details = {k[len(ns.split) + 1 :]: v for k, v in results.items() if k.startswith(f"{ns.split}_")}  # per_attack...
     _print_results(results, ns.split, display_path(path))
     if path.parent.name == "checkpoints":
         out = path.parent.parent / "evaluations"
@@ -111,7 +116,6 @@ def run(argv: list[str]) -> int:
         stem = evaluation_stem(path, ns.split, ns.overrides, out)  # the stem the evaluation's files got
         record = {"checkpoint": str(path), "checkpoint_sha256": checkpoint_digest(path), "split": ns.split,
                   "overrides": ns.overrides, **metrics}  # fmt: skip
-        if per_attack:
-            record["per_attack"] = per_attack
+        record.update(details)
         write_json(out / f"{stem.rstrip('-')}.json", record)
     return 0

@@ -138,6 +138,9 @@ class AudioDataset(Dataset):
         self.utterances = list(utterances)
         self.settings, self.train, self.seed, self.augment = settings, train, int(seed), augment
         self.labels = torch.tensor([u.label for u in self.utterances], dtype=torch.long)
+        self.seen_attacks: frozenset[str] | None = None
+        """The spoofing attacks of the training split, set on evaluation splits by the dataset
+        builder (None: unknown) — what the test's seen/unseen figures are split by."""
         self.epoch = 0
         self._cache: dict[int, np.ndarray] = {}
 
@@ -155,10 +158,12 @@ class AudioDataset(Dataset):
         """The files at ``positions``, as a training split (crops, augmentation) or an
         evaluation split (``train``; None: as this one)."""
         train = self.train if train is None else train
-        return AudioDataset(
+        part = AudioDataset(
             [self.utterances[int(i)] for i in positions], self.settings, train=train, seed=self.seed,
             augment=self.augment if train else None,
-        )
+        )  # fmt: skip
+        part.seen_attacks = self.seen_attacks
+        return part
 
     @staticmethod
     def concat(parts: Sequence[AudioDataset]) -> AudioDataset:

@@ -64,6 +64,12 @@ def spoofing_splits(
             raise UsageError(f"{name}: no usable audio file in the {split} split ({report})")
         train = split == "train"
         splits[split] = AudioDataset(kept, settings, train=train, seed=seed, augment=pipeline if train else None)
+    trained_on = splits["train"]
+    if trained_on is not None and len(trained_on):  # what "unseen" means for the evaluation splits
+        seen = frozenset(u.attack for u in trained_on.utterances if u.label == 0)
+        for split in ("val", "test"):
+            if splits.get(split) is not None:
+                splits[split].seen_attacks = seen
     if report.skipped:
         log.warning("%s: %s", name, report)
     return DataSplits(

@@ -3,7 +3,8 @@
 Training validates with the ``eer`` metric (on batch rows: in ``windows`` mode each window
 counts as a trial there) and keeps the checkpoint with the lowest ``val_eer``. The test
 scores every file of the split (a file's windows averaged), writes the score file first,
-then the metrics over all files and per attack, and a DET curve per attack. A split
+then the metrics over all files, per attack and — when the dataset says which attacks
+training saw — over the seen and the unseen attacks, and a DET curve per attack. A split
 without bona fide or without spoofed files still gets its score file; the metrics that
 need both are NaN, with a warning.
 """
@@ -22,7 +23,7 @@ from ..base import Task
 from . import metrics as detection
 from .scores import ScoreTable
 
-__all__ = ["SpoofingTask", "detection_report"]
+__all__ = ["SpoofingTask", "detection_report", "seen_unseen_report"]
 
 log = logging.getLogger("modforge.tasks")
 
@@ -57,6 +58,30 @@ def detection_report(table: ScoreTable) -> dict[str, Any]:
     }
 
 
+def seen_unseen_report(table: ScoreTable, seen: frozenset[str] | set[str]) -> dict[str, dict[str, Any]]:
+    """EER and minDCF of every bona fide file against the spoofs of the attacks ``seen`` in
+    training, and against the spoofs of the others (``{"seen": {...}, "unseen": {...}}``) —
+    how papers report generalisation (ASVspoof 2019 LA: A07–A19 are unseen). Empty when the
+    split holds no spoof of an unseen attack (the overall figures are then the seen ones)."""
+    spoof = table.labels == 0
+    attacks = np.array(table.attacks)
+    unseen_spoof = spoof & ~np.isin(attacks, sorted(seen))
+    if not unseen_spoof.any():
+        return {}
+    bona = table.labels == 1
+    out: dict[str, dict[str, Any]] = {}
+    for name, spoofs in (("seen", spoof & ~unseen_spoof), ("unseen", unseen_spoof)):
+        keep = bona | spoofs
+        figures: dict[str, Any] = {"files": int(keep.sum()), "spoofed_files": int(spoofs.sum())}
+        if bona.any() and spoofs.any():
+            figures["eer"] = detection.eer(table.scores[keep], table.labels[keep])[0]
+            figures["min_dcf"] = detection.min_dcf(table.scores[keep], table.labels[keep])
+        else:
+            figures["eer"] = figures["min_dcf"] = math.nan
+        out[name] = figures
+    return out
+
+
 @register_task("spoofing")
 class SpoofingTask(Task):
     """Bona fide (label 1) against spoofed (label 0) audio; scores higher = bona fide."""
@@ -75,7 +100,11 @@ class SpoofingTask(Task):
         report = detection_report(table)
         if out_dir is not None and report["overall"]["bonafide_files"] and not math.isnan(report["overall"]["eer"]):
             self._plot(table, out_dir / f"{stem}det.png", title=f"{split}: {len(table)} files")
-        return {split: report["overall"], f"{split}_per_attack": report["per_attack"]}
+        results = {split: report["overall"], f"{split}_per_attack": report["per_attack"]}
+        seen = getattr(dataset, "seen_attacks", None)
+        if seen is not None:
+            results.update({f"{split}_{k}": v for k, v in seen_unseen_report(table, seen).items()})
+        return results
 
     @staticmethod
     def _plot(table: ScoreTable, path: Path, title: str) -> None:
