@@ -428,6 +428,7 @@ def fit_and_test(
     if main:
         write_json(run_dir / "summary.json", summary)
         plot_curves(trainer.history, run_dir / "curves.png", title=cfg.name)
+    trainer.end_run(summary)  # after the files: trackers keep them
     return summary
 
 

@@ -322,6 +322,13 @@ class Trainer:
         self.extra_results["train_seconds"] = self.train_seconds
         return self.history
 
+    def end_run(self, summary: dict[str, Any]) -> None:
+        """Tell the callbacks that override :meth:`Callback.on_run_end` that the run is over and
+        its folder complete (the runner calls it once ``summary.json`` and the plots are written)."""
+        for cb in self.callbacks:
+            if cb.overrides("on_run_end"):
+                cb.on_run_end(self, summary)
+
     @property
     def train_seconds(self) -> float:
         """Seconds spent in :meth:`fit` over the whole run: the sessions before a resume (from

@@ -1,6 +1,17 @@
 """Built-in callbacks (imported on first use of the callback registry)."""
 
-from . import checkpoint, csv_logger, early_stopping, lr_monitor, nan_guard, progress, tensorboard  # noqa: F401 - registration
+from . import (  # noqa: F401 - registration
+    checkpoint,
+    csv_logger,
+    early_stopping,
+    lr_monitor,
+    mlflow_logger,
+    nan_guard,
+    optuna_pruning,
+    progress,
+    tensorboard,
+    wandb_logger,
+)
 from .base import Callback, improved
 
 __all__ = ["Callback", "improved"]

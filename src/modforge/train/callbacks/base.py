@@ -41,6 +41,13 @@ class Callback:
     def on_fit_end(self, trainer: Trainer) -> None:
         """Training finished (normally or by early stopping)."""
 
+    def on_run_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+        """The whole run is over and its folder complete: the runner calls it (through
+        :meth:`Trainer.end_run`) after its last ``fit()`` and its test, once ``summary.json``
+        and the plots (``curves.png``...) are written (by rank 0, in a multi-process run);
+        ``summary`` is what ``summary.json`` holds. Only called for callbacks that override
+        it; a trainer used on its own, without the runner, never calls it."""
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
