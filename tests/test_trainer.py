@@ -260,3 +260,45 @@ def test_early_stopping_minimises_losses_and_resumes_its_count():
 )
 def test_improvement_rule_handles_negatives_and_nan(value, best, mode, expected):
     assert improved(value, best, mode) is expected
+
+
+class Counter(Callback):
+    """Counts epochs across a resume (its state is the count)."""
+
+    order = 10
+
+    def __init__(self):
+        self.count = 0
+
+    def on_epoch_end(self, trainer, row):
+        self.count += 1
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state):
+        self.count = state["count"]
+
+
+class Extra(Callback):
+    order = 5  # sorts before Counter: it would shift a key made of the place among all callbacks
+
+
+def test_a_callback_added_on_resume_does_not_take_another_callbacks_saved_state(digits):
+    def trainer(callbacks):
+        model = mf.build_model(MLP, in_dim=64, num_classes=10)
+        return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), max_epochs=1, callbacks=callbacks)
+
+    first = trainer([Counter(), Counter()])
+    first.callbacks[0].count, first.callbacks[1].count = 3, 7
+    states = {first._callback_key(cb): cb.state_dict() for cb in first.callbacks}
+    assert set(states) == {"Counter.0", "Counter.1"}
+    resumed = trainer([Extra(), Counter(), Counter()])
+    for cb in resumed.callbacks:
+        state = resumed._saved_callback_state(states, cb)
+        if state is not None:
+            cb.load_state_dict(state)
+    assert [cb.count for cb in resumed.callbacks if isinstance(cb, Counter)] == [3, 7]
+    # a checkpoint written before: keyed by the place among all callbacks
+    older = trainer([Extra(), Counter()])
+    assert older._saved_callback_state({"Extra.0": {}, "Counter.1": {"count": 5}}, older.callbacks[1]) == {"count": 5}

@@ -72,6 +72,10 @@ class RunRoutines:
         continue_run_folder: ``(cfg, run_dir)`` — the folder a resumed run goes on in.
         require_a_loss: ``(exp, cfg)`` — refuse a model that cannot make a training loss.
         write_json: ``(path, data)`` — write a summary atomically.
+
+    A task whose :meth:`Task.run` trains with its own loop calls ``trainer.end_run(summary)``
+    once its summary and plots are written, as ``fit_and_test`` does, so the trackers
+    (``wandb``, ``mlflow``) receive the finished run folder.
     """
 
     fit_and_test: Callable[..., dict[str, Any]]

@@ -178,8 +178,14 @@ class Trainer:
         self.metrics = dict(metrics or {})
         self.directions = dict(directions or {})
         every = sorted(callbacks, key=lambda cb: cb.order)
-        # a callback's checkpoint key is its place among all of them, the same on every process
-        self._callback_keys = {id(cb): f"{type(cb).__name__}.{i}" for i, cb in enumerate(every)}
+        # a callback's checkpoint key is its class and its place among the callbacks of that class — the
+        # same on every process, and unchanged when a resumed run adds or drops a callback of another class
+        seen: dict[str, int] = {}
+        self._callback_keys: dict[int, str] = {}
+        for cb in every:
+            name = type(cb).__name__
+            self._callback_keys[id(cb)] = f"{name}.{seen.get(name, 0)}"
+            seen[name] = seen.get(name, 0) + 1
         self.callbacks = [cb for cb in every if self.rank == 0 or not getattr(cb, "rank_zero_only", False)]
         self._step_callbacks = [cb for cb in self.callbacks if cb.overrides("on_step_end")]
         self.max_epochs, self.max_steps = max_epochs, max_steps
@@ -736,9 +742,9 @@ class Trainer:
             )  # fmt: skip
         states = payload.get("callbacks", {})
         for cb in self.callbacks:
-            key = self._callback_key(cb)
-            if key in states:
-                cb.load_state_dict(states[key])
+            state = self._saved_callback_state(states, cb)
+            if state is not None:
+                cb.load_state_dict(state)
 
     def _restored_losses(self, payload: dict[str, Any], saved_world: int) -> tuple[list[torch.Tensor], list[int]]:
         """This process's share of the epoch's losses so far: its own with as many processes
@@ -754,7 +760,23 @@ class Trainer:
         return restored, [int(n) for part in my_sizes for n in part]
 
     def _callback_key(self, cb: Callback) -> str:
-        return self._callback_keys.get(id(cb)) or f"{type(cb).__name__}.{self.callbacks.index(cb)}"
+        if id(cb) not in self._callback_keys:  # appended to self.callbacks after construction
+            name = type(cb).__name__
+            self._callback_keys[id(cb)] = f"{name}.{sum(type(c).__name__ == name for c in self.callbacks) - 1}"
+        return self._callback_keys[id(cb)]
+
+    def _saved_callback_state(self, states: dict[str, Any], cb: Callback) -> dict[str, Any] | None:
+        """``cb``'s state in a checkpoint's ``callbacks``. Earlier checkpoints keyed a callback by
+        its place among *all* callbacks: their one entry of ``cb``'s class is ``cb``'s when ``cb``
+        is the only callback of that class."""
+        key = self._callback_key(cb)
+        if key in states:
+            return states[key]
+        name = type(cb).__name__
+        saved = [k for k in states if k.rpartition(".")[0] == name]
+        if len(saved) == 1 and sum(type(c) is type(cb) for c in self.callbacks) == 1:
+            return states[saved[0]]
+        return None
 
 
 def _is_sharded(loader: Any) -> bool:
