@@ -14,8 +14,9 @@ mAP ≥ 0.65 on the test split, trained in at most 15 minutes on two cores.
                                    [--report-only] [--write]
 
 ``--report-only`` rebuilds the table from the run folders of an earlier invocation
-(``runs/detection-benchmark/<system>``). ``--write`` keeps whatever follows the
-``NOTES_MARKER`` line of the existing ``detection.md``: the hand-written reading of the figures.
+(``runs/detection-benchmark/<system>``). ``--write`` keeps whatever follows the notes marker
+line of the existing ``detection.md`` (as ``modforge sweep-report --write-to`` does): the
+hand-written reading of the figures.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ SYSTEMS = ("shapes_fcos", "shapes_fcos_p3", "shapes_fcos_r18_w025")
 REFERENCE = "shapes_fcos"
 TARGETS = {"map_50": 0.90, "map": 0.65, "train_seconds": 15 * 60}
 """The reference config's targets (the seconds: an upper bound)."""
-NOTES_MARKER = "<!-- hand-written notes below: kept by --write -->"
 BENCH = ROOT / "benchmarks" / "detection.md"
 RUNS = ROOT / "runs" / "detection-benchmark"
 
@@ -80,9 +80,13 @@ def describe(run_dir: Path) -> str:
     width = backbone["args"].get("width", 1.0)
     first = 2 + int(neck["args"].get("start_level", 0))  # the ResNet's C2–C5 feed P2–P5
     last = 5 + int(neck["args"].get("extra_levels", 0))
+    train = cfg["train"]
+    engine = train.get("engine") or "eager"
+    layout = engine.get("args", {}).get("memory_format", "contiguous") if isinstance(engine, dict) else "contiguous"
+    how = ", ".join(x for x in (train.get("precision") == "bf16" and "bf16", layout != "contiguous" and layout) if x)
     return (f"{backbone['type']} ×{width:g}, {neck['type']} P{first}–P{last} {neck['args'].get('out_channels')} ch, "
             f"{head['type']} tower {head['args'].get('tower_depth')}, "
-            f"{cfg['train']['max_epochs']} epochs, {cfg['data']['args'].get('min_size')} px")  # fmt: skip
+            f"{train['max_epochs']} epochs, {cfg['data']['args'].get('min_size')} px" + (f", {how}" if how else ""))  # fmt: skip
 
 
 def _fmt(value) -> str:
@@ -169,9 +173,9 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if ns.write:
-        old = BENCH.read_text() if BENCH.exists() else ""
-        notes = old[old.index(NOTES_MARKER):] if NOTES_MARKER in old else NOTES_MARKER + "\n"
-        BENCH.write_text(text + "\n" + notes)
+        from modforge.sweep.report import keep_notes
+
+        BENCH.write_text(keep_notes(text, BENCH))
     return 0
 
 
