@@ -240,6 +240,24 @@ class Experiment:
             **extra,
         )
 
+    def evaluator(self) -> Trainer:
+        """A trainer of the run's own class for evaluating ``self.model`` as the run's final test
+        did: its precision (bf16 autocast…) and, for an engine that needs no example batch, its
+        runnable (``eager`` with ``memory_format: channels_last``), so ``modforge test`` of a
+        checkpoint reports the figures the run's own test reported."""
+        settings = self.settings
+        trainer = self.trainer_class(
+            self.model,
+            torch.optim.SGD(self.model.parameters(), lr=0.0),
+            metrics=self.metrics,
+            precision=settings.precision,
+            device=settings.device,
+            engine=build_engine(settings.engine, origin_of=self.cfg.where),
+        )
+        if not trainer.engine.capabilities.needs_example_input:
+            trainer.runnable = trainer.engine.prepare(trainer.model, None, train=False)
+        return trainer
+
     def loaders(self):
         """Train, val and test loaders; with several processes, this process's shards
         (``data.batch_size`` is per process)."""

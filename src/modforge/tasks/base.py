@@ -136,8 +136,6 @@ class Task:
         Raises:
             UsageError: the dataset has no such split (``what`` names the dataset's source).
         """
-        import torch
-
         from ..core.errors import UsageError
         from ..data.loader import make_loader
 
@@ -145,9 +143,7 @@ class Task:
         if dataset is None or len(dataset) == 0:
             raise UsageError(f"{what} has no {split} split")
         loader = make_loader(dataset, exp.loader, train=False)
-        trainer = exp.trainer_class(  # the run's own class: its prepare_batch applies to evaluation too
-            exp.model, torch.optim.SGD(exp.model.parameters(), lr=0.0), metrics=exp.metrics, device=exp.settings.device
-        )
+        trainer = exp.evaluator()  # the run's own class (its prepare_batch), precision and engine
         return self.test(trainer, loader, dataset, split=split, out_dir=out_dir, stem=stem)
 
     def check_export(self, exp: Any) -> None:
