@@ -210,9 +210,9 @@ def test_report_groups_over_seeds_with_mean_std_n_and_bold_best(sweep_file, tmp_
     for name in ("results.md", "results.csv", "results.png"):
         assert (sweep_dir / name).stat().st_size > 0
     csv_rows = (sweep_dir / "results.csv").read_text().splitlines()
-    assert csv_rows[0] == ("algorithm,n,failed,test.accuracy_mean,test.accuracy_std,test.loss_mean,test.loss_std,"
+    assert csv_rows[0] == ("algorithm,n,failed,pruned,test.accuracy_mean,test.accuracy_std,test.loss_mean,test.loss_std,"
                            "seconds_median,seconds_std")  # fmt: skip
-    assert csv_rows[2].startswith("er,2,1,0.75,")
+    assert csv_rows[2].startswith("er,2,1,0,0.75,")
 
 
 def test_write_to_keeps_the_hand_written_notes_and_refuses_a_page_without_the_marker(sweep_file, tmp_path):

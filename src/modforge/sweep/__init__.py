@@ -36,15 +36,19 @@ See ``configs/sweeps/reference.yaml`` for every key with comments.
 Seams for other searches and backends:
 
 * :class:`~.search.Search` (``ask() -> Trial | None``, ``tell(trial, result)``), registered
-  in :data:`~.search.SEARCHES` by the name a sweep file gives as ``search:``;
+  in :data:`~.search.SEARCHES` by the name a sweep file gives as ``search:`` — ``grid``,
+  ``random`` and ``optuna`` (:mod:`.optuna_search`: TPE, pruning, a study in the sweep folder);
 * :class:`~.executor.Executor` (``free``, ``running``, ``submit(job)``, ``wait(timeout)``,
-  ``shutdown``), registered in :data:`~.executor.EXECUTORS` by the ``--backend`` name; every
+  ``shutdown``), registered in :data:`~.executor.EXECUTORS` by the ``--backend`` name —
+  ``local`` (:mod:`.local`) and ``ray`` (:mod:`.ray_executor`: one Ray task per trial); every
   executor runs :meth:`~.command.TrialJob.argv`, the one place a trial's command is made.
 """
 
 from __future__ import annotations
 
 from . import local as _local  # noqa: F401 - registers the "local" executor
+from . import optuna_search as _optuna_search  # noqa: F401 - registers "optuna" (optuna imported on use)
+from . import ray_executor as _ray_executor  # noqa: F401 - registers "ray" (ray imported on use)
 from .command import TrialJob, build_job
 from .driver import SweepResult, run_sweep
 from .executor import EXECUTORS, Executor, ExecutorOptions, TrialOutcome, register_executor

@@ -21,7 +21,7 @@ from typing import Any
 from .spec import AUTO_KEYS, SweepSpec
 from .trial import Trial
 
-__all__ = ["TrialJob", "build_job", "override_tokens", "user_tokens"]
+__all__ = ["TrialJob", "build_job", "override_tokens", "processes_of", "user_tokens"]
 
 SUMMARY = "summary.json"
 
@@ -86,6 +86,8 @@ class TrialJob:
         fresh: the command for a trial with nothing saved yet.
         resume: the command for a trial with a checkpoint (``None``: the command cannot resume, e.g. ``test``).
         threads: the torch threads the trial uses (what an executor reserves for it).
+        processes: the trial's training processes (its ``--nproc``; what an executor reserves
+            devices for).
     """
 
     trial_id: str
@@ -94,6 +96,7 @@ class TrialJob:
     fresh: tuple[str, ...]
     resume: tuple[str, ...] | None
     threads: int
+    processes: int = 1
 
     def finished(self) -> bool:
         """Whether the trial's run folder holds its ``summary.json`` (written when a run completes)."""
@@ -115,16 +118,28 @@ class TrialJob:
         return shlex.join(self.fresh)
 
 
+def processes_of(trial: Trial) -> int:
+    """The trial's ``--nproc`` (1 without it, or with a value ``modforge train`` will refuse)."""
+    value = trial.overrides.get("--nproc")
+    try:
+        return max(1, int(value)) if value is not None and not isinstance(value, bool) else 1
+    except (TypeError, ValueError):
+        return 1
+
+
 def build_job(spec: SweepSpec, trial: Trial, sweep_dir: Path, threads: int) -> TrialJob:
     """The :class:`TrialJob` of ``trial`` in ``sweep_dir``, with ``threads`` torch threads
-    (``train.num_threads``, unless the sweep file sets it) and ``train.progress=never``
-    (unless set): the log gets lines, not a progress bar."""
+    (``train.num_threads``, unless the sweep file sets it), ``train.progress=never`` (unless
+    set: the log gets lines, not a progress bar) and the search's own overrides
+    (:attr:`Trial.extra`). A resumed trial keeps its ``--nproc`` (the rest is in its saved config)."""
     run_dir = (sweep_dir / "trials" / trial.id).resolve()
     command = trial.overrides.get("command", spec.command)
     config = trial.overrides.get("config") or str(spec.config)
     auto = dict(zip(AUTO_KEYS, (threads, "never"), strict=True))
-    extra = [f"{k}={v}" for k, v in auto.items() if k not in spec.setting_keys()]
+    extra = [f"{k}={v}" for k, v in auto.items() if k not in spec.setting_keys()] + override_tokens(trial.extra)
     base = [sys.executable, "-m", "modforge", command]
     fresh = (*base, config, *user_tokens(trial), *extra, "--run-dir", str(run_dir))
-    resume = (*base, "--resume", str(run_dir)) if command == "train" else None
-    return TrialJob(trial.id, run_dir, run_dir.with_name(f"{trial.id}.log"), fresh, resume, threads)
+    processes = processes_of(trial)
+    nproc = ("--nproc", str(processes)) if "--nproc" in trial.overrides else ()
+    resume = (*base, "--resume", str(run_dir), *nproc) if command == "train" else None
+    return TrialJob(trial.id, run_dir, run_dir.with_name(f"{trial.id}.log"), fresh, resume, threads, processes)

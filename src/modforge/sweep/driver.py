@@ -11,7 +11,6 @@ Nothing here prints: progress goes to ``on_event``.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import yaml
 from ..core.config import display_path
 from .collect import collect_metrics, read_summary
 from .command import TrialJob, build_job, user_tokens
-from .executor import EXECUTORS, ExecutorOptions, TrialOutcome, last_error_line
+from .executor import EXECUTORS, ExecutorOptions, TrialOutcome, default_threads, last_error_line
 from .lock import SweepLock
 from .search import SEARCHES, Search, TrialResult
 from .spec import SweepSpec, SweepSpecError
@@ -31,16 +30,23 @@ from .trial import Trial, format_value
 __all__ = ["SweepResult", "default_threads", "param_columns", "run_sweep", "write_resolved"]
 
 Event = Callable[[str, Trial, dict[str, str]], None]
-"""``on_event(kind, trial, row)``: kind is ``started``, ``done``, ``failed`` or ``skipped`` (finished before)."""
+"""``on_event(kind, trial, row)``: kind is ``started``, ``done``, ``pruned``, ``failed`` or
+``skipped`` (finished before)."""
+
+PRUNED = "pruned.json"
+"""The file the ``optuna_pruning`` callback writes into a run folder when the study stops the
+run early: the trial finished (its ``summary.json`` exists) but is ``pruned``, not ``done``."""
 
 
 @dataclasses.dataclass
 class SweepResult:
-    """How a sweep ended: trials finished (this run and before), failed, and in all."""
+    """How a sweep ended: trials finished (this run and before; pruned ones included), pruned,
+    failed, and finished before this run."""
 
     done: int = 0
     failed: int = 0
     skipped: int = 0
+    pruned: int = 0
 
     @property
     def ok(self) -> bool:
@@ -48,18 +54,10 @@ class SweepResult:
         return self.failed == 0
 
 
-def default_threads(workers: int) -> int:
-    """Torch threads per trial: the cores this process may use, divided among the workers."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, workers))
-
-
 def param_columns(spec: SweepSpec) -> list[str]:
-    """The parameter columns of ``trials.csv``: grid axes, then random keys."""
-    return [axis.name for axis in spec.grid] + ([p.key for p in spec.random.params] if spec.random else [])
+    """The parameter columns of ``trials.csv``: grid axes, then random (or optuna) keys."""
+    space = spec.random.params if spec.random else spec.optuna.params if spec.optuna else ()
+    return [axis.name for axis in spec.grid] + [p.key for p in space]
 
 
 def write_resolved(spec: SweepSpec, sweep_dir: Path) -> None:
@@ -116,8 +114,9 @@ class _Run:
         summary = read_summary(job.run_dir) if job.finished() else {}
         metrics = collect_metrics(self.spec.collect, summary, seconds)
         if summary:
-            status, error = "done", ""
+            status, error = ("pruned" if (job.run_dir / PRUNED).is_file() else "done"), ""
             self.result.done += 1
+            self.result.pruned += status == "pruned"
             self.result.skipped += skipped
         else:
             status = "failed"
@@ -141,9 +140,12 @@ class _Run:
 
 
 def run_sweep(
-    spec: SweepSpec, sweep_dir: Path, *, workers: int = 1, backend: str = "local", on_event: Event | None = None
-) -> SweepResult:
-    """Run (or continue) ``spec`` in ``sweep_dir`` with ``workers`` trials at once on ``backend``.
+    spec: SweepSpec, sweep_dir: Path, *, workers: int | None = 1, backend: str = "local",
+    settings: dict[str, Any] | None = None, on_event: Event | None = None,
+) -> SweepResult:  # fmt: skip
+    """Run (or continue) ``spec`` in ``sweep_dir`` with ``workers`` trials at once (``None``:
+    as many as the backend holds) on ``backend``, given its ``settings`` (see
+    :class:`~.executor.ExecutorOptions`).
 
     Raises:
         SweepBusyError: another sweep (or a killed one's trials) holds the folder.
@@ -155,8 +157,10 @@ def run_sweep(
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with SweepLock(sweep_dir) as lock:
         write_resolved(spec, sweep_dir)
-        run = _Run(spec, sweep_dir, SEARCHES[spec.search](spec, sweep_dir), default_threads(workers), on_event)
-        executor = EXECUTORS[backend](ExecutorOptions(workers=workers, keep_fds=(lock.fd,)))
+        search = SEARCHES[spec.search](spec, sweep_dir)
+        executor = EXECUTORS[backend](ExecutorOptions(workers=workers, keep_fds=(lock.fd,), settings=settings or {}))
+        threads = getattr(executor, "threads", None) or default_threads(workers or 1)
+        run = _Run(spec, sweep_dir, search, threads, on_event)
         try:
             while True:
                 while executor.free() > 0:
@@ -172,5 +176,6 @@ def run_sweep(
             executor.shutdown()
             run.interrupted()
             raise
+        executor.shutdown()  # nothing runs: lets a backend release what it holds (a Ray instance)
         run.table.write()
     return run.result

@@ -13,13 +13,26 @@ executor, so an executor that retries a trial elsewhere needs no extra bookkeepi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import importlib
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from types import ModuleType
+from typing import Any, Protocol
 
+from ..core.errors import UsageError
 from .command import TrialJob
 
-__all__ = ["EXECUTORS", "Executor", "ExecutorOptions", "TrialOutcome", "last_error_line", "register_executor"]
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "ExecutorOptions",
+    "TrialOutcome",
+    "default_threads",
+    "import_extra",
+    "last_error_line",
+    "register_executor",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,17 +55,46 @@ class ExecutorOptions:
     """What the command line gives every executor.
 
     Attributes:
-        workers: trials run at once.
-        keep_fds: file descriptors every trial process must inherit (the sweep folder's lock,
-            held until the last process that could write a trial folder has ended).
+        workers: trials run at once (``None``: not given; the backend decides — the local
+            pool runs one, Ray as many as the cluster's resources hold).
+        keep_fds: file descriptors every local trial process must inherit (the sweep folder's
+            lock, held until the last process that could write a trial folder has ended).
+        settings: the backend's own settings (the sweep file's section of that name, e.g.
+            ``ray:``, with the command line's values over it).
     """
 
-    workers: int = 1
+    workers: int | None = 1
     keep_fds: tuple[int, ...] = ()
+    settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def default_threads(workers: int) -> int:
+    """Torch threads per trial: the cores this process may use, divided among the workers."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, workers))
+
+
+def import_extra(package: str, what: str, extra: str) -> ModuleType:
+    """Import an optional package, or say in one line which pip extra of modforge brings it.
+
+    Raises:
+        UsageError: ``package`` is not installed (or fails to import).
+    """
+    try:
+        return importlib.import_module(package)
+    except ImportError as exc:
+        broken = "" if exc.name in (package, None) else f" (it is installed, but importing it failed: {exc})"
+        raise UsageError(f'{what} needs the {package} package{broken}: pip install "modforge[{extra}]"') from None
 
 
 class Executor(Protocol):
     """Runs trial jobs (see the module docstring)."""
+
+    threads: int
+    """The torch threads each trial gets (``train.num_threads``): the CPUs reserved for it."""
 
     def free(self) -> int:
         """How many more trials can start now."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import shlex
 import signal
@@ -20,16 +21,17 @@ import time
 from datetime import datetime
 
 from .command import TrialJob
-from .executor import ExecutorOptions, TrialOutcome, register_executor
+from .executor import ExecutorOptions, TrialOutcome, default_threads, register_executor
 
-__all__ = ["LocalExecutor"]
+__all__ = ["LocalExecutor", "start_trial", "stop_trials"]
 
 _PR_SET_PDEATHSIG = 1
 _STOP_GRACE_S = 10.0
 
 
+@functools.cache
 def _prctl():
-    """libc's ``prctl`` (resolved in the parent: the child only calls it), or ``None`` off Linux."""
+    """libc's ``prctl`` (resolved once, in the parent: the child only calls it), or ``None`` off Linux."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -39,13 +41,66 @@ def _prctl():
         return None
 
 
+def _child_setup(prctl, parent: int):
+    """What a trial process runs between fork and exec: ask the kernel for SIGTERM when
+    ``parent`` dies, and exit if it already has (no allocation-heavy work here)."""
+
+    def setup() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
+
+    return setup
+
+
+def start_trial(job: TrialJob, keep_fds: tuple[int, ...] = (), *, note: str = "", cwd: str | None = None
+                ) -> subprocess.Popen:  # fmt: skip
+    """Start ``job.argv()`` (decided now, from the trial folder as it is) as a child of this
+    process, its output appended to ``job.log`` under a ``# TIME [note] COMMAND`` line.
+
+    The child gets its own session (a Ctrl-C reaches only this process, which stops the
+    trial itself), the parent-death signal (SIGTERM when this process dies, SIGKILL
+    included; Linux), and the file descriptors ``keep_fds`` (locks it must hold until it ends).
+    Used by the local pool and, on each Ray worker, by the Ray backend.
+    """
+    argv = job.argv()
+    job.log.parent.mkdir(parents=True, exist_ok=True)
+    with job.log.open("a") as log:
+        stamp = datetime.now().isoformat(timespec="seconds")
+        log.write(f"# {stamp} {f'[{note}] ' if note else ''}{shlex.join(argv)}\n")
+        log.flush()
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            pass_fds=keep_fds, preexec_fn=_child_setup(_prctl(), os.getpid()), cwd=cwd,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+
+
+def stop_trials(processes: list[subprocess.Popen], grace_s: float = _STOP_GRACE_S) -> None:
+    """End each trial's whole process group: SIGTERM, then SIGKILL after ``grace_s``; return
+    once every one has ended."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for process in processes:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signum)  # the trial and everything it started
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(p.poll() is None for p in processes):
+            time.sleep(0.05)
+        if all(p.poll() is not None for p in processes):
+            break
+
+
 class LocalExecutor:
     """Trials as local processes (see the module docstring)."""
 
     def __init__(self, options: ExecutorOptions):
-        self.workers = max(1, options.workers)
+        self.workers = max(1, options.workers or 1)
+        self.threads = default_threads(self.workers)
         self.keep_fds = tuple(options.keep_fds)
-        self._prctl = _prctl()
         self._running: dict[str, tuple[subprocess.Popen, float]] = {}
 
     def free(self) -> int:
@@ -54,28 +109,8 @@ class LocalExecutor:
     def running(self) -> int:
         return len(self._running)
 
-    def _child_setup(self, parent: int):
-        prctl = self._prctl
-
-        def setup() -> None:  # runs in the child between fork and exec: no allocation-heavy work
-            if prctl is not None:
-                prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-            if os.getppid() != parent:  # the sweep died before the signal was armed
-                os._exit(1)
-
-        return setup
-
     def submit(self, job: TrialJob) -> None:
-        argv = job.argv()
-        job.log.parent.mkdir(parents=True, exist_ok=True)
-        with job.log.open("a") as log:
-            log.write(f"# {datetime.now().isoformat(timespec='seconds')} {shlex.join(argv)}\n")
-            log.flush()
-            process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                pass_fds=self.keep_fds, preexec_fn=self._child_setup(os.getpid()),
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )  # fmt: skip
+        process = start_trial(job, self.keep_fds)
         self._running[job.trial_id] = (process, time.perf_counter())
 
     def wait(self, timeout: float) -> list[TrialOutcome]:
@@ -92,19 +127,7 @@ class LocalExecutor:
             time.sleep(0.05)
 
     def shutdown(self) -> None:
-        processes = [p for p, _ in self._running.values()]
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            for process in processes:
-                if process.poll() is None:
-                    try:
-                        os.killpg(process.pid, signum)  # the trial and everything it started
-                    except ProcessLookupError:
-                        pass
-            deadline = time.monotonic() + _STOP_GRACE_S
-            while time.monotonic() < deadline and any(p.poll() is None for p in processes):
-                time.sleep(0.05)
-            if all(p.poll() is not None for p in processes):
-                break
+        stop_trials([p for p, _ in self._running.values()])
         self._running.clear()
 
 

@@ -2,7 +2,8 @@
 and collected value, the best of each column in bold; written as ``results.md``,
 ``results.csv`` and ``results.png`` in the sweep folder.
 
-A group is every parameter but the seed; its ``n`` counts its finished trials. Values come
+A group is every parameter but the seed; its ``n`` counts its finished trials (trials an
+optuna study pruned are left out of its values and flagged, ``0 (1 pruned)``). Values come
 from each finished trial's ``summary.json`` (so a report after editing ``collect:`` in the
 folder's ``sweep.yaml`` needs no re-run), ``seconds`` from ``trials.csv``.
 """
@@ -38,7 +39,8 @@ class Group:
     Attributes:
         params: column → shown value.
         values: collected name → the finished trials' values (``None`` dropped).
-        n: finished trials; failed: trials that failed.
+        n: finished trials; failed: trials that failed; pruned: trials the optuna study stopped
+            early (their values are not among ``values``: a truncated run is no estimate).
         trials: the ids of the group's trials.
     """
 
@@ -46,6 +48,7 @@ class Group:
     values: dict[str, list[float]]
     n: int = 0
     failed: int = 0
+    pruned: int = 0
     trials: list[str] = dataclasses.field(default_factory=list)
 
     def centre(self, c: Collect) -> float | None:
@@ -104,7 +107,8 @@ class Report:
         return [*self.params, "n", *(c.label for c in self.spec.collect)]
 
     def row(self, group: Group, *, bold: str = "**") -> list[str]:
-        n = f"{group.n}" + (f" ({group.failed} failed)" if group.failed else "")
+        notes = [f"{count} {word}" for count, word in ((group.failed, "failed"), (group.pruned, "pruned")) if count]
+        n = f"{group.n}" + (f" ({', '.join(notes)})" if notes else "")
         return [
             *(group.params[p] for p in self.params),
             n,
@@ -132,6 +136,8 @@ def build_report(sweep_dir: Path) -> Report:
         group.trials.append(row["trial"])
         if row.get("status") == "failed":
             group.failed += 1
+        if row.get("status") == "pruned":
+            group.pruned += 1
         if row.get("status") != "done":
             continue
         seconds = float(row["seconds"]) if row.get("seconds") else None
@@ -189,6 +195,17 @@ def _settings(spec: SweepSpec) -> list[str]:
     if spec.random is not None:
         space = ", ".join(f"`{p.key}` {p.kind} {list(p.args)}" for p in spec.random.params)
         parts.append(f"Random search: {spec.random.trials} draws (seed {spec.random.seed}) of {space}.")
+    if spec.optuna is not None:
+        o = spec.optuna
+        space = ", ".join(f"`{p.key}` {p.kind} {list(p.args)}" for p in o.params)
+        pruning = (
+            "no pruning"
+            if o.pruner == "none"
+            else (f"{o.pruner} pruner on the per-epoch {o.prune_on or 'monitor'} after {o.warmup_epochs} epoch(s)")
+        )
+        parts.append(f"Optuna search: {o.trials} trials ({o.sampler} sampler, seed {o.seed}, {pruning}) of {space}, "
+                     f"{'maximising' if o.goal == 'max' else 'minimising'} {o.metric}; pruned trials are "
+                     "counted apart from n and left out of the values.")  # fmt: skip
     if spec.seeds:
         parts.append(f"Seeds: {', '.join(map(str, spec.seeds))} (mean ± sample std over seeds; n = finished trials).")
     return [" ".join(parts), ""] if parts else []
@@ -203,15 +220,15 @@ def _setting_text(overrides: dict) -> str:
 
 
 def results_csv(report: Report) -> str:
-    """One row per group: parameters, n, failed, and each value's centre and std (unscaled)."""
+    """One row per group: parameters, n, failed, pruned, and each value's centre and std (unscaled)."""
     out = io.StringIO()
-    columns = [*report.params, "n", "failed"]
+    columns = [*report.params, "n", "failed", "pruned"]
     for c in report.spec.collect:
         columns += [f"{c.name}_{c.agg}", f"{c.name}_std"]
     writer = csv.writer(out)
     writer.writerow(columns)
     for g in report.groups:
-        cells: list = [*(g.params[p] for p in report.params), g.n, g.failed]
+        cells: list = [*(g.params[p] for p in report.params), g.n, g.failed, g.pruned]
         for c in report.spec.collect:
             centre, spread = g.centre(c), g.spread(c)
             cells += ["" if centre is None else repr(centre), "" if spread is None else repr(spread)]

@@ -34,7 +34,8 @@ class TrialResult:
     """What a search is told about a trial that ended.
 
     Attributes:
-        status: ``done`` or ``failed`` (``interrupted`` trials are not told: they run again).
+        status: ``done``, ``pruned`` (finished early: the optuna study stopped it; see
+            :mod:`.optuna_search`) or ``failed`` (``interrupted`` trials are not told: they run again).
         metrics: the collected values (``None`` where a value is missing).
         summary: the run's whole ``summary.json`` (empty when it failed).
         run_dir: the trial's run folder (its ``metrics.csv`` holds the per-epoch curve).

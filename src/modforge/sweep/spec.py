@@ -25,8 +25,10 @@ __all__ = [
     "Axis",
     "AxisValue",
     "Collect",
+    "OptunaSpec",
     "RandomParam",
     "RandomSpace",
+    "RaySpec",
     "ReportSpec",
     "SweepSpec",
     "SweepSpecError",
@@ -34,8 +36,9 @@ __all__ = [
     "parse_sweep",
 ]
 
-TOP_KEYS = ("name", "config", "command", "overrides", "grid", "random", "seeds", "search", "collect", "report")
-"""Keys a sweep file may hold (a follow-up search adds its own section here)."""
+TOP_KEYS = ("name", "config", "command", "overrides", "grid", "random", "seeds", "search", "optuna", "ray", "collect",
+            "report")  # fmt: skip
+"""Keys a sweep file may hold (a search or backend with settings of its own adds its section here)."""
 COMMANDS = ("train", "test")
 """What a trial runs: ``modforge train CONFIG`` or ``modforge test CONFIG`` (a config's ``model.init`` weights)."""
 SPECIAL_KEYS = ("config", "command")
@@ -44,6 +47,8 @@ AUTO_KEYS = ("train.num_threads", "train.progress")
 """Overrides the sweep adds to every trial unless the sweep file sets them."""
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
 GOALS = ("max", "min", "none")
+SAMPLERS = ("tpe", "random")
+PRUNERS = ("median", "none")
 _MIN_WORDS = ("loss", "error", "eer", "dcf", "forgetting", "seconds", "time", "wer", "cer")
 _KEY_PATH = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)*$")
 _FLAG = re.compile(r"^--[A-Za-z][\w.-]*$")
@@ -94,6 +99,56 @@ class RandomSpace:
 
 
 @dataclasses.dataclass(frozen=True)
+class OptunaSpec:
+    """``optuna: {...}``: a Bayesian search through Optuna (``search: optuna``).
+
+    Attributes:
+        trials: how many trials the study runs in all (finished, pruned and failed ones count).
+        params: the search space, in the syntax of ``random.space``.
+        metric: the objective: a ``collect`` name (each trial's value of it is told to the study).
+        goal: ``max`` or ``min`` (default: that collect entry's goal).
+        sampler: ``tpe`` (default) or ``random``.
+        seed: the sampler's seed (each trial's suggestion is reproducible from it and the study so far).
+        startup_trials: trials drawn at random before TPE models the results, and trials that
+            finish before the pruner may prune.
+        pruner: ``median`` (stop a trial whose per-epoch value is worse than the median of earlier
+            trials at the same epoch) or ``none``.
+        prune_on: the per-epoch metric the pruner sees (``None``: the config's ``train.monitor``).
+        warmup_epochs: epochs of every trial that are never pruned.
+    """
+
+    trials: int
+    params: tuple[RandomParam, ...]
+    metric: str
+    goal: Literal["max", "min"]
+    sampler: Literal["tpe", "random"] = "tpe"
+    seed: int = 0
+    startup_trials: int = 5
+    pruner: Literal["median", "none"] = "median"
+    prune_on: str | None = None
+    warmup_epochs: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class RaySpec:
+    """``ray: {...}``: settings of the Ray backend (``--backend ray``; its flags win).
+
+    Attributes:
+        address: an existing cluster (``auto``, ``ray://host:10001``, ``host:6379``); ``None``:
+            a local Ray instance started by the sweep.
+        cpus_per_trial: CPUs each trial reserves (× its ``--nproc`` processes); also its torch threads.
+        gpus_per_trial: GPUs each trial reserves (× its ``--nproc`` processes); 0: none.
+        max_retries: how often Ray runs a trial again after its worker died (each retry resumes
+            from the trial's checkpoint).
+    """
+
+    address: str | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_retries: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
 class Collect:
     """A value collected from every trial into ``trials.csv`` and the results table.
 
@@ -136,7 +191,10 @@ class SweepSpec:
         grid: the grid's axes, in file order (their product is taken).
         random: the random space, or ``None``.
         seeds: seeds every point is run with (``--seed``); ``None``: the config's own seed.
-        search: the search's name (``grid`` or ``random`` by default; see :mod:`.search`).
+        search: the search's name (``grid`` or ``random`` by default, ``optuna`` with an
+            ``optuna:`` section; see :mod:`.search`).
+        optuna: the ``optuna:`` section (``None`` without one).
+        ray: the ``ray:`` section (``None`` without one).
         collect: what is collected from every trial.
         report: the report's title and description.
         data: the resolved sweep as plain data (what ``sweep.yaml`` in the sweep folder holds).
@@ -154,6 +212,8 @@ class SweepSpec:
     collect: tuple[Collect, ...]
     report: ReportSpec
     data: dict[str, Any]
+    optuna: OptunaSpec | None = None
+    ray: RaySpec | None = None
 
     def setting_keys(self) -> set[str]:
         """Every override key the sweep sets anywhere (fixed, grid, random)."""
@@ -163,6 +223,8 @@ class SweepSpec:
                 keys.update(value.overrides)
         if self.random is not None:
             keys.update(p.key for p in self.random.params)
+        if self.optuna is not None:
+            keys.update(p.key for p in self.optuna.params)
         return keys
 
 
@@ -225,13 +287,16 @@ class _Parser:
             raise self.fail("config", "required: the base config file (a path relative to the sweep file), "
                             "unless a grid axis gives every value its own 'config'")  # fmt: skip
         seeds = self.seeds(data.get("seeds"))
-        search = data.get("search", "random" if random is not None else "grid")
+        default = "optuna" if data.get("optuna") is not None else "random" if random is not None else "grid"
+        search = data.get("search", default)
         if not isinstance(search, str):
             raise self.fail("search", f"expected the name of a search, got {search!r}")
         if not grid and random is None and search in ("grid", "random") and seeds is None:
             raise self.fail("grid", "the sweep has nothing to vary: give a grid, a random space or seeds")
         collect = self.collect(data.get("collect"))
         report = self.report(data.get("report"), name)
+        optuna = self.optuna(data.get("optuna"), search, collect, grid, random, seeds, config)
+        ray = self.ray(data.get("ray"))
         resolved = copy.deepcopy(data)  # as stored in the sweep folder: config paths absolute, axes named
         resolved["name"] = name
         if config is not None:
@@ -241,7 +306,7 @@ class _Parser:
         return SweepSpec(
             file=self.cfg.file or Path("sweep.yaml"), name=name, config=config, command=command,
             overrides=overrides, grid=grid, random=random, seeds=seeds, search=search, collect=collect,
-            report=report, data=resolved,
+            report=report, data=resolved, optuna=optuna, ray=ray,
         )  # fmt: skip
 
     # ---------------------------------------------------------------- pieces
@@ -314,17 +379,93 @@ class _Parser:
             raise self.fail("random.trials", f"expected a number of trials ≥ 1, got {trials!r}")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise self.fail("random.seed", f"expected an integer seed, got {seed!r}")
+        return RandomSpace(trials, seed, self.space(spec.get("space"), "random.space"))
+
+    def space(self, value: Any, where: str) -> tuple[RandomParam, ...]:
+        """A search space (``random.space``, ``optuna.space``): KEY → {uniform|loguniform|int|choice: ...}."""
         params = []
-        for key, dist in self.mapping(spec.get("space"), "random.space").items():
-            path = f"random.space.{key}"
-            self.overrides({key: None}, "random.space", special=False)
+        for key, dist in self.mapping(value, where).items():
+            path = f"{where}.{key}"
+            self.overrides({key: None}, where, special=False)
             if not isinstance(dist, dict) or len(dist) != 1 or next(iter(dist)) not in DISTRIBUTIONS:
                 raise self.fail(path, f"expected one of {{{': ..., '.join(DISTRIBUTIONS)}: ...}}, got {dist!r}")
             kind, args = next(iter(dist.items()))
             params.append(RandomParam(key, kind, self.distribution(kind, args, f"{path}.{kind}")))
         if not params:
-            raise self.fail("random.space", "expected at least one KEY: {uniform|loguniform|int|choice: ...}")
-        return RandomSpace(trials, seed, tuple(params))
+            raise self.fail(where, "expected at least one KEY: {uniform|loguniform|int|choice: ...}")
+        return tuple(params)
+
+    def whole(self, spec: dict[str, Any], key: str, path: str, default: int, low: int) -> int:
+        value = spec.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise self.fail(f"{path}.{key}", f"expected an integer ≥ {low}, got {value!r}")
+        return value
+
+    def optuna(self, value: Any, search: str, collect: tuple[Collect, ...], grid: tuple[Axis, ...],
+               random: RandomSpace | None, seeds: tuple[int, ...] | None, config: str | None) -> OptunaSpec | None:  # fmt: skip
+        if value is None:
+            if search == "optuna":
+                raise self.fail("optuna", "required with search: optuna: {trials: N, metric: NAME, space: {...}}")
+            return None
+        if search != "optuna":
+            raise self.fail("optuna", f"the optuna section is only used with search: optuna (search is '{search}')")
+        spec = self.mapping(value, "optuna")
+        fields = [f.name for f in dataclasses.fields(OptunaSpec) if f.name != "params"] + ["space"]
+        check_keys(spec, fields, path="optuna", origin_of=self.cfg.where)
+        if grid or random is not None:
+            raise self.fail("grid" if grid else "random", "search: optuna takes its values from optuna.space; "
+                            "drop grid/random (fixed settings go under overrides)")  # fmt: skip
+        if config is None:
+            raise self.fail("config", "required with search: optuna: the base config file")
+        if seeds is not None and len(seeds) > 1:
+            raise self.fail("seeds", f"search: optuna runs each trial with one seed (the objective is that run's "
+                            f"value), got {list(seeds)}; give one seed, then run the best settings over seeds "
+                            "with a grid sweep")  # fmt: skip
+        trials = self.whole(spec, "trials", "optuna", 0, 1) if "trials" in spec else None
+        if trials is None:
+            raise self.fail("optuna.trials", "required: how many trials the study runs")
+        names = {c.name: c for c in collect}
+        metric = spec.get("metric")
+        if metric not in names:
+            raise self.fail("optuna.metric", f"expected one of the collected names ({', '.join(names)}), "
+                            f"got {metric!r}")  # fmt: skip
+        goal = spec.get("goal", names[metric].goal)
+        if goal not in ("max", "min"):
+            raise self.fail("optuna.goal", f"expected max or min, got {goal!r}")
+        sampler, pruner = spec.get("sampler", "tpe"), spec.get("pruner", "median")
+        if sampler not in SAMPLERS:
+            raise self.fail("optuna.sampler", f"expected one of {', '.join(SAMPLERS)}, got {sampler!r}")
+        if pruner not in PRUNERS:
+            raise self.fail("optuna.pruner", f"expected one of {', '.join(PRUNERS)}, got {pruner!r}")
+        seed = spec.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise self.fail("optuna.seed", f"expected an integer seed, got {seed!r}")
+        prune_on = spec.get("prune_on")
+        if prune_on is not None and (not isinstance(prune_on, str) or not prune_on):
+            raise self.fail("optuna.prune_on", f"expected a per-epoch metric such as val_accuracy, got {prune_on!r}")
+        return OptunaSpec(
+            trials=trials, params=self.space(spec.get("space"), "optuna.space"), metric=metric, goal=goal,
+            sampler=sampler, seed=seed, startup_trials=self.whole(spec, "startup_trials", "optuna", 5, 0),
+            pruner=pruner, prune_on=prune_on, warmup_epochs=self.whole(spec, "warmup_epochs", "optuna", 1, 0),
+        )  # fmt: skip
+
+    def ray(self, value: Any) -> RaySpec | None:
+        if value is None:
+            return None
+        spec = self.mapping(value, "ray")
+        check_keys(spec, [f.name for f in dataclasses.fields(RaySpec)], path="ray", origin_of=self.cfg.where)
+        address = spec.get("address")
+        if address is not None and (not isinstance(address, str) or not address.strip()):
+            raise self.fail("ray.address", f"expected a cluster address (auto, ray://HOST:PORT), got {address!r}")
+        amounts = {}
+        for key, low in (("cpus_per_trial", 0.0), ("gpus_per_trial", 0.0)):
+            amount = spec.get(key, getattr(RaySpec, key))
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not amount >= low \
+                    or not math.isfinite(amount) or (key == "cpus_per_trial" and amount <= 0):  # fmt: skip
+                raise self.fail(f"ray.{key}", f"expected a number {'> 0' if key == 'cpus_per_trial' else '≥ 0'}, "
+                                f"got {amount!r}")  # fmt: skip
+            amounts[key] = float(amount)
+        return RaySpec(address, max_retries=self.whole(spec, "max_retries", "ray", 2, 0), **amounts)
 
     def distribution(self, kind: str, args: Any, path: str) -> tuple[Any, ...]:
         if kind == "choice":

@@ -13,7 +13,8 @@ from typing import Any
 
 __all__ = ["STATUSES", "TrialsTable", "read_rows"]
 
-STATUSES = ("pending", "running", "done", "failed", "interrupted")
+STATUSES = ("pending", "running", "done", "pruned", "failed", "interrupted")
+"""A trial's states; ``pruned``: finished early because the optuna study stopped it (see :mod:`.optuna_search`)."""
 FILE = "trials.csv"
 
 

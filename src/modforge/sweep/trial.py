@@ -26,6 +26,9 @@ class Trial:
         seed: ``--seed`` (``None``: the config's own seed).
         id_parts: the pieces of the readable id (``er``, ``lr0.01``).
         id: the trial's id, set by :func:`assign_ids` (stable: derived from what the trial sets).
+        extra: overrides the search adds for its own use (the optuna pruning callback): given to
+            a fresh trial's command, but not what the user set — not in ``trials.csv``'s
+            ``overrides`` column, the fingerprint, or the check that a finished trial is unchanged.
     """
 
     params: dict[str, Any]
@@ -33,6 +36,7 @@ class Trial:
     seed: int | None
     id_parts: tuple[str, ...] = ()
     id: str = ""
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def group(self) -> tuple[tuple[str, str], ...]:

@@ -1,5 +1,10 @@
-"""``modforge sweep SWEEP.yaml [--workers N] [--sweep-dir DIR] [--backend local] [--dry-run]
-[--write-to FILE]`` — run (or continue) a sweep, then write its results table.
+"""``modforge sweep SWEEP.yaml [--workers N] [--sweep-dir DIR] [--backend local|ray] [--ray-address ADDR]
+[--cpus-per-trial N] [--gpus-per-trial N] [--dry-run] [--write-to FILE]`` — run (or continue) a
+sweep, then write its results table.
+
+``--backend ray`` runs each trial as a Ray task (a local Ray instance, or the cluster at
+``--ray-address``); its settings may also come from the sweep file's ``ray:`` section (the
+flags win), and a sweep file with a ``ray:`` section runs on Ray unless ``--backend local``.
 
 Exit status: 0 when every trial finished, 1 when any failed (each is recorded in
 ``trials.csv`` with its one-line error), 2 for a bad sweep file, 130 when interrupted (a
@@ -24,12 +29,17 @@ def _parser() -> CommandParser:
 
     parser = CommandParser("sweep", description=HELP)
     parser.add_argument("sweep", metavar="SWEEP.yaml", help="the sweep file (see configs/sweeps/reference.yaml)")
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="trials run at once; torch threads are divided among them (default 1)")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="trials run at once; torch threads are divided among them (default 1; with "
+                        "--backend ray: as many as the cluster holds)")  # fmt: skip
     parser.add_argument("--sweep-dir", metavar="DIR", help="the sweep folder (default: runs/sweeps/<name>)")
-    parser.add_argument(
-        "--backend", choices=sorted(EXECUTORS), default="local", help="where trials run (default local)"
-    )
+    parser.add_argument("--backend", choices=sorted(EXECUTORS), default=None,
+                        help="where trials run (default local; ray when the sweep file has a ray: section)")  # fmt: skip
+    ray = parser.add_argument_group("Ray (--backend ray; over the sweep file's ray: section)")
+    ray.add_argument("--ray-address", metavar="ADDR",
+                     help="an existing Ray cluster (auto, HOST:6379, ray://HOST:10001); default: a local instance")  # fmt: skip
+    ray.add_argument("--cpus-per-trial", type=float, metavar="N", help="CPUs per trial process (default 1)")
+    ray.add_argument("--gpus-per-trial", type=float, metavar="N", help="GPUs per trial process (default 0)")
     parser.add_argument("--dry-run", action="store_true", help="list the trials and their commands; run nothing")
     parser.add_argument("--write-to", metavar="FILE", help="also write the markdown table there, keeping the "
                         "hand-written notes below its notes marker")  # fmt: skip
@@ -59,6 +69,9 @@ def _progress(total: int | None, collect):
         if kind == "failed":
             out.print(f"[{of}] [red]failed[/red] {escape(trial.id)}: {escape(row['error'])}", highlight=False)
             return
+        if kind == "pruned":
+            out.print(f"[{of}] [yellow]pruned[/yellow] {escape(trial.id)}", highlight=False)
+            return
         values = "  ".join(f"{c.label} {float(row[c.name]) * c.scale:,.{c.decimals}f}" for c in collect
                            if row.get(c.name))  # fmt: skip
         word = "[green]done[/green]" if kind == "done" else "[dim]done before[/dim]"
@@ -68,23 +81,52 @@ def _progress(total: int | None, collect):
     return on_event
 
 
-def _dry_run(spec, sweep_dir: Path, workers: int) -> int:
+def _dry_run(spec, sweep_dir: Path, threads: int) -> int:
     from ...sweep import SEARCHES, build_job
-    from ...sweep.driver import default_threads
 
     search = SEARCHES[spec.search](spec, sweep_dir)
+    if getattr(search, "adaptive", False):  # trials come from results: show what one looks like
+        trial = search.example()
+        title = (f"{spec.name}: {search.total or 'a search of'} trials chosen by '{spec.search}' as results come in "
+                 f"→ {display_path(sweep_dir)}; one looks like")  # fmt: skip
+        print_table(("trial", "command"), [(trial.id, build_job(spec, trial, sweep_dir, threads).shown())], title=title)
+        return 0
     rows = []
     while (trial := search.ask()) is not None:
-        rows.append((trial.id, build_job(spec, trial, sweep_dir, default_threads(workers)).shown()))
+        rows.append((trial.id, build_job(spec, trial, sweep_dir, threads).shown()))
     print_table(("trial", "command"), rows, title=f"{spec.name}: {len(rows)} trials → {display_path(sweep_dir)}")
     return 0
+
+
+def _backend_settings(ns, spec) -> tuple[str, dict]:
+    """The backend (``--backend``, else ray with a ``ray:`` section, else local) and its
+    settings: the sweep file's section, the command line's flags over it."""
+    import dataclasses
+
+    backend = ns.backend or ("ray" if spec.ray is not None else "local")
+    flags = (ns.ray_address, ns.cpus_per_trial, ns.gpus_per_trial)
+    if backend != "ray":
+        if any(f is not None for f in flags):
+            raise UsageError("--ray-address, --cpus-per-trial and --gpus-per-trial need --backend ray")
+        return backend, {}
+    from ...sweep.spec import RaySpec
+
+    settings = dataclasses.asdict(spec.ray or RaySpec())
+    if ns.cpus_per_trial is not None and not ns.cpus_per_trial > 0:
+        raise UsageError(f"--cpus-per-trial must be more than 0, got {ns.cpus_per_trial:g}")
+    if ns.gpus_per_trial is not None and not ns.gpus_per_trial >= 0:
+        raise UsageError(f"--gpus-per-trial must not be negative, got {ns.gpus_per_trial:g}")
+    for key, value in zip(("address", "cpus_per_trial", "gpus_per_trial"), flags, strict=True):
+        if value is not None:
+            settings[key] = value
+    return backend, settings
 
 
 def run(argv: list[str]) -> int:
     from ...sweep import SEARCHES, load_sweep, run_sweep
 
     ns = _parser().parse_args(argv)
-    if ns.workers < 1:
+    if ns.workers is not None and ns.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {ns.workers}")
     spec = load_sweep(Path(ns.sweep))
     sweep_dir = Path(ns.sweep_dir) if ns.sweep_dir else Path("runs") / "sweeps" / spec.name
@@ -92,20 +134,31 @@ def run(argv: list[str]) -> int:
     if spec.search not in SEARCHES:
         raise UsageError(f"search: unknown search '{spec.search}' (known: {', '.join(sorted(SEARCHES))}) "
                          f"(in {display_path(ns.sweep)})")  # fmt: skip
+    backend, settings = _backend_settings(ns, spec)
     if ns.dry_run:
-        return _dry_run(spec, sweep_dir, ns.workers)
+        from ...sweep.executor import default_threads
+
+        threads = max(1, int(settings["cpus_per_trial"])) if backend == "ray" else default_threads(ns.workers or 1)
+        return _dry_run(spec, sweep_dir, threads)
     if sweep_dir.exists() and not sweep_dir.is_dir():
         raise UsageError(f"--sweep-dir {display_path(sweep_dir)}: that is a file, not a folder; choose another")
     _stop_on_sigterm()
     total = SEARCHES[spec.search](spec, sweep_dir).total
-    console().print(f"sweep {spec.name}: {total if total else 'a search of'} trials, {ns.workers} at a time "
+    at_once = f"{ns.workers} at a time" if ns.workers else "as many at a time as Ray holds" if backend == "ray" \
+        else "1 at a time"  # fmt: skip
+    where = f" on Ray ({settings['address'] or 'a local instance'})" if backend == "ray" else ""
+    console().print(f"sweep {spec.name}: {total if total else 'a search of'} trials, {at_once}{where} "
                     f"→ {display_path(sweep_dir)}", highlight=False, markup=False)  # fmt: skip
-    result = run_sweep(spec, sweep_dir, workers=ns.workers, backend=ns.backend,
-                       on_event=_progress(total, spec.collect))  # fmt: skip
+    result = run_sweep(spec, sweep_dir, workers=ns.workers if ns.workers or backend == "ray" else 1, backend=backend,
+                       settings=settings, on_event=_progress(total, spec.collect))  # fmt: skip
     from .sweep_report import show_report
 
-    command = f"modforge sweep {ns.sweep}" + (f" --workers {ns.workers}" if ns.workers > 1 else "")
+    command = f"modforge sweep {ns.sweep}" + (f" --workers {ns.workers}" if ns.workers and ns.workers > 1 else "")
+    command += " --backend ray" if backend == "ray" and spec.ray is None else ""
     show_report(sweep_dir, write_to=write_to, produced_by=command)
+    if result.pruned:
+        console().print(f"{result.pruned} trial(s) pruned by the optuna study (status 'pruned' in "
+                        f"{display_path(sweep_dir / 'trials.csv')}; left out of the table's values)", markup=False)  # fmt: skip
     if not result.ok:
         console().print(f"{result.failed} trial(s) failed: see the error column of "
                         f"{display_path(sweep_dir / 'trials.csv')} and trials/<id>.log", markup=False)  # fmt: skip

@@ -1,0 +1,171 @@
+"""``--backend ray`` against a real local Ray instance with 2 CPUs (one for the module, reached
+by its address): the same digits sweep as the local pool, with the same metrics, and a Ray
+worker SIGKILLed mid-trial — the task is retried and the trial resumes from its checkpoint,
+ending with the metrics of an uninterrupted run."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "configs" / "digits.yaml"
+TIMEOUT_S = 300  # against hangs only
+METRICS = ("test.accuracy", "test.loss", "best.val_accuracy")
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """One local Ray instance (2 CPUs, no dashboard) for every test here; shut down after them.
+    Started with SIGINT ignored, as a Ray started in the background (``&``, nohup) is: its
+    workers inherit that, and a stopped sweep must still be able to cancel its tasks."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 1024**2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def _sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "modforge", "sweep", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=TIMEOUT_S)  # fmt: skip
+
+
+def _rows(sweep_dir: Path) -> dict[str, dict[str, str]]:
+    with (sweep_dir / "trials.csv").open(newline="") as fh:
+        return {row["trial"]: row for row in csv.DictReader(fh)}
+
+
+def _same_metrics(got: Path, expected: Path) -> None:
+    got_rows, expected_rows = _rows(got), _rows(expected)
+    assert list(got_rows) == list(expected_rows)
+    for trial_id, row in expected_rows.items():
+        assert got_rows[trial_id]["status"] == row["status"] == "done"
+        for metric in METRICS:
+            assert got_rows[trial_id][metric] == row[metric], (trial_id, metric)
+
+
+@pytest.mark.slow
+def test_a_sweep_on_ray_gives_the_local_pools_metrics(tmp_path, ray_address):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"""
+config: {DIGITS}
+overrides: {{train.max_epochs: 1, train.max_steps: 20, train.callbacks: [], train.num_threads: 1}}
+seeds: [0, 1]
+collect: [test.accuracy, test.loss, best.val_accuracy]
+""")
+    local = _sweep(tmp_path, str(sweep), "--workers", "2", "--sweep-dir", "local")
+    assert local.returncode == 0, local.stdout + local.stderr
+    res = _sweep(tmp_path, str(sweep), "--backend", "ray", "--ray-address", ray_address, "--sweep-dir", "viaray")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"on Ray ({ray_address})" in res.stdout and "done seed1" in res.stdout
+    _same_metrics(tmp_path / "viaray", tmp_path / "local")
+    for seed in (0, 1):
+        log = (tmp_path / "viaray" / "trials" / f"seed{seed}.log").read_text()
+        assert re.match(r"# \S+ \[ray worker \d+ on ", log) and log.count("\n# ") == 0  # one attempt
+    assert "n" in (tmp_path / "viaray" / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_ray_worker_killed_mid_trial_is_retried_and_the_trial_resumes_from_its_checkpoint(tmp_path, ray_address):
+    sweep = tmp_path / "k.yaml"
+    sweep.write_text(f"""
+config: {DIGITS}
+overrides: {{train.max_epochs: 1, data.batch_size: 16, train.callbacks: [], train.num_threads: 1,
+             train.checkpoint.every_n_steps: 10}}
+seeds: [0]
+collect: [test.accuracy, test.loss, best.val_accuracy]
+ray: {{max_retries: 2}}
+""")
+    sweep_dir, trials = tmp_path / "killed", tmp_path / "killed" / "trials"
+    # no --backend: the sweep file's ray: section makes Ray the backend
+    command = [sys.executable, "-m", "modforge", "sweep", str(sweep), "--ray-address", ray_address,
+               "--sweep-dir", str(sweep_dir)]  # fmt: skip
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = trials / "seed0.log"
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not list((trials / "seed0" / "checkpoints").glob("*.pt")) or not log.exists():
+            assert process.poll() is None, process.stdout.read()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "timed out waiting for the trial's first checkpoint"
+            time.sleep(0.01)
+        worker = int(re.match(r"# \S+ \[ray worker (\d+) on ", log.read_text()).group(1))  # type: ignore[union-attr]
+        assert not (trials / "seed0" / "summary.json").exists(), "the trial finished before the kill"
+        os.kill(worker, signal.SIGKILL)
+        out, _ = process.communicate(timeout=TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, out
+    text = log.read_text()
+    headers = [line for line in text.splitlines() if line.startswith("# ")]
+    assert len(headers) == 2, text  # the first attempt, and the retry on another worker
+    assert "--run-dir" in headers[0] and "--resume" not in headers[0]
+    assert f"--resume {trials / 'seed0'}" in headers[1] and f"[ray worker {worker} " not in headers[1]
+    assert "resuming" in text
+
+    reference = _sweep(tmp_path, str(sweep), "--backend", "local", "--sweep-dir", "whole")
+    assert reference.returncode == 0, reference.stdout + reference.stderr
+    _same_metrics(sweep_dir, tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_a_stopped_ray_sweep_stops_its_trials_and_records_them_as_interrupted(tmp_path, ray_address):
+    import fcntl
+
+    sweep = tmp_path / "t.yaml"
+    sweep.write_text(f"""
+config: {DIGITS}
+overrides: {{train.max_epochs: 200, data.batch_size: 16, train.callbacks: [], train.num_threads: 1}}
+seeds: [0]
+collect: [test.accuracy]
+""")
+    trials = tmp_path / "sw" / "trials"
+    command = [sys.executable, "-m", "modforge", "sweep", str(sweep), "--backend", "ray", "--ray-address",
+               ray_address, "--sweep-dir", "sw"]  # fmt: skip
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not list((trials / "seed0" / "checkpoints").glob("*.pt")):
+            assert process.poll() is None, process.stdout.read()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "timed out waiting for the trial's first checkpoint"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=120)  # cancelled at once: not after the trial's 200 epochs
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, out
+    assert _rows(tmp_path / "sw")["seed0"]["status"] == "interrupted"
+    assert not (trials / "seed0" / "summary.json").exists()
+    fd = os.open(trials / ".seed0.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the trial's process has ended
+    finally:
+        os.close(fd)
+
+
+def test_ray_flags_need_the_ray_backend_and_sensible_amounts(cli, write):
+    path = write("s.yaml", f"config: {DIGITS}\nseeds: [0]\ncollect: [test.accuracy]\n")
+    res = cli("sweep", str(path), "--backend", "local", "--ray-address", "auto")
+    assert res.code == 2 and "--ray-address, --cpus-per-trial and --gpus-per-trial need --backend ray" in res.err
+    res = cli("sweep", str(path), "--backend", "ray", "--cpus-per-trial", "0", "--dry-run")
+    assert res.code == 2 and "--cpus-per-trial must be more than 0, got 0" in res.err
+    res = cli("sweep", str(path), "--backend", "ray", "--cpus-per-trial", "3", "--dry-run")
+    assert res.code == 0 and "train.num_threads=3" in re.sub(r"\s+", "", res.out)  # the table may wrap it
