@@ -271,3 +271,36 @@ def test_the_sweep_package_does_not_import_torch():
     code = "import sys, modforge.sweep, modforge.cli.commands.sweep_run; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "False"
+
+
+def test_the_report_survives_an_edited_collect_a_dropped_seed_and_a_moved_config(sweep_file, tmp_path):
+    values = {("sgd", 0): 0.2, ("sgd", 1): 0.3, ("sgd", 2): 0.1, ("er", 0): 0.8, ("er", 1): 0.7, ("er", 2): 0.9}
+    sweep_dir = _fake_sweep(sweep_file, tmp_path, values)
+    stored = sweep_dir / "sweep.yaml"
+    text = stored.read_text()
+    edited = text.replace("seeds:\n- 0\n- 1\n- 2", "seeds:\n- 0\n- 1")  # seed 2 dropped from the sweep
+    edited = edited.replace(str(DIGITS), str(tmp_path / "moved" / "digits.yaml"))  # the config is gone
+    assert edited != text
+    start = edited.index("- name: test.loss")
+    edited = edited[:start] + edited[edited.index("- name: seconds"):]  # test.loss no longer collected
+    stored.write_text(edited)
+    report = build_report(sweep_dir)
+    assert [g.params for g in report.groups] == [{"algorithm": "sgd"}, {"algorithm": "er"}]  # still two groups
+    sgd, er = report.groups
+    assert (sgd.n, er.n) == (2, 2)  # the dropped seed's trials are not averaged
+    assert sgd.centre(report.spec.collect[0]) == pytest.approx(0.25)
+
+
+def test_goals_come_from_whole_words_of_the_name():
+    from modforge.sweep.spec import default_goal
+
+    for name in ("val_loss", "min_dcf", "test_per_attack.A05.eer", "class_il.forgetting", "train_seconds", "wer"):
+        assert default_goal(name) == "min", name
+    for name in ("sentiment_accuracy", "answer_f1", "test.map_50", "best.val_accuracy"):
+        assert default_goal(name) == "max", name
+
+
+def test_the_error_of_a_trial_is_its_last_attempts(tmp_path):
+    log = tmp_path / "t.log"
+    log.write_text("# 10:00 cmd\nerror: first attempt failed\n# 10:05 cmd --resume\nepoch 3\nKilled\n")
+    assert last_error_line(log) == "Killed"

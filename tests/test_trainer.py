@@ -302,3 +302,6 @@ def test_a_callback_added_on_resume_does_not_take_another_callbacks_saved_state(
     # a checkpoint written before: keyed by the place among all callbacks
     older = trainer([Extra(), Counter()])
     assert older._saved_callback_state({"Extra.0": {}, "Counter.1": {"count": 5}}, older.callbacks[1]) == {"count": 5}
+    two = trainer([Extra(), Counter(), Counter()])  # the older numbering: Counter.1 and Counter.3 (Extra at 2)
+    saved = {"Counter.1": {"count": 1}, "Extra.2": {}, "Counter.3": {"count": 3}}
+    assert [two._saved_callback_state(saved, cb) for cb in two.callbacks[1:]] == [{"count": 1}, {"count": 3}]

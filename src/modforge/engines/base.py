@@ -76,6 +76,12 @@ class Engine(abc.ABC):
     suffix: ClassVar[str] = ""  # the artifact's file suffix, e.g. ".onnx"
     registered_as: str | None = None  # set by :func:`~modforge.engines.build_engine`
 
+    def arrange(self, model: Any) -> None:
+        """Change ``model`` in place before training replicates it across processes (default:
+        nothing; ``eager`` and ``compile`` lay the weights out as their ``memory_format``).
+        :meth:`prepare` must still work on a model that was not arranged."""
+        return None
+
     @property
     def name(self) -> str:
         """The name it was built by, else the class name."""

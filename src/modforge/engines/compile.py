@@ -54,6 +54,9 @@ class Compile(Engine):
         self.mode, self.backend, self.fullgraph, self.dynamic = mode, backend, fullgraph, dynamic
         self.fallback_random, self.memory_format = fallback_random, memory_format
 
+    def arrange(self, model: Any) -> None:
+        apply_memory_format(model, self.memory_format)
+
     def prepare(self, model: Any, example: dict[str, Any] | None = None, *, train: bool = False) -> Callable:
         if self.fallback_random:
             import torch._inductor.config as inductor_config

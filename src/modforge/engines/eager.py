@@ -33,6 +33,9 @@ class Eager(Engine):
     def __init__(self, memory_format: MemoryFormat = "contiguous"):
         self.memory_format = memory_format
 
+    def arrange(self, model: Any) -> None:
+        apply_memory_format(model, self.memory_format)
+
     def prepare(self, model: Any, example: dict[str, Any] | None = None, *, train: bool = False) -> Callable:
         apply_memory_format(model, self.memory_format)
         return model

@@ -156,11 +156,13 @@ def run_sweep(
                              path="search", source=display_path(spec.file))  # fmt: skip
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with SweepLock(sweep_dir) as lock:
-        write_resolved(spec, sweep_dir)
         search = SEARCHES[spec.search](spec, sweep_dir)
         executor = EXECUTORS[backend](ExecutorOptions(workers=workers, keep_fds=(lock.fd,), settings=settings or {}))
         threads = getattr(executor, "threads", None) or default_threads(workers or 1)
         run = _Run(spec, sweep_dir, search, threads, on_event)
+        for trial in getattr(search, "trials", None) or ():  # a search that knows its trials: refuse before any starts
+            run.check_same(trial, build_job(spec, trial, sweep_dir, threads))
+        write_resolved(spec, sweep_dir)  # only once the sweep file is known to fit the folder
         try:
             while True:
                 while executor.free() > 0:

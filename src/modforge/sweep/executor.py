@@ -146,6 +146,9 @@ def last_error_line(log: Path, limit: int = 300) -> str:
     except OSError:
         return "no log"
     lines = [line.strip() for line in lines if line.strip()]
+    headers = [i for i, line in enumerate(lines) if line.startswith("# ")]  # each attempt starts with one
+    if headers:
+        lines = lines[headers[-1] + 1 :]  # this attempt's output, not an earlier attempt's error
     chosen = next((line for line in reversed(lines) if line.startswith("error:")), None)
     if chosen is None:
         chosen = next((line for line in reversed(lines) if not line.startswith(_NOISE)), "no output")

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..core.config import display_path
 from ..core.errors import UsageError
 from .collect import collect_metrics, read_summary
+from .driver import param_columns
 from .spec import Collect, SweepSpec, load_sweep
 from .table import read_rows
 
@@ -125,10 +126,13 @@ def build_report(sweep_dir: Path) -> Report:
     if not (sweep_dir / "sweep.yaml").is_file() or not (sweep_dir / "trials.csv").is_file():
         raise UsageError(f"{display_path(sweep_dir)} is not a sweep folder (no sweep.yaml and trials.csv); "
                          "give the folder 'modforge sweep' wrote (runs/sweeps/<name> by default)")  # fmt: skip
-    spec = load_sweep(sweep_dir / "sweep.yaml")
+    spec = load_sweep(sweep_dir / "sweep.yaml", stored=True)
     rows = read_rows(sweep_dir)
-    fixed = {"trial", "seed", "status", "seconds", "overrides", "error", *(c.name for c in spec.collect)}
-    params = [c for c in (rows[0].keys() if rows else []) if c not in fixed]
+    planned = _planned_trials(spec, sweep_dir)
+    if planned is not None:  # rows of trials the sweep no longer defines (a seed or value removed) are not averaged
+        rows = [row for row in rows if row.get("trial") in planned]
+    header = rows[0].keys() if rows else []
+    params = [c for c in param_columns(spec) if c in header]  # not a column of trials.csv the spec no longer collects
     groups: dict[tuple[str, ...], Group] = {}
     for row in rows:
         key = tuple(row.get(p, "") for p in params)
@@ -151,6 +155,17 @@ def build_report(sweep_dir: Path) -> Report:
                 group.values[c.name].append(value)
         group.n += 1
     return Report(spec, sweep_dir, params, list(groups.values()))
+
+
+def _planned_trials(spec: SweepSpec, sweep_dir: Path) -> set[str] | None:
+    """The ids of the trials the sweep defines up front (grid and random searches), or None
+    (a search that decides as it goes: every recorded trial is the sweep's)."""
+    from .search import SEARCHES
+
+    if spec.search not in ("grid", "random") or spec.search not in SEARCHES:
+        return None
+    trials = getattr(SEARCHES[spec.search](spec, sweep_dir), "trials", None)
+    return None if trials is None else {trial.id for trial in trials}
 
 
 def _machine() -> str:

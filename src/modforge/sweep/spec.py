@@ -49,7 +49,7 @@ DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
 GOALS = ("max", "min", "none")
 SAMPLERS = ("tpe", "random")
 PRUNERS = ("median", "none")
-_MIN_WORDS = ("loss", "error", "eer", "dcf", "forgetting", "seconds", "time", "wer", "cer")
+_MIN_WORDS = ("loss", "error", "errors", "eer", "dcf", "forgetting", "seconds", "time", "runtime", "wer", "cer")
 _KEY_PATH = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)*$")
 _FLAG = re.compile(r"^--[A-Za-z][\w.-]*$")
 
@@ -228,8 +228,9 @@ class SweepSpec:
         return keys
 
 
-def load_sweep(path: str | Path) -> SweepSpec:
-    """Read and check a sweep file.
+def load_sweep(path: str | Path, *, stored: bool = False) -> SweepSpec:
+    """Read and check a sweep file; ``stored``: a sweep folder's resolved ``sweep.yaml``, read for
+    its report — the configs it names need not exist any more (an archived or copied folder).
 
     Raises:
         SweepSpecError: the file is missing, not YAML, or a key is malformed (key, file and line named).
@@ -240,13 +241,13 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise
     except ConfigError as exc:
         raise SweepSpecError(exc.message, path=exc.path, source=exc.source) from None
-    return parse_sweep(cfg)
+    return parse_sweep(cfg, stored=stored)
 
 
-def parse_sweep(cfg: Config) -> SweepSpec:
+def parse_sweep(cfg: Config, *, stored: bool = False) -> SweepSpec:
     """A :class:`SweepSpec` from a loaded sweep file (see :func:`load_sweep`)."""
     try:
-        return _Parser(cfg).parse()
+        return _Parser(cfg, stored=stored).parse()
     except SweepSpecError:
         raise
     except ConfigError as exc:  # check_keys' unknown key: the same error kind as every other
@@ -256,8 +257,8 @@ def parse_sweep(cfg: Config) -> SweepSpec:
 class _Parser:
     """Checks one sweep file; every error is located with the config's origins."""
 
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
+    def __init__(self, cfg: Config, *, stored: bool = False):
+        self.cfg, self.stored = cfg, stored
         self.shown = display_path(cfg.file) if cfg.file else "the sweep"
 
     def fail(self, path: str, message: str) -> SweepSpecError:
@@ -316,7 +317,7 @@ class _Parser:
         file = Path(value).expanduser()
         if not file.is_absolute():
             file = self.cfg.base_dir / file
-        if not file.is_file():
+        if not file.is_file() and not self.stored:
             raise self.fail(path, f"config file '{value}' not found (looked for {display_path(file)})")
         return str(file.resolve())
 
@@ -543,8 +544,8 @@ def default_goal(name: str) -> Literal["max", "min", "none"]:
     forgetting and times lowest; everything else highest."""
     if name == "seconds":
         return "none"
-    low = name.lower()
-    return "min" if any(word in low for word in _MIN_WORDS) else "max"
+    tokens = set(re.split(r"[^a-z0-9]+", name.lower()))  # whole words: 'answer_f1' is no 'wer', 'sentiment' no 'time'
+    return "min" if tokens & set(_MIN_WORDS) else "max"
 
 
 def _label(value: Any) -> str:

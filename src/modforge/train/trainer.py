@@ -356,6 +356,7 @@ class Trainer:
             finally:
                 if state is not None:
                     generator.set_state(state)
+        self.engine.arrange(self.model)  # before DDP wraps it: the reducer's buckets take the final layout
         return self.engine.prepare(self._replicated(), example, train=True)
 
     def _replicated(self) -> nn.Module:
@@ -766,17 +767,15 @@ class Trainer:
         return self._callback_keys[id(cb)]
 
     def _saved_callback_state(self, states: dict[str, Any], cb: Callback) -> dict[str, Any] | None:
-        """``cb``'s state in a checkpoint's ``callbacks``. Earlier checkpoints keyed a callback by
-        its place among *all* callbacks: their one entry of ``cb``'s class is ``cb``'s when ``cb``
-        is the only callback of that class."""
-        key = self._callback_key(cb)
-        if key in states:
-            return states[key]
-        name = type(cb).__name__
-        saved = [k for k in states if k.rpartition(".")[0] == name]
-        if len(saved) == 1 and sum(type(c) is type(cb) for c in self.callbacks) == 1:
-            return states[saved[0]]
-        return None
+        """``cb``'s state in a checkpoint's ``callbacks``: the k-th saved entry of ``cb``'s class
+        for the k-th callback of that class. Earlier checkpoints numbered a callback by its place
+        among *all* callbacks (``Checkpoint.3``); ordering each class's entries by number maps
+        both forms alike."""
+        name, _, ordinal = self._callback_key(cb).rpartition(".")
+        saved = sorted((k for k in states if k.rpartition(".")[0] == name and k.rpartition(".")[2].isdigit()),
+                       key=lambda k: int(k.rpartition(".")[2]))  # fmt: skip
+        k = int(ordinal)
+        return states[saved[k]] if k < len(saved) else None
 
 
 def _is_sharded(loader: Any) -> bool:

@@ -116,6 +116,6 @@ def run(argv: list[str]) -> int:
         stem = evaluation_stem(path, ns.split, ns.overrides, out)  # the stem the evaluation's files got
         record = {"checkpoint": str(path), "checkpoint_sha256": checkpoint_digest(path), "split": ns.split,
                   "overrides": ns.overrides, **metrics}  # fmt: skip
-        record.update(details)
+        record.update({k: v for k, v in details.items() if k not in record})  # never over the record's own keys
         write_json(out / f"{stem.rstrip('-')}.json", record)
     return 0

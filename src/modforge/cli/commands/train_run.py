@@ -68,7 +68,17 @@ def _launch(argv: list[str], nproc: int) -> int:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                "-m", "modforge", "train", *argv]  # fmt: skip
     log.info("starting %d processes: torchrun --standalone --nproc-per-node=%d -m modforge train ...", nproc, nproc)
-    return subprocess.call(command, env=os.environ.copy())
+    if os.name != "posix":
+        return subprocess.call(command, env=os.environ.copy())
+    # become torchrun (same process): what was given to this process — a sweep's lock, the parent-death
+    # signal — is torchrun's, so killing the caller stops torchrun, which stops its workers; no orphan
+    # launcher or agent goes on writing the run folder
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)
+    return 0  # not reached
 
 
 @dataclasses.dataclass
