@@ -21,7 +21,7 @@ not retried (the same command would fail again): it is recorded with its error.
 Resources. A trial reserves ``cpus_per_trial`` CPUs and ``gpus_per_trial`` GPUs per
 training process (``--nproc N`` → N times as many) and runs ``cpus_per_trial`` torch threads
 per process. Without an address the sweep starts a local Ray instance (no dashboard) with
-``--workers × cpus_per_trial`` CPUs, or every core this process may use, and stops it at
+every core this process may use (at least ``--workers × cpus_per_trial``), and stops it at
 the end; with one (``auto``, ``HOST:6379``, ``ray://HOST:10001``) it connects to that
 cluster and leaves it running. How many trials run at once is what the cluster's resources
 hold, or ``--workers`` when given.
@@ -143,7 +143,9 @@ class RayExecutor:
             if address:
                 self.ray.init(address=address, **quiet)
             else:
-                cpus = math.ceil(workers * self.settings.cpus_per_trial) if workers else default_threads(1)
+                # every core this process may use (never fewer than the workers need): a trial with --nproc N
+                # asks for N times cpus_per_trial, and --workers, not the instance's size, caps how many run
+                cpus = max(math.ceil((workers or 1) * self.settings.cpus_per_trial), default_threads(1))
                 self.ray.init(num_cpus=cpus, include_dashboard=False, object_store_memory=_OBJECT_STORE_BYTES,
                               **quiet)  # fmt: skip
         finally:
