@@ -86,7 +86,12 @@ def describe(run_dir: Path) -> str:
     how = ", ".join(x for x in (train.get("precision") == "bf16" and "bf16", layout != "contiguous" and layout) if x)
     return (f"{backbone['type']} ×{width:g}, {neck['type']} P{first}–P{last} {neck['args'].get('out_channels')} ch, "
             f"{head['type']} tower {head['args'].get('tower_depth')}, "
-            f"{train['max_epochs']} epochs, {cfg['data']['args'].get('min_size')} px" + (f", {how}" if how else ""))  # fmt: skip
+            f"{_length(train)}, {cfg['data']['args'].get('min_size')} px" + (f", {how}" if how else ""))  # fmt: skip
+
+
+def _length(train: dict) -> str:
+    """How long a config trains: its epochs, or its step limit when that ends training first."""
+    return f"{train['max_steps']:,} steps" if train.get("max_steps") else f"{train['max_epochs']} epochs"
 
 
 def _fmt(value) -> str:

@@ -32,10 +32,13 @@ from ..core.integrity import IntegrityError, torch_zip_checksums, verify_zip
 from ..core.weight_formats import WeightFormatError, read_torch_file
 from .base import EngineError
 
-__all__ = ["ARTIFACT_FORMAT", "check_zip_artifact", "make_metadata", "read_torch_artifact", "rebuild_model",
+__all__ = ["ARTIFACT_FORMAT", "PARITY_TOLERANCE", "check_zip_artifact", "make_metadata", "read_torch_artifact", "rebuild_model",
            "warn_unverified", "write_atomically", "write_torch_artifact"]
 
 ARTIFACT_FORMAT = "modforge.artifact/1"
+PARITY_TOLERANCE = 1e-5
+"""How far an exported artifact's outputs may be from the eager model's, relative to the
+outputs' scale (at least 1): ``modforge export`` removes an artifact beyond it."""
 log = logging.getLogger("modforge.engines")
 
 

@@ -13,12 +13,11 @@ import torch
 from ..core.errors import UsageError
 from ..data.loader import make_loader
 from ..engines import EngineError, build_engine
-from ..engines.artifact import make_metadata
+from ..engines.artifact import PARITY_TOLERANCE, make_metadata
 from .runner import load_trained
 
 __all__ = ["PARITY_TOLERANCE", "ExportResult", "export_run"]
 
-PARITY_TOLERANCE = 1e-5  # max |Δ| vs eager, relative to the output's scale (at least 1)
 
 
 @dataclasses.dataclass

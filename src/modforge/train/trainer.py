@@ -183,9 +183,9 @@ class Trainer:
         seen: dict[str, int] = {}
         self._callback_keys: dict[int, str] = {}
         for cb in every:
-            name = type(cb).__name__
-            self._callback_keys[id(cb)] = f"{name}.{seen.get(name, 0)}"
-            seen[name] = seen.get(name, 0) + 1
+            kind = type(cb).__name__  # not `name`: that is the run's name, an argument of this method
+            self._callback_keys[id(cb)] = f"{kind}.{seen.get(kind, 0)}"
+            seen[kind] = seen.get(kind, 0) + 1
         self.callbacks = [cb for cb in every if self.rank == 0 or not getattr(cb, "rank_zero_only", False)]
         self._step_callbacks = [cb for cb in self.callbacks if cb.overrides("on_step_end")]
         self.max_epochs, self.max_steps = max_epochs, max_steps

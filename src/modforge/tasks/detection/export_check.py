@@ -15,12 +15,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...engines.artifact import PARITY_TOLERANCE
+
 __all__ = ["BOX_TOLERANCE", "SCORE_TOLERANCE", "DetectionParity", "detection_parity", "detector_difference"]
 
 BOX_TOLERANCE = 1e-4
 """Pixels: how far an artifact's boxes may be from the eager model's."""
-SCORE_TOLERANCE = 1e-5
-"""How far an artifact's scores may be from the eager model's."""
+SCORE_TOLERANCE = PARITY_TOLERANCE
+"""How far an artifact's scores may be from the eager model's (the export's parity tolerance)."""
 
 
 @dataclasses.dataclass
@@ -58,7 +60,7 @@ class DetectionParity:
         return rows
 
 
-def detector_difference(got: torch.Tensor, reference: torch.Tensor, classes: int) -> tuple[float, float]:
+def detector_difference(got: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
     """``(max |Δ|, scale)`` of a detector's decoded outputs, on the scale of the outputs' boxes: the
     boxes may differ by the parity tolerance times the largest coordinate, the probabilities,
     quality and level (in [0, 1] and small integers) by that tolerance times 1, so the

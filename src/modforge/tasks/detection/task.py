@@ -58,7 +58,7 @@ class DetectionTask(Task):
     def export_difference(self, got: Any, reference: Any, metadata: dict[str, Any]) -> tuple[float, float]:
         from .export_check import detector_difference
 
-        return detector_difference(got, reference, int(metadata["postprocess"]["num_classes"]))
+        return detector_difference(got, reference)
 
     def export_report(self, model: Any, batch: dict[str, Any], got: Any, metadata: dict[str, Any]) -> Any:
         """What ``modforge predict`` will make of the artifact's outputs, against the eager
