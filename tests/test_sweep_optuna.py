@@ -4,7 +4,6 @@ study, and a sweep killed mid-trial that continues the same study."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -18,12 +17,12 @@ import pytest
 
 from modforge.sweep import SEARCHES, TrialResult, build_job, load_sweep
 from modforge.sweep.spec import SweepSpecError
+from sweep_helpers import TIMEOUT_S, sweep_cli, trial_rows
 
 optuna = pytest.importorskip("optuna")
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "configs" / "digits.yaml"
-TIMEOUT_S = 300  # against hangs only
 
 SPACE = """
 optuna:
@@ -191,14 +190,6 @@ def test_a_missing_optuna_or_ray_is_one_error_naming_the_extra(write, tmp_path, 
 
 
 # ----------------------------------------------------------------- real sweeps
-def _sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "modforge", "sweep", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)  # fmt: skip
-
-
-def _rows(sweep_dir: Path) -> dict[str, dict[str, str]]:
-    with (sweep_dir / "trials.csv").open(newline="") as fh:
-        return {row["trial"]: row for row in csv.DictReader(fh)}
 
 
 @pytest.mark.slow
@@ -223,9 +214,9 @@ collect: [best.val_accuracy, epochs]
     study.add_trial(optuna.trial.create_trial(  # an earlier trial no run can beat: trial 1 must be pruned
         params={"train.optimizer.args.lr": 3e-3}, distributions={"train.optimizer.args.lr": lr}, value=1.0,
         intermediate_values={1: 1.0, 2: 1.0, 3: 1.0}))  # fmt: skip
-    res = _sweep(tmp_path, str(sweep), "--sweep-dir", str(sweep_dir))
+    res = sweep_cli(tmp_path, str(sweep), "--sweep-dir", str(sweep_dir))
     assert res.returncode == 0, res.stdout + res.stderr
-    ((trial_id, row),) = _rows(sweep_dir).items()
+    ((trial_id, row),) = trial_rows(sweep_dir).items()
     assert trial_id.startswith("t001-lr") and row["status"] == "pruned" and f"pruned {trial_id}" in res.stdout
     run = sweep_dir / "trials" / trial_id
     summary = json.loads((run / "summary.json").read_text())
@@ -269,9 +260,9 @@ collect: [test.accuracy, best.val_accuracy]
     assert not (first / "summary.json").exists(), "the trial finished before the kill"
     assert [t.state.name for t in _study(sweep_dir, "k").trials] == ["RUNNING"]
 
-    again = _sweep(tmp_path, str(sweep), "--sweep-dir", str(sweep_dir))
+    again = sweep_cli(tmp_path, str(sweep), "--sweep-dir", str(sweep_dir))
     assert again.returncode == 0, again.stdout + again.stderr
-    rows = _rows(sweep_dir)
+    rows = trial_rows(sweep_dir)
     assert list(rows)[0] == first.name and [r["status"] for r in rows.values()] == ["done", "done"]
     assert "resuming" in (trials / f"{first.name}.log").read_text()  # the same trial, from its checkpoint
     study = _study(sweep_dir, "k")

@@ -5,7 +5,6 @@ ending with the metrics of an uninterrupted run."""
 
 from __future__ import annotations
 
-import csv
 import os
 import re
 import signal
@@ -16,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from sweep_helpers import TIMEOUT_S, sweep_cli, trial_rows
+
 ray = pytest.importorskip("ray")
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "configs" / "digits.yaml"
-TIMEOUT_S = 300  # against hangs only
 METRICS = ("test.accuracy", "test.loss", "best.val_accuracy")
 
 
@@ -40,18 +40,8 @@ def ray_address():
         ray.shutdown()
 
 
-def _sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "modforge", "sweep", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)  # fmt: skip
-
-
-def _rows(sweep_dir: Path) -> dict[str, dict[str, str]]:
-    with (sweep_dir / "trials.csv").open(newline="") as fh:
-        return {row["trial"]: row for row in csv.DictReader(fh)}
-
-
 def _same_metrics(got: Path, expected: Path) -> None:
-    got_rows, expected_rows = _rows(got), _rows(expected)
+    got_rows, expected_rows = trial_rows(got), trial_rows(expected)
     assert list(got_rows) == list(expected_rows)
     for trial_id, row in expected_rows.items():
         assert got_rows[trial_id]["status"] == row["status"] == "done"
@@ -68,9 +58,9 @@ overrides: {{train.max_epochs: 1, train.max_steps: 20, train.callbacks: [], trai
 seeds: [0, 1]
 collect: [test.accuracy, test.loss, best.val_accuracy]
 """)
-    local = _sweep(tmp_path, str(sweep), "--workers", "2", "--sweep-dir", "local")
+    local = sweep_cli(tmp_path, str(sweep), "--workers", "2", "--sweep-dir", "local")
     assert local.returncode == 0, local.stdout + local.stderr
-    res = _sweep(tmp_path, str(sweep), "--backend", "ray", "--ray-address", ray_address, "--sweep-dir", "viaray")
+    res = sweep_cli(tmp_path, str(sweep), "--backend", "ray", "--ray-address", ray_address, "--sweep-dir", "viaray")
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"on Ray ({ray_address})" in res.stdout and "done seed1" in res.stdout
     _same_metrics(tmp_path / "viaray", tmp_path / "local")
@@ -119,7 +109,7 @@ ray: {{max_retries: 2}}
     assert f"--resume {trials / 'seed0'}" in headers[1] and f"[ray worker {worker} " not in headers[1]
     assert "resuming" in text
 
-    reference = _sweep(tmp_path, str(sweep), "--backend", "local", "--sweep-dir", "whole")
+    reference = sweep_cli(tmp_path, str(sweep), "--backend", "local", "--sweep-dir", "whole")
     assert reference.returncode == 0, reference.stdout + reference.stderr
     _same_metrics(sweep_dir, tmp_path / "whole")
 
@@ -152,7 +142,7 @@ collect: [test.accuracy]
             process.kill()
             process.communicate()
     assert process.returncode == 130, out
-    assert _rows(tmp_path / "sw")["seed0"]["status"] == "interrupted"
+    assert trial_rows(tmp_path / "sw")["seed0"]["status"] == "interrupted"
     assert not (trials / "seed0" / "summary.json").exists()
     fd = os.open(trials / ".seed0.lock", os.O_RDWR)
     try:

@@ -4,7 +4,6 @@ resumed, every metric equal to an uninterrupted sweep's."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -15,19 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from sweep_helpers import TIMEOUT_S, sweep_cli, trial_rows
+
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "configs" / "digits.yaml"
-TIMEOUT_S = 300  # against hangs only
-
-
-def _sweep(cwd: Path, *args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "modforge", "sweep", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
-
-
-def _rows(sweep_dir: Path) -> dict[str, dict[str, str]]:
-    with (sweep_dir / "trials.csv").open(newline="") as fh:
-        return {row["trial"]: row for row in csv.DictReader(fh)}
 
 
 @pytest.mark.slow
@@ -43,9 +33,9 @@ grid:
 seeds: [0]
 collect: [test.accuracy, {{name: seconds, goal: none}}]
 """)
-    res = _sweep(tmp_path, str(sweep), "--workers", "2", "--sweep-dir", "sw")
+    res = sweep_cli(tmp_path, str(sweep), "--workers", "2", "--sweep-dir", "sw")
     assert res.returncode == 1, res.stderr
-    rows = _rows(tmp_path / "sw")
+    rows = trial_rows(tmp_path / "sw")
     assert list(rows) == ["ok-seed0", "bad-seed0"]
     ok, bad = rows["ok-seed0"], rows["bad-seed0"]
     assert ok["status"] == "done" and 0.0 < float(ok["test.accuracy"]) <= 1.0 and float(ok["seconds"]) > 0
@@ -99,7 +89,7 @@ def test_a_sweep_killed_part_way_continues_without_rerunning_finished_trials(tmp
     assert not (trials / "seed1" / "summary.json").exists(), "the second trial finished before the kill"
     first = (trials / "seed0" / "summary.json").stat()
 
-    again = _sweep(tmp_path, str(sweep), "--sweep-dir", str(killed))  # waits for the killed sweep's trial to end
+    again = sweep_cli(tmp_path, str(sweep), "--sweep-dir", str(killed))  # waits for the killed sweep's trial to end
     assert again.returncode == 0, again.stdout + again.stderr
     assert "done before seed0" in again.stdout and "done seed1" in again.stdout
     after = (trials / "seed0" / "summary.json").stat()
@@ -107,9 +97,9 @@ def test_a_sweep_killed_part_way_continues_without_rerunning_finished_trials(tmp
     assert "resuming" in (trials / "seed1.log").read_text()  # continued from its checkpoint
     assert (trials / "seed0.log").read_text().count("# ") == 1  # one attempt only
 
-    reference = _sweep(tmp_path, str(sweep), "--sweep-dir", "whole")
+    reference = sweep_cli(tmp_path, str(sweep), "--sweep-dir", "whole")
     assert reference.returncode == 0, reference.stderr
-    got, expected = _rows(killed), _rows(tmp_path / "whole")
+    got, expected = trial_rows(killed), trial_rows(tmp_path / "whole")
     assert [r["status"] for r in got.values()] == ["done", "done"]
     for trial_id, row in expected.items():
         for metric in ("test.accuracy", "test.loss", "best.val_accuracy"):
@@ -120,9 +110,9 @@ def test_a_sweep_killed_part_way_continues_without_rerunning_finished_trials(tmp
 def test_a_finished_trial_the_sweep_file_now_sets_differently_is_refused(tmp_path):
     sweep = tmp_path / "s.yaml"
     sweep.write_text(f"config: {DIGITS}\noverrides: {{train.max_epochs: 1}}\nseeds: [0]\ncollect: [test.accuracy]\n")
-    assert _sweep(tmp_path, str(sweep), "--sweep-dir", "sw").returncode == 0
+    assert sweep_cli(tmp_path, str(sweep), "--sweep-dir", "sw").returncode == 0
     rows_before = (tmp_path / "sw" / "trials.csv").read_text()
     sweep.write_text(sweep.read_text().replace("max_epochs: 1", "max_epochs: 2"))
-    res = _sweep(tmp_path, str(sweep), "--sweep-dir", "sw")
+    res = sweep_cli(tmp_path, str(sweep), "--sweep-dir", "sw")
     assert res.returncode == 2 and "trial seed0" in res.stderr and "train.max_epochs=2" in res.stderr
     assert (tmp_path / "sw" / "trials.csv").read_text() == rows_before
