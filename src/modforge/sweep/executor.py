@@ -13,14 +13,12 @@ executor, so an executor that retries a trial elsewhere needs no extra bookkeepi
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Protocol
 
-from ..core.errors import UsageError
+from ..core.optional import import_extra
 from .command import TrialJob
 
 __all__ = [
@@ -75,19 +73,6 @@ def default_threads(workers: int) -> int:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return max(1, cores // max(1, workers))
-
-
-def import_extra(package: str, what: str, extra: str) -> ModuleType:
-    """Import an optional package, or say in one line which pip extra of modforge brings it.
-
-    Raises:
-        UsageError: ``package`` is not installed (or fails to import).
-    """
-    try:
-        return importlib.import_module(package)
-    except ImportError as exc:
-        broken = "" if exc.name in (package, None) else f" (it is installed, but importing it failed: {exc})"
-        raise UsageError(f'{what} needs the {package} package{broken}: pip install "modforge[{extra}]"') from None
 
 
 class Executor(Protocol):

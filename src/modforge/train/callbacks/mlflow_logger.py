@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlparse
 
+from ...core.optional import import_extra
 from ...core.registries import register_callback
-from .tracker import Tracker, TrackerError, as_text, import_tracker
+from .tracker import Tracker, TrackerError, as_text
 
 log = logging.getLogger("modforge.train")
 
@@ -73,7 +74,7 @@ class MLflowLogger(Tracker):
         tags: Optional[dict[str, str]] = None,
     ):
         super().__init__()
-        import_tracker("mlflow", "mlflow", "mlflow")  # missing: one line, before any run folder exists
+        import_extra("mlflow", "the mlflow callback", "mlflow")  # missing: one line, before any run folder exists
         self.tracking_uri, self.experiment, self.name = tracking_uri, experiment, name
         self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
         self._uri = tracking_uri or "RUN/mlruns"

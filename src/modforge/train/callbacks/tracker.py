@@ -23,12 +23,10 @@ then this session logs nothing more to it (a resume sends the missing epochs).
 from __future__ import annotations
 
 import abc
-import importlib
 import json
 import logging
 import math
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...core.errors import UsageError
@@ -37,7 +35,7 @@ from .base import Callback
 if TYPE_CHECKING:  # pragma: no cover
     from ..trainer import Trainer
 
-__all__ = ["Tracker", "TrackerError", "epoch_metrics", "flatten", "import_tracker", "run_files", "summary_figures"]
+__all__ = ["Tracker", "TrackerError", "epoch_metrics", "flatten", "run_files", "summary_figures"]
 
 log = logging.getLogger("modforge.train")
 
@@ -47,17 +45,6 @@ RUN_FILES = ("summary.json", "config.yaml")
 
 class TrackerError(UsageError):
     """An experiment tracker that cannot start: its library refused the settings or the store."""
-
-
-def import_tracker(package: str, callback: str, extra: str) -> ModuleType:
-    """Import a tracker's library, or say in one line which pip extra brings it."""
-    try:
-        return importlib.import_module(package)
-    except ImportError as exc:
-        broken = "" if exc.name in (package, None) else f" (it is installed, but importing it failed: {exc})"
-        raise UsageError(
-            f'the {callback} callback needs the {extra} package{broken}: pip install "modforge[{extra}]"'
-        ) from None
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+from ...core.optional import import_extra
 from ...core.registries import register_callback
-from .tracker import Tracker, import_tracker
+from .tracker import Tracker
 
 WandbMode = Literal["auto", "offline", "online", "disabled"]
 
@@ -49,7 +50,7 @@ class WandbLogger(Tracker):
         mode: WandbMode = "auto",
     ):
         super().__init__()
-        import_tracker("wandb", "wandb", "wandb")  # missing: one line, before any run folder exists
+        import_extra("wandb", "the wandb callback", "wandb")  # missing: one line, before any run folder exists
         if mode not in ("auto", "offline", "online", "disabled"):
             raise ValueError(f"mode must be 'auto', 'offline', 'online' or 'disabled', got {mode!r}")
         self.project, self.entity, self.name, self.group = project, entity, name, group
