@@ -1,0 +1,339 @@
+"""Files in folders modforge does not fully trust: never through a link, never a fixed temporary name.
+
+A run folder, a sweep folder or a dataset root may come from someone else (a colleague's
+shared scratch folder, an archive from the internet). Anything planted in it — a symbolic
+link at the name modforge is about to write, a link out of the folder, a FIFO — must not
+make modforge write, read or delete anything outside it. This module is the one way
+modforge writes and reuses such folders:
+
+- :func:`atomic_open` / :func:`write_atomic` / :func:`write_via_temp` write a new file under a
+  random name made with ``O_EXCL`` (which never follows a link) next to the target, then
+  rename it into place: a link planted at the target's name is replaced, not followed.
+- :func:`open_append`, :func:`open_lock` and :func:`open_regular` open an *existing* name with
+  ``O_NOFOLLOW`` and check on the descriptor that it is one plain regular file.
+- :func:`check_folder` is run once on a folder modforge is asked to reuse (``--resume``,
+  ``test``, ``--sweep-dir``, ``sweep-report``): no link in it may lead outside it, dangle
+  or loop, and every entry is a regular file or a folder.
+- :func:`inside` keeps a relative name read from data (a COCO ``file_name``, a trial id)
+  inside its root.
+- :func:`remove_tree` deletes only a real folder inside the folder modforge owns, and only
+  when everything in it passes the caller's test of "modforge wrote this".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePath
+from typing import IO, Any
+
+from .errors import UsageError
+
+__all__ = [
+    "MAX_FOLDER_ENTRIES",
+    "UnsafePathError",
+    "atomic_open",
+    "check_folder",
+    "ensure_folder",
+    "inside",
+    "open_append",
+    "open_lock",
+    "open_regular",
+    "remove_tree",
+    "write_atomic",
+    "write_via_temp",
+]
+
+MAX_FOLDER_ENTRIES = 500_000
+"""More entries than this in a folder to reuse is refused rather than walked for minutes."""
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_BINARY = getattr(os, "O_BINARY", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
+class UnsafePathError(UsageError):
+    """A path that would make modforge follow a link, leave its folder or touch something it
+    did not write; nothing was written, read or removed."""
+
+
+def _shown(path: str | os.PathLike) -> str:
+    return os.fspath(path)
+
+
+# ----------------------------------------------------------------------------- writing
+def ensure_folder(path: str | os.PathLike) -> Path:
+    """Make the folder ``path`` (and its parents); an existing ``path`` must be a real folder,
+    not a link to one (a planted ``evaluations -> ~/`` would otherwise take every write)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        raise UnsafePathError(f"{_shown(path)} is a symbolic link; modforge writes only into real folders "
+                              "(remove the link or choose another folder)")  # fmt: skip
+    return path
+
+
+def _temporary(path: Path) -> tuple[int, str]:
+    """A new, empty, uniquely named file next to ``path`` (``O_EXCL``: never a link's target)."""
+    ensure_folder(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    return fd, tmp
+
+
+@contextlib.contextmanager
+def atomic_open(
+    path: str | os.PathLike,
+    mode: str = "w",
+    *,
+    encoding: str | None = "utf-8",
+    newline: str | None = None,
+    perm: int = 0o644,
+    durable: bool = False,
+) -> Iterator[IO[Any]]:
+    """Open a new temporary file for writing; on a clean exit it replaces ``path`` atomically.
+
+    ``mode`` is ``"w"`` or ``"wb"``. A link planted at ``path`` is replaced by the new file,
+    never written through; on an error the temporary file is removed and ``path`` is left as
+    it was. ``durable`` fsyncs the file before the rename.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open writes new files only ('w' or 'wb'), not {mode!r}")
+    path = Path(path)
+    fd, tmp = _temporary(path)
+    try:
+        os.fchmod(fd, perm & ~_UMASK)
+        binary = "b" in mode
+        with open(fd, mode, encoding=None if binary else encoding, newline=None if binary else newline) as handle:
+            yield handle
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes, *, perm: int = 0o644, durable: bool = False) -> Path:
+    """Write ``data`` (text as UTF-8, or bytes) to ``path`` through :func:`atomic_open`."""
+    with atomic_open(path, "wb", perm=perm, durable=durable) as handle:
+        handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+    return Path(path)
+
+
+def write_via_temp(path: str | os.PathLike, write: Callable[[str], None], *, perm: int = 0o644) -> Path:
+    """For libraries that want a file *name* (ONNX export, ``torch.jit.save``): ``write`` is
+    called with a fresh, uniquely named file made with ``O_EXCL`` next to ``path``, which then
+    replaces ``path`` atomically. Prefer :func:`atomic_open` where the library takes a file."""
+    path = Path(path)
+    fd, tmp = _temporary(path)
+    try:
+        os.fchmod(fd, perm & ~_UMASK)
+        os.close(fd)
+        write(tmp)
+        if os.path.islink(tmp) or not os.path.isfile(tmp):
+            raise UnsafePathError(f"the temporary file for {_shown(path)} was replaced while it was written")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+# ----------------------------------------------------------------------------- opening existing names
+def _check_plain_file(fd: int, path: str | os.PathLike, single_link: bool) -> None:
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "is not a regular file"
+    elif single_link and info.st_nlink > 1:
+        problem = f"has {info.st_nlink} hard links (another name of some other file)"
+    if problem:
+        os.close(fd)
+        raise UnsafePathError(f"{_shown(path)} {problem}; modforge does not write through it")
+
+
+def _open_nofollow(path: str | os.PathLike, flags: int, perm: int = 0o644) -> int:
+    try:
+        return os.open(path, flags | _NOFOLLOW | _CLOEXEC | _BINARY, perm)
+    except OSError:
+        if os.path.islink(path):
+            raise UnsafePathError(f"{_shown(path)} is a symbolic link; modforge does not follow links "
+                                  "in folders it writes or reads (remove the link)") from None  # fmt: skip
+        raise
+
+
+def open_append(path: str | os.PathLike, *, encoding: str = "utf-8", newline: str | None = None, binary: bool = False):
+    """Open ``path`` to append (created if missing), never through a link and only when it is
+    one plain regular file (a hard link to someone's file would be changed in place)."""
+    fd = _open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    _check_plain_file(fd, path, single_link=True)
+    if binary:
+        return open(fd, "ab")
+    return open(fd, "a", encoding=encoding, newline=newline)
+
+
+def open_lock(path: str | os.PathLike) -> int:
+    """A descriptor on the lock file ``path`` (created if missing, never truncated, never a link)."""
+    fd = _open_nofollow(path, os.O_RDWR | os.O_CREAT)
+    _check_plain_file(fd, path, single_link=True)
+    return fd
+
+
+def open_regular(path: str | os.PathLike, mode: str = "rb", *, encoding: str | None = None):
+    """Open an existing regular file to read, never through a link, never a FIFO or device
+    (opened non-blocking, so a FIFO cannot hang the read)."""
+    if mode not in ("r", "rb"):
+        raise ValueError(f"open_regular reads only ('r' or 'rb'), not {mode!r}")
+    fd = _open_nofollow(path, os.O_RDONLY | _NONBLOCK)
+    _check_plain_file(fd, path, single_link=False)
+    if _NONBLOCK:
+        os.set_blocking(fd, True)
+    if mode == "rb":
+        return open(fd, "rb")
+    return open(fd, encoding=encoding or "utf-8")
+
+
+# ----------------------------------------------------------------------------- paths from data
+def inside(root: str | os.PathLike, name: str, what: str = "path") -> Path:
+    """``root / name`` when ``name`` is a relative path that stays inside ``root``: no absolute
+    name, no ``..``, no NUL, and no link on the way that leads out of ``root``.
+
+    Raises:
+        UnsafePathError: naming ``what`` (e.g. ``"file_name of image 7 in instances_val.json"``).
+    """
+    text = str(name)
+    pure = PurePath(text)
+    if not text or "\x00" in text or pure.is_absolute() or text.startswith(("/", "\\")) or ".." in pure.parts \
+            or (len(text) > 1 and text[1] == ":"):  # fmt: skip
+        raise UnsafePathError(f"{what} {text!r} is not a relative path inside {_shown(root)} "
+                              "(absolute names and '..' are refused)")  # fmt: skip
+    root_path = Path(root)
+    target = root_path / text
+    try:
+        real_root = root_path.resolve()
+        real_target = target.resolve()
+    except (OSError, RuntimeError):
+        raise UnsafePathError(f"{what} {text!r}: a link on its way loops") from None
+    if not real_target.is_relative_to(real_root):
+        raise UnsafePathError(f"{what} {text!r} leads outside {_shown(root)} through a link; refused")
+    return target
+
+
+# ----------------------------------------------------------------------------- folders to reuse
+def check_folder(root: str | os.PathLike, what: str = "folder", max_entries: int = MAX_FOLDER_ENTRIES) -> None:
+    """Refuse a folder to reuse that holds a link leading outside it (or dangling, or looping)
+    or an entry that is neither a regular file nor a folder. Links that stay inside are fine
+    (they are not descended into: their targets are checked where they lie).
+
+    ``root`` itself may be a link the user named; it is resolved once.
+
+    Raises:
+        UnsafePathError: one line naming the entry and what it is.
+    """
+    root_path = Path(root)
+    try:
+        real_root = root_path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise UnsafePathError(f"{what} {_shown(root)} does not exist or is a link that leads nowhere") from None
+    if not real_root.is_dir():
+        raise UnsafePathError(f"{what} {_shown(root)} is not a folder")
+    seen = 0
+    pending = [real_root]
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError as exc:
+            raise UnsafePathError(f"{what} {_shown(root)}: cannot read {_relative(folder, real_root, root_path)} "
+                                  f"({exc.strerror or exc})") from None  # fmt: skip
+        seen += len(entries)
+        if seen > max_entries:
+            raise UnsafePathError(f"{what} {_shown(root)} holds more than {max_entries} entries; refused")
+        for entry in entries:
+            problem = _entry_problem(entry, real_root)
+            if problem:
+                raise UnsafePathError(f"{what} {_shown(root)}: {_relative(entry.path, real_root, root_path)} "
+                                      f"{problem}; nothing was changed (remove it, or copy the folder without it)")  # fmt: skip
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(Path(entry.path))
+
+
+def _relative(path: str | os.PathLike, real_root: Path, shown_root: Path) -> str:
+    try:
+        return str(shown_root / Path(path).relative_to(real_root))
+    except ValueError:
+        return _shown(path)
+
+
+def _entry_problem(entry: os.DirEntry, real_root: Path) -> str | None:
+    if entry.is_symlink():
+        target = os.readlink(entry.path)
+        try:
+            real = Path(entry.path).resolve(strict=True)
+        except RuntimeError:
+            return f"is a symbolic link that loops ({target})"
+        except OSError:
+            return f"is a symbolic link to {target}, which does not exist"
+        if real != real_root and not real.is_relative_to(real_root):
+            return f"is a symbolic link to {real}, outside the folder"
+        if not (real.is_file() or real.is_dir()):
+            return f"is a symbolic link to {real}, which is neither a regular file nor a folder"
+        return None
+    try:
+        mode = entry.stat(follow_symlinks=False).st_mode
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror or exc})"
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")  # fmt: skip
+    return f"is {kind}, not a regular file or folder"
+
+
+# ----------------------------------------------------------------------------- removing
+def remove_tree(path: str | os.PathLike, owner: str | os.PathLike, wrote: Callable[[Path], bool], what: str) -> None:
+    """Delete the folder ``path`` — only when ``lstat`` says it is a real folder (not a link)
+    lying inside ``owner`` (the folder modforge owns), and every entry under it is a regular
+    file or real folder for which ``wrote(relative_path)`` says modforge wrote it.
+
+    Raises:
+        UnsafePathError: naming the first entry that fails; nothing was removed.
+    """
+    path = Path(path)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafePathError(f"{what} {_shown(path)} is not a real folder (a link or a file); modforge removes "
+                              "only folders it made, nothing was removed")  # fmt: skip
+    real_owner = Path(owner).resolve()
+    real_parent = path.parent.resolve()
+    if not (real_parent == real_owner or real_parent.is_relative_to(real_owner)):
+        raise UnsafePathError(f"{what} {_shown(path)} lies outside {_shown(owner)}; nothing was removed")
+    for current, folders, files in os.walk(path, followlinks=False):
+        for name in folders + files:
+            full = Path(current) / name
+            rel = full.relative_to(path)
+            mode = os.lstat(full).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) or not wrote(rel):
+                raise UnsafePathError(f"{what} {_shown(path)} holds {rel}, which modforge did not write; "
+                                      "nothing was removed (move it away, or choose another folder)")  # fmt: skip
+    shutil.rmtree(path)

@@ -1,0 +1,52 @@
+"""Strings from data made harmless for where they are shown: a terminal, a markdown page, a CSV cell.
+
+A label, a class name, a title or a CSV value in a folder someone gave you is data. Printed
+raw, an escape sequence rewrites the terminal, rich markup (``[/bold]``) crashes the
+printer, ``|`` or HTML breaks a results table, and ``=cmd|' /C calc'!A0`` runs in a
+spreadsheet. Each function here turns such a string into plain text for one destination.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+__all__ = ["csv_cell", "markdown_cell", "plain_text", "terminal_text"]
+
+# C0, DEL and C1 control characters, and the Unicode bidi overrides that
+# make a string display in another order than it reads
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CSV_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def plain_text(value: Any, replacement: str = "?") -> str:
+    """``str(value)`` with every control character (C0, DEL, C1, bidi overrides) replaced."""
+    return _CONTROL.sub(replacement, "" if value is None else str(value))
+
+
+def terminal_text(value: Any) -> str:
+    """Text safe to print through rich: no control characters, markup shown literally."""
+    from rich.markup import escape
+
+    return escape(plain_text(value))
+
+
+def markdown_cell(value: Any) -> str:
+    """Text for one markdown table cell: one line, HTML escaped, markdown syntax and ``|`` shown literally."""
+    text = plain_text(value, replacement=" ")
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(text, quote=False))
+
+
+def csv_cell(value: Any) -> Any:
+    """A value for a CSV cell: a string a spreadsheet would read as a formula (it starts with
+    ``= + - @``, a tab or a carriage return) gets a leading ``'``; numbers and numeric text
+    such as ``-0.5`` stay as they are."""
+    if not isinstance(value, str) or not value.startswith(_CSV_TRIGGERS):
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
