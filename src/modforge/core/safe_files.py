@@ -44,6 +44,7 @@ __all__ = [
     "open_lock",
     "open_regular",
     "remove_tree",
+    "save_figure",
     "write_atomic",
     "write_via_temp",
 ]
@@ -153,6 +154,14 @@ def write_via_temp(path: str | os.PathLike, write: Callable[[str], None], *, per
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    return path
+
+
+def save_figure(figure: Any, path: str | os.PathLike, **savefig_args: Any) -> Path:
+    """``figure.savefig`` into a new file renamed over ``path`` (the format from the suffix, PNG by default)."""
+    path = Path(path)
+    with atomic_open(path, "wb") as handle:
+        figure.savefig(handle, format=path.suffix.lstrip(".").lower() or "png", **savefig_args)
     return path
 
 

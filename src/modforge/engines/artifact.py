@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.integrity import IntegrityError, torch_zip_checksums, verify_zip
+from ..core.safe_files import write_via_temp
 from ..core.weight_formats import WeightFormatError, read_torch_file
 from .base import EngineError
 
@@ -77,17 +78,10 @@ def make_metadata(
 
 
 def write_atomically(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
-    """Call ``write(temporary_path)``, then rename the result over ``path`` (never a torn file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(str(tmp))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    """Call ``write(temporary_path)``, then rename the result over ``path`` (never a torn file;
+    the temporary name is new and unique, so a link planted next to ``path`` is never written
+    through — :func:`~modforge.core.safe_files.write_via_temp`)."""
+    return write_via_temp(path, write)
 
 
 def write_torch_artifact(payload: Any, path: str | os.PathLike, metadata: dict[str, Any]) -> Path:

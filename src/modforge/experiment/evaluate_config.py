@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config import Config
+from ..core.safe_files import write_atomic
 from .run_plugins import snapshot_plugins
 from .runner import Experiment, evaluate_split
 from .runs import write_json
@@ -24,7 +25,7 @@ def evaluate_config(cfg: Config, run_dir: Path, *, split: str = "test") -> dict[
     exp = Experiment.build(cfg)
     if not exp.model.init_records:
         log.warning("the config has no model.init: evaluating freshly initialised weights")
-    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    write_atomic(run_dir / "config.yaml", cfg.to_yaml())
     snapshot_plugins(cfg.plugins, run_dir)
     results = evaluate_split(exp, split, out_dir=run_dir, stem="", what="the config's dataset")
     summary = {

@@ -17,6 +17,7 @@ from typing import Any
 from ..core.config import Config, display_path
 from ..core.errors import UsageError
 from ..core.registries import DATASETS
+from ..core.safe_files import write_atomic
 from ..data.base import DataSplits
 from ..data.splits import sklearn_seed
 from ..tasks.base import get_task
@@ -77,7 +78,7 @@ def run_kfold(cfg: Config, folds: int, run_dir: Path) -> dict[str, Any]:
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=sklearn_seed(cfg.data.get("seed") or 0))
     create_run_dir(run_dir)
     log.info("k-fold run folder: %s", display_path(run_dir))
-    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    write_atomic(run_dir / "config.yaml", cfg.to_yaml())
     rows = []
     for i, (train_idx, val_idx) in enumerate(splitter.split(pool.labels.numpy(), pool.labels.numpy())):
         fold_splits = dataclasses.replace(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..core.safe_files import save_figure
+
 __all__ = ["plot_curves"]
 
 
@@ -33,6 +35,6 @@ def plot_curves(history: list[dict[str, Any]], path: Path, title: str = "") -> P
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..core.config import Config, display_path
 from ..core.errors import UsageError
+from ..core.safe_files import write_atomic
 
 __all__ = ["RunFolderError", "create_run_dir", "new_run_dir", "plan_run_dir", "write_json"]
 
@@ -78,9 +80,9 @@ def create_run_dir(path: Path) -> Path:
         if any(path.iterdir()):
             raise RunFolderError(f"run folder {display_path(path)} is no longer empty (another run started in it); "
                                  "nothing was changed. Choose another --run-dir")  # fmt: skip
-        probe = path / ".modforge-write-test"
-        probe.touch()
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".modforge-write-test-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         raise RunFolderError(f"cannot create the run folder {display_path(path)}: {exc.strerror or exc}") from None
     return path
@@ -104,6 +106,4 @@ def _clean(value: Any) -> Any:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write JSON atomically (NaN/Inf become null, which JSON can hold)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_clean(data), indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(_clean(data), indent=2) + "\n")

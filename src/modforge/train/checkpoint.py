@@ -36,6 +36,7 @@ import torch
 
 from ..core.errors import UsageError
 from ..core.integrity import torch_zip_checksums
+from ..core.safe_files import ensure_folder
 from ..core.weight_formats import UnsafeFileError, WeightFormatError, read_torch_file
 from .checkpoint_commit import commit
 from .commit_helper import HELPER, CommitJob
@@ -93,7 +94,7 @@ def write_temp(data: bytes | memoryview, path: Path, owners: Iterable[int] = ())
     (this one and ``owners``), so :func:`remove_abandoned_temps` never removes a file that
     a live process is about to publish.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_folder(path.parent)
     pids = "+".join(str(pid) for pid in (os.getpid(), *owners))
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:

@@ -45,6 +45,7 @@ import torch.nn as nn
 
 from .._version import __version__
 from ..core.errors import ModforgeError
+from ..core.safe_files import ensure_folder
 from ..engines import Engine
 from ..engines.eager import Eager
 from . import distributed
@@ -689,7 +690,7 @@ class Trainer:
             return path
         links = [directory / "last.pt"] + ([directory / "best.pt"] if best else [])
         if self._saved is None:  # first save in this process: pick up what earlier runs left
-            directory.mkdir(parents=True, exist_ok=True)
+            ensure_folder(directory)  # a planted checkpoints -> elsewhere link takes no checkpoint
             remove_abandoned_temps(directory)
             self._saved = list(reversed(list_checkpoints(directory)))
         self._saved = [p for p in self._saved if p != path] + [path]

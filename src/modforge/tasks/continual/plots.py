@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...core.safe_files import save_figure
+
 __all__ = ["plot_accuracy_matrix"]
 
 
@@ -35,6 +37,6 @@ def plot_accuracy_matrix(rows: list[list[float]], path: Path, title: str = "") -
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

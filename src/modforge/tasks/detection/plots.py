@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ...core.safe_files import save_figure
+
 __all__ = ["plot_detections", "plot_precision_recall"]
 
 
@@ -53,7 +55,7 @@ def plot_detections(
     if title:
         fig.suptitle(f"{title} (dashed: ground truth; coloured: detections ≥ {min_score})", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -79,5 +81,5 @@ def plot_precision_recall(curves: dict[str, Any], path: Path, *, title: str = ""
     ax.legend(fontsize=7, loc="lower left")
     ax.set_title(title or "precision–recall at IoU 0.5", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ...core.registries import register_task
+from ...core.safe_files import ensure_folder, write_atomic
 from ..base import Task
 from .metrics import CocoMAP
 
@@ -82,7 +83,7 @@ class DetectionTask(Task):
         figures = {k[len(prefix) :]: v for k, v in row.items()}
         figures.update({k[len(prefix) :]: v for k, v in trainer.extra_results.items() if k.startswith(prefix)})
         if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            ensure_folder(out_dir)
             self._write_results(coco, dataset, out_dir / f"{stem}detections.json")
             self._pictures(trainer, loader, dataset, out_dir, stem, split, coco)
         return {split: figures}
@@ -94,7 +95,7 @@ class DetectionTask(Task):
         if to_category:
             for record in results:
                 record["category_id"] = int(to_category[record["category_id"] - 1])
-        path.write_text(json.dumps(results))
+        write_atomic(path, json.dumps(results))
 
     @staticmethod
     def _pictures(trainer: Any, loader: Any, dataset: Any, out_dir: Path, stem: str, split: str, coco: CocoMAP) -> None:

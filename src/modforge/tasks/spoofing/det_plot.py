@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ...core.safe_files import save_figure
+
 __all__ = ["plot_det"]
 
 _TICKS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95]
@@ -47,7 +49,7 @@ def plot_det(curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]], path: P
         fig.tight_layout()
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
+        save_figure(fig, path, dpi=110)
     finally:
         plt.close(fig)
     return path

@@ -59,14 +59,13 @@ class ScoreTable:
 
     def write(self, path: Path) -> Path:
         """Write ``utt_id score label attack`` lines to ``path`` (atomically: temp file + rename)."""
+        from ...core.safe_files import atomic_open
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
+        with atomic_open(path, "w") as handle:
             for utt, score, label, attack in zip(self.utt_ids, self.scores, self.labels, self.attacks, strict=True):
                 attack = "_".join(str(attack).split()) or "-"  # one field: the last of the line
                 handle.write(f"{utt} {score:.8g} {'bonafide' if label == 1 else 'spoof'} {attack}\n")
-        tmp.replace(path)
         return path
 
 

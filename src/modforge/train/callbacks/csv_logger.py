@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.registries import register_callback
+from ...core.safe_files import atomic_open, open_append
 from .base import Callback
 
 
@@ -34,13 +35,11 @@ class CSVLogger(Callback):
         self.columns = []
         for row in rows:
             self.columns += [k for k in row if k not in self.columns]
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "w", newline="") as fh:
+        with atomic_open(path, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=self.columns)
             writer.writeheader()
             writer.writerows(rows)
-        tmp.replace(path)
-        self._file = open(path, "a", newline="")  # noqa: SIM115 - kept open for the run, closed in on_fit_end
+        self._file = open_append(path, newline="")  # kept open for the run, closed in on_fit_end
         self._writer = csv.DictWriter(self._file, fieldnames=self.columns)
 
     def _close(self) -> None:
