@@ -11,6 +11,12 @@ The model comes from a **local** directory written by ``save_pretrained`` (``pat
 is ever downloaded: ``local_files_only=True``), or is randomly initialised from a named
 architecture and size (``model_type`` and the size arguments; the defaults are a tiny model
 for tests). ``transformers`` is an optional dependency: ``pip install modforge[ssl]``.
+
+A model folder is data, never code (``path`` may come from a stored config or an artifact's
+metadata): a ``config.json`` that asks for the folder's own Python (an ``auto_map``, or a
+``model_type`` that only such code would define) is refused with one error naming the folder
+before ``transformers`` sees it — ``transformers`` would otherwise ask "run the custom code?
+[y/N]" on a terminal — and every load passes ``trust_remote_code=False`` as well.
 """
 
 from __future__ import annotations
@@ -237,7 +243,7 @@ def _random_model(transformers: Any, model_type: str, settings: dict[str, Any]) 
         config = transformers.AutoConfig.for_model(model_type, **settings)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad ssl config for '{model_type}': {_first_line(exc)}") from None
-    return transformers.AutoModel.from_config(config)
+    return transformers.AutoModel.from_config(config, trust_remote_code=False)
 
 
 def _load_pretrained(transformers: Any, path: str, sample_rate: int) -> tuple[nn.Module, dict[str, Any]]:
@@ -247,8 +253,9 @@ def _load_pretrained(transformers: Any, path: str, sample_rate: int) -> tuple[nn
             f"no pretrained SSL model at '{path}': expected a local directory holding config.json and the "
             "weights (model.safetensors or pytorch_model.bin), as written by save_pretrained"
         )
+    _refuse_remote_code(transformers, folder / "config.json", path)
     try:
-        model = transformers.AutoModel.from_pretrained(str(folder), local_files_only=True)
+        model = transformers.AutoModel.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - transformers raises many types for a broken folder
         raise ValueError(f"could not load the pretrained SSL model at '{path}': {_first_line(exc)}") from None
     if not (hasattr(model, "feature_extractor") and hasattr(getattr(model, "encoder", None), "layers")):
@@ -269,6 +276,34 @@ def _load_pretrained(transformers: Any, path: str, sample_rate: int) -> tuple[nn
             f"the SSL model at '{path}' expects {expected} Hz audio but sample_rate is {sample_rate}; resample the data"
         )
     return model, saved
+
+
+def _refuse_remote_code(transformers: Any, config_file: Path, path: str) -> None:
+    """Refuse a model folder whose ``config.json`` needs code from the folder itself.
+
+    ``transformers`` runs a folder's own ``.py`` files for an ``auto_map`` entry, or asks
+    whether to (on a terminal); a ``model_type`` it does not know can only come with such
+    code. Both are one error naming the folder, raised before ``transformers`` reads it."""
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"unreadable {config_file} of the pretrained SSL model at '{path}': "
+                         f"{_first_line(exc)}") from None  # fmt: skip
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_file} of the pretrained SSL model at '{path}' is not a JSON object")
+    if "auto_map" in config:
+        raise ValueError(
+            f"the pretrained SSL model at '{path}' asks to run its own code (config.json has an 'auto_map'); "
+            "modforge never runs code from a model folder — use a folder whose config.json names a model_type "
+            "built into transformers (wav2vec2, hubert, wavlm) and no auto_map"
+        )
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in transformers.CONFIG_MAPPING:
+        raise ValueError(
+            f"the pretrained SSL model at '{path}' has model_type {model_type!r} in config.json, which transformers "
+            "does not define (only the folder's own code could); modforge never runs code from a model folder — "
+            "expected a built-in speech model_type such as wav2vec2, hubert or wavlm"
+        )
 
 
 def _receptive_field(kernels: Any, strides: Any) -> int:
