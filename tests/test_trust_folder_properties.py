@@ -1,0 +1,147 @@
+"""Generated hostile run and sweep folders: links (to outside, inside, dangling, looping) and
+FIFOs planted at random places — including the names modforge writes — and every command that
+reads such a folder run on it. Whatever the mix: no byte outside the folder changes, the command
+either works or refuses with exit status 2 and one line, and nothing escapes as "unexpected"."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from modforge.cli.main import main
+from sweep_helpers import sweep_cli
+
+pytestmark = [pytest.mark.hostile, pytest.mark.slow]
+
+# names modforge writes in a run folder (and their temporaries), and in a sweep folder
+RUN_NAMES = ["config.yaml", "metrics.csv", "summary.json", "curves.png", "confusion_matrix.png", "evaluations",
+             "evaluations/best-test.json", "checkpoints", "checkpoints/last.pt", "checkpoints/best.pt",
+             ".summary.json.tmp", ".metrics.csv.tmp", "evaluations/.best-test.json.tmp", "plugins", "mlruns", "x"]  # fmt: skip
+SWEEP_NAMES = ["sweep.yaml", "trials.csv", "results.md", "results.csv", "results.png", ".lock", "trials",
+               "trials/t0", "trials/t0.log", "trials/t0/summary.json", ".results.md.tmp", ".results.csv.tmp",
+               ".results.tmp.png", ".trials.csv.tmp", ".sweep.yaml.tmp", "optuna.db"]  # fmt: skip
+TARGETS = ["victim_file", "victim_dir", "inside", "dangling", "loop", "relative_out", "fifo"]
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (links not followed) and its SHA-256 — what must not change."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            out[str(path)] = "link:" + os.readlink(path)
+        elif path.is_file():
+            out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            out[str(path)] = "dir"
+    return out
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory) -> dict[str, Path]:
+    """One real finished run (digits, one epoch) and one real finished sweep of one trial."""
+    root = tmp_path_factory.mktemp("templates")
+    config = Path(__file__).resolve().parents[1] / "configs" / "digits.yaml"
+    run = root / "run"
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        code = main(["train", str(config), "--run-dir", str(run), "train.max_epochs=1", "train.callbacks=[]",
+                     "data.batch_size=256"])  # fmt: skip
+    finally:
+        os.chdir(cwd)
+    assert code == 0
+    sweep_file = root / "sweepdef" / "tiny.yaml"
+    sweep_file.parent.mkdir()
+    shutil.copy(config, sweep_file.parent / "digits.yaml")
+    sweep_file.write_text("name: tiny\nconfig: digits.yaml\noverrides: {train.max_epochs: 1, train.callbacks: [],"
+                          " data.batch_size: 256}\ngrid: {train.optimizer.args.lr: [0.003]}\n"
+                          "collect: [test.accuracy]\n")  # fmt: skip
+    sweep = root / "sweep"
+    done = sweep_cli(root, str(sweep_file), "--sweep-dir", str(sweep))
+    assert done.returncode == 0, done.stderr
+    return {"run": run, "sweep": sweep}
+
+
+def plant(folder: Path, name: str, target: str, outside: Path) -> None:
+    """Put a link (or a FIFO) of kind ``target`` at ``folder/name``, replacing what was there."""
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+    if target == "fifo":
+        os.mkfifo(path)
+        return
+    destination = {
+        "victim_file": outside / "victim.txt",
+        "victim_dir": outside,
+        "inside": folder,
+        "dangling": folder / "no-such-file",
+        "loop": path,
+        "relative_out": Path(os.path.relpath(outside / "victim.txt", path.parent)),
+    }[target]
+    path.symlink_to(destination)
+
+
+def run_commands(commands: list[list[str]], cwd: Path, capsys) -> list[tuple[int, str]]:
+    results = []
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        for args in commands:
+            code = main(args)
+            err = capsys.readouterr().err
+            results.append((code, err))
+    finally:
+        os.chdir(old)
+    return results
+
+
+def check(results: list[tuple[int, str]], before: dict, outside: Path) -> None:
+    assert digest(outside) == before, "a byte outside the folder changed"
+    for code, err in results:
+        assert "unexpected" not in err.lower(), err
+        assert code in (0, 2), err
+        if code == 2:
+            assert len([line for line in err.splitlines() if line.startswith("error")]) == 1, err
+
+
+plantings = st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(TARGETS)), min_size=1, max_size=3)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(planted=plantings)
+def test_generated_run_folders(templates, tmp_path_factory, capsys, planted):
+    base = tmp_path_factory.mktemp("case")
+    run, outside = base / "run", base / "outside"
+    shutil.copytree(templates["run"], run, symlinks=True)
+    outside.mkdir()
+    (outside / "victim.txt").write_text("precious\n")
+    for index, target in planted:
+        plant(run, RUN_NAMES[index % len(RUN_NAMES)], target, outside)
+    before = digest(outside)
+    results = run_commands([["test", str(run)], ["export", str(run), "--engine", "torchscript",
+                                                 "--out", str(base / "model.ts")]], base, capsys)  # fmt: skip
+    check(results, before, outside)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(planted=plantings)
+def test_generated_sweep_folders(templates, tmp_path_factory, capsys, planted):
+    base = tmp_path_factory.mktemp("case")
+    sweep, outside = base / "sweep", base / "outside"
+    shutil.copytree(templates["sweep"], sweep, symlinks=True)
+    outside.mkdir()
+    (outside / "victim.txt").write_text("precious\n")
+    for index, target in planted:
+        plant(sweep, SWEEP_NAMES[index % len(SWEEP_NAMES)], target, outside)
+    before = digest(outside)
+    results = run_commands([["sweep-report", str(sweep)]], base, capsys)
+    check(results, before, outside)
