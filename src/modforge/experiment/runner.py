@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from ..core.config import Config, display_path
 from ..core.errors import ConfigError
 from ..core.plugins import load_config_plugins
 from ..core.registries import CALLBACKS, DATASETS, METRICS
+from ..core.safe_files import check_folder, ensure_folder, write_atomic
 from ..data.base import DataSplits
 from ..data.loader import LoaderSettings, make_loader
 from ..engines import build_engine
@@ -32,10 +34,10 @@ from ..train.trainer import Trainer
 from .plots import plot_curves
 from .run_plugins import load_stored_plugins, snapshot_plugins
 from .runs import RunFolderError, create_run_dir, write_json
-from .settings import LOADER_KEYS, TrainSettings
+from .settings import LOADER_KEYS, TrainSettings, held_destinations_message, keep_destinations_local
 
-__all__ = ["Experiment", "checkpoint_digest", "evaluate_checkpoint", "evaluation_stem", "require_a_loss", "start_run_folder",
-           "train_run"]
+__all__ = ["Experiment", "check_run_folder", "checkpoint_digest", "evaluate_checkpoint", "evaluation_stem",
+           "require_a_loss", "run_folder_of", "start_run_folder", "train_run"]
 
 log = logging.getLogger("modforge.experiment")
 _DEFAULT_CALLBACKS = ("csv_logger", "progress", "checkpoint", "nan_guard")
@@ -53,6 +55,7 @@ class Experiment:
     model: torch.nn.Module
     metrics: dict[str, Metric]
     task: Task
+    _warned_destinations: bool = dataclasses.field(default=False, init=False, repr=False)
 
     @property
     def monitor(self) -> str:
@@ -169,10 +172,26 @@ class Experiment:
                 source=self.cfg.where("train.monitor"),
             )
 
-    def callbacks(self) -> list:
-        """The default callbacks (CSV, progress, checkpoint, NaN guard) and the configured ones;
-        a configured callback of a default's type replaces it."""
+    def callback_specs(self, run_dir: Path | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """``train.callbacks`` as they are built, with their positions. A stored config's (a
+        run being resumed) keep every destination its file named local, inside the run
+        folder — only this command line re-activates one
+        (:func:`~modforge.experiment.settings.keep_destinations_local`); what was held back
+        is one warning, given once."""
+        if not self.cfg.stored:
+            return list(enumerate(self.settings.callbacks))
+        specs, held = keep_destinations_local(list(self.settings.callbacks), self.cfg.where, run_dir)
+        if held and not self._warned_destinations:
+            self._warned_destinations = True
+            what = f"the stored config of {display_path(run_dir)}" if run_dir is not None else "the stored config"
+            log.warning(held_destinations_message(held, what))
+        return specs
+
+    def callbacks(self, run_dir: Path | None = None) -> list:
+        """The default callbacks (CSV, progress, checkpoint, NaN guard) and the configured ones
+        (:meth:`callback_specs`); a configured callback of a default's type replaces it."""
         settings, monitor = self.settings, self.monitor
+        specs = self.callback_specs(run_dir)
         user = [  # train.monitor is only a default: a callback's own args.monitor/mode win
             CALLBACKS.build(
                 spec,
@@ -180,9 +199,9 @@ class Experiment:
                 origin_of=self.cfg.where,
                 **{k: v for k, v in (("monitor", monitor), ("mode", "auto")) if k not in spec["args"]},
             )
-            for i, spec in enumerate(settings.callbacks)
+            for i, spec in specs
         ]
-        user_types = {spec["type"] for spec in settings.callbacks}
+        user_types = {spec["type"] for _, spec in specs}
         defaults = []
         for name in _DEFAULT_CALLBACKS:
             if name in user_types or (name == "nan_guard" and not settings.nan_guard):
@@ -223,7 +242,7 @@ class Experiment:
             scheduler_monitor=scheduler_spec.get("monitor"),
             metrics=self.metrics,
             directions=dict(self.metric_directions()),
-            callbacks=self.callbacks(),
+            callbacks=self.callbacks(run_dir),
             max_epochs=settings.max_epochs,
             max_steps=settings.max_steps,
             grad_clip=settings.grad_clip,
@@ -333,11 +352,11 @@ def start_run_folder(cfg: Config, run_dir: Path, *, restart: bool = False) -> No
     copies. ``restart``: the folder is a run that never reached its first checkpoint,
     started again from scratch — its config is rewritten, its plug-in copies are kept."""
     if restart:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        ensure_folder(run_dir)
     else:
         create_run_dir(run_dir)
         log.info("run folder: %s", display_path(run_dir))
-    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    write_atomic(run_dir / "config.yaml", cfg.to_yaml())
     if not (restart and (run_dir / "plugins" / "manifest.json").exists()):
         snapshot_plugins(cfg.plugins, run_dir)
 
@@ -346,9 +365,9 @@ def continue_run_folder(cfg: Config, run_dir: Path) -> None:
     """The folder a resumed run continues in: its own, or (a checkpoint resumed with
     ``--run-dir``) a new one, made now and given the run's ``config.yaml``."""
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if not (run_dir / "config.yaml").exists():
-            (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        ensure_folder(run_dir)
+        if not os.path.lexists(run_dir / "config.yaml"):
+            write_atomic(run_dir / "config.yaml", cfg.to_yaml())
     except OSError as exc:
         raise RunFolderError(f"cannot use the run folder {display_path(run_dir)}: {exc.strerror or exc}") from None
 
@@ -462,6 +481,31 @@ def _best_weights(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def run_folder_of(target: Path) -> Path | None:
+    """The run folder a command's target belongs to: the folder itself, or the one whose
+    ``checkpoints/`` holds the checkpoint file; ``None`` for a checkpoint elsewhere."""
+    target = Path(target)
+    if target.is_dir():
+        return target
+    if target.parent.name == "checkpoints":
+        return target.parent.parent
+    return None
+
+
+def check_run_folder(target: Path) -> Path | None:
+    """Check, once and before anything in it is read or written, the run folder a command
+    reuses (``test``, ``train --resume``, ``export``): a link in it that leads outside it
+    (or dangles, or loops), or an entry that is neither a file nor a folder, is one
+    :class:`~modforge.core.safe_files.UnsafePathError` naming it. Returns the run folder.
+
+    A run folder may come from someone else; a link planted at a name modforge writes
+    (``curves.png``, ``evaluations/``) would otherwise make it write through to any file."""
+    folder = run_folder_of(target)
+    if folder is not None and os.path.lexists(folder):
+        check_folder(folder, "run folder")
+    return folder
+
+
 def load_trained(target: Path, which: str = "best", overrides: Sequence[str] = ()) -> tuple[Experiment, Path]:
     """The experiment a run folder or checkpoint was trained with, its model holding the
     checkpoint's weights, and the checkpoint's path (:func:`_load_trained`)."""
@@ -483,6 +527,7 @@ def _load_trained(
     (the others, such as ``audio:``, are kept).
     """
     path = Path(target)
+    check_run_folder(path)
     if path.is_dir():
         path, payload = find_resumable(path, first=(f"{which}.pt", "last.pt"), using="evaluating")
     else:

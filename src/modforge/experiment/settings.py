@@ -7,8 +7,11 @@ configs/x.yaml:7)``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path, PurePath
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field
@@ -18,6 +21,7 @@ from ..core.config import Config
 from ..core.constraints import NonNegativeInt, PositiveFloat, PositiveInt
 from ..core.errors import ConfigValueError
 from ..core.registries import CALLBACKS, DATASETS, ENGINES, METRICS, OPTIMIZERS, SCHEDULERS
+from ..core.text_safety import plain_text
 from ..data.loader import LoaderSettings
 from ..train.distributed import DistributedSettings
 from ..train.ranges import check_ranges
@@ -27,7 +31,8 @@ MAX_THREADS = max(64, 4 * (os.cpu_count() or 1))
 """More intra-op threads than this is a mistake, not a setting (100,000 crashes OpenBLAS)."""
 ThreadCount = Annotated[int, Field(gt=0, le=MAX_THREADS)]
 
-__all__ = ["LOADER_KEYS", "TrainSettings", "check_device", "validate_data_section", "validate_train_section"]
+__all__ = ["LOADER_KEYS", "HeldDestination", "TrainSettings", "check_device", "held_destinations_message",
+           "keep_destinations_local", "validate_data_section", "validate_train_section"]
 
 LOADER_KEYS = tuple(a.name for a in signature_of(LoaderSettings).args)
 BatchSize = Annotated[int, Field(gt=0, le=sys.maxsize)]
@@ -259,3 +264,146 @@ class _LoaderRanges:
         self, batch_size: BatchSize = 64, eval_batch_size: Optional[BatchSize] = None, num_workers: NonNegativeInt = 0
     ):
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
+
+
+# ----------------------------------------------------------------------------- destinations
+USER_ORIGINS = ("override ", "flag ")
+"""How :class:`~modforge.core.config.Config` labels values the user typed on this command line."""
+
+REACTIVATE_HINT = ("pass it on the command line to use it again, e.g. train.callbacks.{index}.args.{arg}=VALUE "
+                   "(or train.callbacks=[{{type: {type}, args: {{...}}}}])")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldDestination:
+    """A destination a stored config named that was not re-activated.
+
+    Attributes:
+        index: the callback's position in ``train.callbacks``.
+        type: the callback's registered name (``mlflow``).
+        arg: the argument naming the destination (``tracking_uri``).
+        value: what the stored config said.
+        instead: what is used instead (``a file store in RUN/mlruns``).
+    """
+
+    index: int
+    type: str
+    arg: str
+    value: Any
+    instead: str
+
+    def describe(self) -> str:
+        return f"{self.type} {self.arg} {plain_text(repr(self.value))} (kept {self.instead})"
+
+
+def _user_given(origin: str | None) -> bool:
+    return origin is not None and origin.startswith(USER_ORIGINS)
+
+
+def _relative_inside(name: Any) -> bool:
+    """Whether ``name`` is a relative path that stays inside the folder it is joined to."""
+    if not isinstance(name, str) or "\x00" in name or name.startswith(("/", "\\", "~")):
+        return False
+    pure = PurePath(name)
+    return not pure.is_absolute() and ".." not in pure.parts and not (len(name) > 1 and name[1] == ":")
+
+
+def _sqlite_inside(url: Any, run_dir: Path | None) -> bool:
+    """Whether ``url`` is ``sqlite:///FILE`` with FILE inside ``run_dir`` (links resolved)."""
+    if run_dir is None or not isinstance(url, str) or not url.startswith("sqlite:///"):
+        return False
+    target = Path(url[len("sqlite:///") :])
+    try:
+        return target.is_absolute() and target.resolve().is_relative_to(Path(run_dir).resolve())
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def _wandb_may_go_online(mode: Any) -> bool:
+    return mode == "online" or (mode == "auto" and os.environ.get("WANDB_MODE", "offline") not in ("offline", "disabled",
+                                                                                                     "dryrun"))  # fmt: skip
+
+
+def keep_destinations_local(
+    specs: list[dict[str, Any]], origin_of: Callable[[str], str | None], run_dir: Path | None = None
+) -> tuple[list[tuple[int, dict[str, Any]]], list[HeldDestination]]:
+    """The callback specs of a *stored* config (a run being resumed) with every destination
+    that the stored file — not this command line — chose kept local, inside the run folder.
+
+    A stored config is data: it never chooses where data goes or what is connected to
+    (DESIGN.md, "Destinations are not data"). Values the user typed on this command line
+    (``origin_of`` says ``override ...`` or ``flag ...``) are kept; from the stored file:
+
+    - ``mlflow``: ``tracking_uri`` dropped (the file store ``RUN/mlruns``);
+    - ``wandb``: ``mode`` becomes ``offline`` (unless ``disabled``), ``entity`` dropped;
+    - ``tensorboard``: a ``subdir`` that is absolute or climbs out with ``..`` becomes ``""``;
+    - ``csv_logger``: such a ``filename`` becomes ``metrics.csv``;
+    - ``optuna_pruning``: the callback is left out unless its ``storage`` is a SQLite file
+      inside ``run_dir`` (a study lives elsewhere: reporting to it is connecting to it).
+
+    Returns:
+        ``(position in train.callbacks, spec)`` of the callbacks to build (copies; the config
+        itself is not changed, so a checkpoint keeps what the run was configured with) and
+        what was held back, for one warning.
+    """
+    out: list[tuple[int, dict[str, Any]]] = []
+    held: list[HeldDestination] = []
+    for i, spec in enumerate(specs):
+        local = _StoredCallback(i, spec, origin_of).localized(run_dir)
+        held += local.held
+        if local.args is not None:
+            out.append((i, {**spec, "args": local.args}))
+    return out, held
+
+
+class _StoredCallback:
+    """One callback spec of a stored config, its destinations being made local."""
+
+    def __init__(self, index: int, spec: dict[str, Any], origin_of: Callable[[str], str | None]):
+        self.index, self.kind, self.origin_of = index, str(spec.get("type")), origin_of
+        self.args: dict[str, Any] | None = dict(spec.get("args") or {})
+        self.held: list[HeldDestination] = []
+
+    def stored(self, arg: str) -> bool:
+        """The stored file — not this command line — set ``arg`` (to something)."""
+        assert self.args is not None
+        origin = self.origin_of(f"train.callbacks.{self.index}.args.{arg}")
+        return self.args.get(arg) is not None and not _user_given(origin)
+
+    def hold(self, arg: str, instead: str, value: Any) -> None:
+        assert self.args is not None
+        self.held.append(HeldDestination(self.index, self.kind, arg, self.args[arg], instead))
+        self.args[arg] = value
+
+    def localized(self, run_dir: Path | None) -> _StoredCallback:
+        args = self.args
+        assert args is not None
+        if self.kind == "mlflow" and self.stored("tracking_uri"):
+            self.hold("tracking_uri", "in a file store in the run folder's mlruns/", None)
+        elif self.kind == "wandb":
+            if self.stored("entity"):
+                self.hold("entity", "offline in the run folder's wandb/", None)
+            args.setdefault("mode", "auto")  # the default, auto, would follow WANDB_MODE online
+            if self.stored("mode") and args["mode"] not in ("offline", "disabled"):
+                if _wandb_may_go_online(args["mode"]):
+                    self.hold("mode", "offline in the run folder's wandb/", "offline")
+                else:
+                    args["mode"] = "offline"  # 'auto', offline today: the same, and never up to a later setting
+        elif self.kind == "tensorboard" and self.stored("subdir") and not _relative_inside(args["subdir"]):
+            self.hold("subdir", "in the run folder", "")
+        elif self.kind == "csv_logger" and self.stored("filename") and not _relative_inside(args["filename"]):
+            self.hold("filename", "as metrics.csv in the run folder", "metrics.csv")
+        elif self.kind == "optuna_pruning" and self.stored("storage") and not _sqlite_inside(args["storage"], run_dir):
+            self.held.append(HeldDestination(self.index, self.kind, "storage", args["storage"],
+                                             "out: the callback is left out"))  # fmt: skip
+            self.args = None
+        return self
+
+
+def held_destinations_message(held: list[HeldDestination], what: str) -> str:
+    """One warning line: what ``what`` (the stored config) named that was not re-activated,
+    and how to re-activate it."""
+    first = held[0]
+    hint = REACTIVATE_HINT.format(index=first.index, arg=first.arg, type=first.type)
+    return (f"{what} names destinations that were not re-activated (a stored config never chooses where data goes "
+            f"or what is connected to): {'; '.join(h.describe() for h in held)} — {hint}")  # fmt: skip

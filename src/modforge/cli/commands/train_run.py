@@ -21,6 +21,7 @@ import yaml
 
 from ...core.config import display_path
 from ...core.errors import UsageError
+from ...core.safe_files import write_atomic
 from ..config_args import StoredConfig, resolve_config_from_cli
 from ..output import console, print_table
 
@@ -59,17 +60,45 @@ def _nproc(argv: list[str]) -> tuple[list[str], int | None]:
     return argv, None
 
 
+_SAFE_BOOT = "import sys, runpy; sys.path[:1] = [] if sys.path[:1] == [''] else sys.path[:1]; " \
+             "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"  # fmt: skip
+
+
+def safe_module_command(module: str) -> list[str]:
+    """``python -m MODULE`` that never imports from the current directory: ``-m`` puts the
+    cwd first on ``sys.path``, so a ``yaml.py`` or ``torch.py`` lying there would run.
+    Python 3.11+: ``-P``; 3.10 (no ``-P``): a bootstrap that drops the cwd entry first."""
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-u", "-m", module]
+    return [sys.executable, "-u", "-c", _SAFE_BOOT.format(module=module)]
+
+
+def safe_child_env() -> dict[str, str]:
+    """This process's environment with ``PYTHONSAFEPATH=1`` (Python 3.11+ then never puts
+    the cwd or a script's folder on ``sys.path`` in any process the children start)."""
+    return {**os.environ, "PYTHONSAFEPATH": "1"}
+
+
+def launch_command(argv: list[str], nproc: int) -> list[str]:
+    """torchrun (standalone: one machine) running ``modforge train ARGV`` in ``nproc``
+    processes; neither torchrun nor its workers import from the current directory (torchrun
+    runs the workers' command as given, ``--no-python``: :func:`safe_module_command`)."""
+    return [*safe_module_command("torch.distributed.run"), "--standalone", f"--nproc-per-node={nproc}",
+            "--no-python", *safe_module_command("modforge"), "train", *argv]  # fmt: skip
+
+
 def _launch(argv: list[str], nproc: int) -> int:
     """Run this command in ``nproc`` processes under torchrun (standalone: one machine)."""
     from ...train.distributed import env_world_size
 
     if env_world_size() > 1:
         raise UsageError("--nproc starts torchrun itself; this process already runs under torchrun")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               "-m", "modforge", "train", *argv]  # fmt: skip
-    log.info("starting %d processes: torchrun --standalone --nproc-per-node=%d -m modforge train ...", nproc, nproc)
+    _check_resume_target(argv)  # a folder to refuse is one line from here, not one per process
+    command = launch_command(argv, nproc)
+    env = safe_child_env()
+    log.info("starting %d processes: torchrun --standalone --nproc-per-node=%d modforge train ...", nproc, nproc)
     if os.name != "posix":
-        return subprocess.call(command, env=os.environ.copy())
+        return subprocess.call(command, env=env)
     # become torchrun (same process): what was given to this process — a sweep's lock, the parent-death
     # signal — is torchrun's, so killing the caller stops torchrun, which stops its workers; no orphan
     # launcher or agent goes on writing the run folder
@@ -77,7 +106,7 @@ def _launch(argv: list[str], nproc: int) -> int:
         handler.flush()
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, command)
+    os.execve(sys.executable, command, env)
     return 0  # not reached
 
 
@@ -119,18 +148,38 @@ def _refuse_rewinding(run_dir: Path, path: Path | None, payload: dict) -> None:
         )
 
 
+def _resume_target(argv: list[str]) -> tuple[int, str | None] | None:
+    """Where ``--resume`` is in ``argv`` and its value (``None``: no value); ``None``: no ``--resume``."""
+    i = next((i for i, a in enumerate(argv) if a == "--resume" or a.startswith("--resume=")), None)
+    if i is None:
+        return None
+    return i, argv[i].split("=", 1)[1] if "=" in argv[i] else (argv[i + 1] if i + 1 < len(argv) else None)
+
+
+def _check_resume_target(argv: list[str]) -> None:
+    """The run folder ``--resume`` reuses is checked once, before anything in it is read
+    (:func:`~modforge.experiment.runner.check_run_folder`)."""
+    found = _resume_target(argv)
+    if found is not None and found[1]:
+        from ...experiment.runner import check_run_folder
+
+        check_run_folder(Path(found[1]))
+
+
 def _resume_argv(argv: list[str]) -> _Resume:
     """With --resume, the run's own config becomes CONFIG (a CONFIG on the line is an error).
     A run folder that holds a config and no checkpoint at all (killed before its first one)
     is trained again from scratch, with a note."""
-    if "--resume" not in argv and not any(a.startswith("--resume=") for a in argv):
+    found = _resume_target(argv)
+    if found is None:
         return _Resume(argv)
+    from ...experiment.runner import check_run_folder
     from ...train.checkpoint import CheckpointError, find_resumable
 
-    i = next(i for i, a in enumerate(argv) if a == "--resume" or a.startswith("--resume="))
-    target = argv[i].split("=", 1)[1] if "=" in argv[i] else (argv[i + 1] if i + 1 < len(argv) else None)
+    i, target = found
     if not target:
         raise UsageError("--resume needs a run folder or a checkpoint file")
+    check_run_folder(Path(target))  # before anything in it is read
     rest = argv[:i] + argv[i + (1 if "=" in argv[i] else 2) :]
     if any(a.endswith((".yaml", ".yml")) for a in rest if not a.startswith("-") and "=" not in a):
         raise UsageError(
@@ -155,7 +204,7 @@ def _resume_argv(argv: list[str]) -> _Resume:
                              "stores the config it was trained with) and is not inside a run folder with a config.yaml")
         temp = Path(tempfile.mkdtemp(prefix="modforge-resume-"))
         config_file = temp / "config.yaml"
-        config_file.write_text(yaml.safe_dump(payload["config"], sort_keys=False))
+        write_atomic(config_file, yaml.safe_dump(payload["config"], sort_keys=False))
     return _Resume([str(config_file), *rest], run_dir, payload, path, temp)
 
 
@@ -216,6 +265,10 @@ def _train(argv: list[str]) -> int:
             raise UsageError(
                 f"{display_path(resume.path)} is not inside a run folder; say where to continue with --run-dir"
             )
+        if ns.run_dir and os.path.lexists(ns.run_dir):  # an existing folder to continue in is reused too
+            from ...experiment.runner import check_run_folder
+
+            check_run_folder(run_dir)
         if payload is not None and not ns.run_dir and resume.run_dir is not None:
             _refuse_rewinding(resume.run_dir, resume.path, payload)
         if payload is not None:

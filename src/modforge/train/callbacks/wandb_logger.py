@@ -57,6 +57,7 @@ class WandbLogger(Tracker):
         self.tags = list(tags or [])
         self.mode = mode
         self._run: Any = None
+        self._run_dir: Path | None = None
         self._project = project or "named after the config"
 
     def _resolved_mode(self) -> str:
@@ -68,7 +69,7 @@ class WandbLogger(Tracker):
     def _open(self, trainer, run_id: str | None) -> tuple[str, bool]:
         import wandb
 
-        run_dir = Path(trainer.run_dir)
+        run_dir = self._run_dir = Path(trainer.run_dir)
         self._project = self.project or trainer.name or "modforge"
         options: dict[str, Any] = {}
         if run_id is not None:  # the run of the checkpoint: continued, its config may change (new max_epochs)
@@ -82,8 +83,12 @@ class WandbLogger(Tracker):
             mode=self._resolved_mode(),
             dir=str(run_dir.resolve()),  # absolute: the W&B service process has a cwd of its own
             reinit="create_new",  # our own run: never the caller's wandb.run, never finishing it
+            # no symbolic links in the run folder (debug.log, latest-run, logs/debug-core.log → the cache):
+            # a run folder is refused for reuse when a link in it leads outside it
+            settings=wandb.Settings(symlink=False),
             **options,
         )
+        _unlink_links_out(run_dir / "wandb", run_dir)
         return self._run.id, run_id is not None and self._run.id == run_id
 
     def _log_params(self, params: dict[str, Any]) -> None:
@@ -106,3 +111,23 @@ class WandbLogger(Tracker):
         run, self._run = self._run, None
         if run is not None:
             run.finish(exit_code=1 if failed else 0)
+            if self._run_dir is not None:
+                _unlink_links_out(self._run_dir / "wandb", self._run_dir)
+
+
+def _unlink_links_out(folder: Path, run_dir: Path) -> None:
+    """Remove the links W&B's service leaves in the run folder that lead out of it
+    (``logs/debug-core.log`` → its cache folder): a run folder holding such a link is refused
+    when it is resumed or tested (a link out of a folder is what a planted one looks like).
+    Only links are removed, never what they point to."""
+    root = run_dir.resolve()
+    for current, folders, files in os.walk(folder, followlinks=False):
+        for name in folders + files:
+            path = Path(current) / name
+            if path.is_symlink():
+                try:
+                    inside = path.resolve().is_relative_to(root)
+                except (OSError, RuntimeError):
+                    inside = False
+                if not inside:
+                    path.unlink(missing_ok=True)
