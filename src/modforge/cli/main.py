@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from .._version import __version__
-from ..core.errors import ModforgeError, UsageError
+from ..core.errors import ModforgeError, UsageError, _one_line
 
 __all__ = ["main", "COMMANDS"]
 
@@ -110,13 +110,22 @@ def _split_command(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     return argv, None, []
 
 
+def _visible(text: str) -> str:
+    """``text`` with every control character but the line break shown as its escape (``\\x1b``):
+    a message naming a file, a class or a value from data never drives the terminal."""
+    return "\n".join(_one_line(line) for line in text.split("\n"))
+
+
 class _LowerLevelFormatter(logging.Formatter):
-    """``warning: ...`` like ``error: ...`` — the way command-line tools speak."""
+    """``warning: ...`` like ``error: ...`` — the way command-line tools speak; the message's
+    control characters shown escaped (it may quote data)."""
 
     def format(self, record: logging.LogRecord) -> str:
+        message = _visible(record.getMessage())
         if record.levelno == logging.INFO:
-            return record.getMessage()
+            return message
         record = logging.makeLogRecord(record.__dict__)
+        record.msg, record.args = message, None
         record.levelname = record.levelname.lower()
         return super().format(record)
 
@@ -141,7 +150,10 @@ def _launched_processes() -> int:
 
 
 def _fail(message: str) -> None:
-    sys.stderr.write(f"error: {message}\n")
+    """``error: message`` as one line on stderr, written as plain text (never through rich, so
+    markup such as ``[/bold]`` in a quoted file or class name is shown, not interpreted), with
+    line breaks and other control characters shown as escapes."""
+    sys.stderr.write(f"error: {_one_line(message)}\n")
     sys.stderr.flush()
 
 

@@ -1,4 +1,11 @@
-"""Printing for the command line: rich tables on a terminal, wide plain tables in pipes."""
+"""Printing for the command line: rich tables on a terminal, wide plain tables in pipes.
+
+Every string a table shows — title, column names, cells — may come from data (a class name
+in an artifact, a file name, a value in a run folder someone gave you), so each is passed
+through :func:`~modforge.core.text_safety.terminal_text`: control characters (terminal escape
+sequences) replaced, rich markup shown literally. Callers pass plain strings, never markup
+and never pre-escaped text.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,8 @@ import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from ..core.text_safety import terminal_text
 
 __all__ = ["console", "print_table"]
 
@@ -29,19 +38,20 @@ def print_table(
     title: str | None = None,
     stderr: bool = False,
 ) -> None:
-    """Print ``rows`` under ``columns`` as one table (cells are converted with ``str``)."""
+    """Print ``rows`` under ``columns`` as one table (cells are converted with ``str``; every string
+    is shown as plain text: no control characters, markup literal)."""
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, title_justify="left", pad_edge=False)
+    table = Table(
+        title=None if title is None else terminal_text(title),
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        title_justify="left",
+        pad_edge=False,
+    )
     for col in columns:
-        table.add_column(col, overflow="fold")
+        table.add_column(terminal_text(col), overflow="fold")
     for row in rows:
-        table.add_row(*(_cell(c) for c in row))
+        table.add_row(*(terminal_text(c) for c in row))
     console(stderr).print(table)
-
-
-def _cell(value: Any) -> str:
-    from rich.markup import escape
-
-    return escape("" if value is None else str(value))

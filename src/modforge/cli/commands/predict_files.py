@@ -93,6 +93,23 @@ def load_artifact(path: Path) -> tuple[Any, dict[str, Any]]:
     return runner, metadata
 
 
+def class_names(metadata: dict[str, Any], artifact: Path) -> list[str]:
+    """The artifact's ``class_names`` (none: an empty list, classes shown by index), checked to
+    be a list of strings or numbers. They are data: the table printer shows them as plain text
+    (no control characters, markup literal) and a detector's JSON lines escape them."""
+    from ...engines.base import EngineError
+
+    names = metadata.get("class_names")
+    if names is None:
+        return []
+    if not isinstance(names, list) or not all(
+        isinstance(n, (str, int, float)) and not isinstance(n, bool) for n in names
+    ):
+        raise EngineError(f"{artifact}: its metadata's class_names is not a list of names (strings); "
+                          f"got {type(names).__name__}")  # fmt: skip
+    return [str(n) for n in names]
+
+
 class _TorchRunner:
     """A torch-based runnable fed numpy arrays (what :func:`read_input` produces)."""
 
@@ -123,12 +140,12 @@ def run(argv: list[str]) -> int:
     load_cli_plugins(ns.plugins)  # an eager artifact of a plug-in part rebuilds it (its metadata names them)
     runner, metadata = load_artifact(ns.artifact)
     if metadata.get("task") == "detection":
-        return _detect(ns.inputs, ns.out, runner, metadata)
+        return _detect(ns.inputs, ns.out, runner, metadata, ns.artifact)
     if ns.out is not None:
         from ...core.errors import UsageError
 
         raise UsageError(f"--out draws detected boxes; {ns.artifact} is not a detector (it classifies its inputs)")
-    names = metadata.get("class_names") or []
+    names = class_names(metadata, ns.artifact)
     detection = names == ["spoof", "bonafide"]  # a spoofing model: also the detection score
     rows = []
     for path in ns.inputs:
@@ -145,16 +162,22 @@ def run(argv: list[str]) -> int:
                 cells.append(f"{row_logits[1] - row_logits[0]:.4f}")
             rows.append(tuple(cells))
     columns = ("input", "class", "score") + (("bona fide log-odds",) if detection else ())
-    print_table(columns, rows, title=str(ns.artifact))
+    print_table(columns, rows, title=str(ns.artifact))  # every cell and the title shown as plain text
     return 0
 
 
-def _detect(inputs: list[Path], out: Path | None, runner: Any, metadata: dict[str, Any]) -> int:
+def json_line(path: Path, records: list[dict[str, Any]]) -> str:
+    """One picture's detections as the JSON line ``predict`` prints. ASCII only: a file or class
+    name's control characters (and any non-ASCII) are ``\\u`` escapes, never raw bytes on the terminal."""
+    import json
+
+    return json.dumps({"file": str(path), "detections": records}, ensure_ascii=True)
+
+
+def _detect(inputs: list[Path], out: Path | None, runner: Any, metadata: dict[str, Any], artifact: Path) -> int:
     """A detector's predictions: one JSON line per picture (see the module doc), and with ``out``
     each picture with its boxes drawn. Inputs are checked before any is run (present, a
     picture's suffix, distinct names under ``out``)."""
-    import json
-
     from ...core.errors import UsageError
     from ...engines.inputs import IMAGE_SUFFIXES, InputError
     from ...tasks.detection.predict import detection_records, draw_detections, postprocess, prepare_picture
@@ -178,14 +201,14 @@ def _detect(inputs: list[Path], out: Path | None, runner: Any, metadata: dict[st
     spec = metadata.get("input") or {}
     normalisation = spec.get("normalisation") or {}
     settings = metadata.get("postprocess") or {}
-    names = [str(n) for n in metadata.get("class_names") or []]
+    names = class_names(metadata, artifact)
     for path in inputs:
         picture = prepare_picture(path, normalisation)
         outputs = runner({"input": picture.input})["logits"]
         outputs = np.asarray(outputs.numpy() if hasattr(outputs, "numpy") else outputs, dtype=np.float32)
         rows = postprocess(outputs, np.asarray([picture.image_size]), settings)
         records = detection_records(rows, picture.scale, names)
-        print(json.dumps({"file": str(path), "detections": records}), flush=True)
+        print(json_line(path, records), flush=True)
         if out is not None:
             draw_detections(picture.original, records, out / f"{path.stem}.png", names)
     return 0
