@@ -144,3 +144,19 @@ def test_an_eager_artifact_naming_such_a_folder_is_refused_by_predict(tmp_path):
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
     assert "asks to run its own code" in proc.stderr and str(folder) in proc.stderr
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[" * 100_000, "unreadable"),
+        ('["a list"]', "is not a JSON object"),
+        ('{"sampling_rate": "16k"}', "sampling_rate must be a number of Hz, got '16k'"),
+    ],
+)
+def test_a_hostile_preprocessor_config_is_one_clear_error(tmp_path, text, expected):
+    folder = tmp_path / "model"
+    SSLFrontend().save_pretrained(folder)
+    (folder / "preprocessor_config.json").write_text(text)
+    with pytest.raises(mf.BuildError, match=expected):
+        mf.FRONTENDS.build({"type": "ssl", "args": {"path": str(folder)}})

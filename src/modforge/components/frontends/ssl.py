@@ -267,10 +267,14 @@ def _load_pretrained(transformers: Any, path: str, sample_rate: int) -> tuple[nn
     preprocessor = folder / PREPROCESSOR_FILE
     if preprocessor.is_file():
         try:
-            saved = json.loads(preprocessor.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            saved = json.loads(preprocessor.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(f"unreadable {preprocessor}: {_first_line(exc)}") from None
+        if not isinstance(saved, dict):
+            raise ValueError(f"{preprocessor} is not a JSON object (expected the feature extractor's settings)")
     expected = saved.get("sampling_rate")
+    if expected is not None and (isinstance(expected, bool) or not isinstance(expected, (int, float))):
+        raise ValueError(f"{preprocessor}: sampling_rate must be a number of Hz, got {expected!r}")
     if expected is not None and int(expected) != sample_rate:
         raise ValueError(
             f"the SSL model at '{path}' expects {expected} Hz audio but sample_rate is {sample_rate}; resample the data"
