@@ -46,7 +46,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from functools import lru_cache
@@ -57,7 +56,7 @@ import numpy as np
 import soundfile as sf
 from scipy import signal
 
-from ..generated_sets import check_target, publish, split_counts
+from ..generated_sets import SetKind, check_target, make_staging, publish, split_counts
 from . import speech_synth as ss
 from .spoof_attacks import ATTACKS
 
@@ -78,7 +77,9 @@ TARGET_LEVEL_DBFS = -26.0
 GAIN_JITTER_DB = 3.0
 PEAK_LIMIT = 0.95
 MIN_DURATION = 0.25
-CORPUS_ENTRIES = frozenset({"wav", "protocols", "meta.json"})
+CORPUS_KIND = SetKind("spoofing corpus", GENERATOR, ("wav", "wav/*.wav", "protocols", "protocols/*.txt", "meta.json"))
+"""What a corpus holds: ``overwrite`` replaces only a folder holding just this, with this generator."""
+CORPUS_ENTRIES = CORPUS_KIND.entries
 
 # independent random streams derived from the corpus seed
 _SPEAKER_STREAM, _UTTERANCE_STREAM, _LAYOUT_STREAM = 0, 1, 2
@@ -297,12 +298,11 @@ def make_spoof_corpus(
     out = Path(out_dir).expanduser().resolve()
     if not out.name:
         raise ValueError(f"output directory must be a named folder, got {str(out_dir)!r}")
-    check_target(out, overwrite, entries=CORPUS_ENTRIES, what="spoofing corpus")
+    check_target(out, overwrite, CORPUS_KIND)
     n_samples = int(round(float(duration) * sample_rate))
     rows, split_speakers = _assign(fractions, int(utts), int(speakers), int(seed), bonafide_share)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    staging = make_staging(out)
     try:
         (staging / "wav").mkdir()
         (staging / "protocols").mkdir()
@@ -336,7 +336,7 @@ def make_spoof_corpus(
             bonafide_share=bonafide_share,
         )
         (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-        publish(staging, out)
+        publish(staging, out, CORPUS_KIND)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -20,6 +20,21 @@ listed one — raises one :class:`AnnotationError` naming the file, the annotati
 expected. With ``skip_bad`` the bad entry is left out instead (an annotation alone; an image with its
 annotations), counted in a :class:`SkipReport` and logged.
 
+An annotation file is data from someone else, so it is read within bounds, whatever ``skip_bad`` says:
+
+* the file is at most :data:`MAX_ANNOTATION_BYTES` and nests at most :data:`MAX_ANNOTATION_DEPTH` deep
+  (:func:`modforge.core.json_limits.read_json`: checked before it is parsed);
+* at most :data:`MAX_CATEGORIES` categories, :data:`MAX_IMAGES` images and :data:`MAX_ANNOTATIONS`
+  annotations; every id is an integer in ``0 … MAX_ID`` (it must fit int64, as pycocotools and the
+  tensors holding it need);
+* a ``file_name`` is a relative name inside the split's image folder — an absolute name, ``..`` or a link
+  leading out of the folder is refused (:func:`modforge.core.safe_files.inside`) before the file is
+  looked at, so nothing outside the folder is read or even reported on;
+* a listed image is at most :data:`MAX_LISTED_PIXELS` pixels, and an image file is opened with Pillow's
+  decompression-bomb limit set from its listed size (:func:`pixel_limit`; exceeding it is an error, not a
+  warning), and checked against that size before a pixel is decoded. Only the picture formats in
+  :data:`IMAGE_FORMATS` are decoded.
+
 Training samples are transformed by :class:`~.transforms.BoxTransforms` with a generator seeded by
 ``(seed, epoch, index)`` — the same run sees the same samples whatever the worker count, and a resumed run
 continues exactly; the trainer calls :meth:`CocoDetection.set_epoch` at the start of every epoch.
@@ -27,11 +42,14 @@ continues exactly; the trainer calls :meth:`CocoDetection.set_epoch` at the star
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
 import logging
 import math
-from collections.abc import Sequence
+import struct
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -41,20 +59,32 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from ...core.errors import UsageError
+from ...core.json_limits import read_json
 from ...core.layouts import Layout
 from ...core.registries import register_dataset
+from ...core.safe_files import inside
 from ..base import DataSplits
 from .batching import collate_detection, padded_size
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, BoxTransforms, resized_shape
 
 __all__ = [
     "BOX_TOLERANCE",
+    "IMAGE_FORMATS",
+    "MAX_ANNOTATIONS",
+    "MAX_ANNOTATION_BYTES",
+    "MAX_ANNOTATION_DEPTH",
+    "MAX_CATEGORIES",
+    "MAX_ID",
+    "MAX_IMAGES",
+    "MAX_LISTED_PIXELS",
+    "PIXEL_MARGIN",
     "AnnotationError",
     "CocoCategories",
     "CocoDetection",
     "CocoImage",
     "SkipReport",
     "coco_dataset",
+    "pixel_limit",
     "read_categories",
     "read_instances",
 ]
@@ -63,6 +93,34 @@ log = logging.getLogger("modforge.data")
 
 BOX_TOLERANCE = 1.0
 """Pixels a box may reach outside its image (rounding in real annotation files); it is clipped to the image."""
+
+MAX_ANNOTATION_BYTES = 4 * 1024**3
+"""Largest annotation file read (COCO 2017's training file is 448 MB, LVIS's 1.1 GB)."""
+
+MAX_ANNOTATION_DEPTH = 32
+"""Deepest nesting of arrays/objects in an annotation file (COCO's own needs 5: polygons in a list)."""
+
+MAX_CATEGORIES = 10_000
+"""Most categories a file may list (COCO has 80, LVIS 1,203, Objects365 365): the model's head, the
+metrics and pycocotools all grow with it."""
+
+MAX_IMAGES = 20_000_000
+"""Most images a file may list."""
+
+MAX_ANNOTATIONS = 200_000_000
+"""Most annotations a file may list."""
+
+MAX_ID = 2**63 - 1
+"""Largest category, image or annotation id (ids are 0 … this: they must fit int64)."""
+
+MAX_LISTED_PIXELS = 2**28
+"""Largest listed image (width × height, e.g. 16,384 × 16,384): decoded as RGB it takes 768 MiB."""
+
+PIXEL_MARGIN = 1.25
+"""Pillow's decompression-bomb limit while an image is opened: its listed pixels times this."""
+
+IMAGE_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "TIFF", "WEBP")
+"""Picture formats decoded (never EPS, which runs Ghostscript, nor Pillow's other plug-ins)."""
 
 Verify = Literal["header", "exists"]
 
@@ -149,16 +207,63 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _load_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise AnnotationError(f"annotation file not found: {path}")
+def _is_id(value: Any) -> bool:
+    return _is_int(value) and 0 <= value <= MAX_ID
+
+
+def _id_text(value: Any) -> str:
+    """An id for a message: short even when the file gives a 40-digit number or a long string."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_PIL_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def pixel_limit(pixels: int) -> Iterator[None]:
+    """While open: Pillow's ``Image.MAX_IMAGE_PIXELS`` is ``pixels`` and its
+    ``DecompressionBombWarning`` is an error (raised from ``Image.open``, before anything is decoded).
+
+    The setting is scoped: the earlier value comes back on exit, and a lock keeps threads from
+    seeing each other's limit. Keep only ``Image.open`` (and header reads) inside it."""
+    with _PIL_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        saved = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = max(1, int(pixels))
+        try:
+            yield
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+
+
+def _open_image(file: Path, width: int, height: int) -> Image.Image:
+    """``file`` opened (header only) under a decompression-bomb limit set from its listed size,
+    and checked to be that size; ValueError naming the file otherwise."""
     try:
-        with path.open("rb") as handle:
-            doc = json.load(handle)
-    except json.JSONDecodeError as exc:
-        raise AnnotationError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AnnotationError(f"cannot read annotation file {path}: {exc}") from None
+        with pixel_limit(int(width * height * PIXEL_MARGIN)):
+            image = Image.open(file, formats=IMAGE_FORMATS)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        pixels = next((w for w in str(exc).replace("(", " ").split() if w.isdigit()), "more")
+        raise ValueError(f"image file {file} holds {pixels} pixels, far more than the {width}×{height} the file "
+                         "lists; refused as a possible decompression bomb") from None  # fmt: skip
+    except FileNotFoundError:
+        raise ValueError(f"image file not found: {file}") from None
+    except UnidentifiedImageError:
+        raise ValueError(f"image file {file} is not a readable image (expected one of "
+                         f"{', '.join(IMAGE_FORMATS)})") from None  # fmt: skip
+    except (OSError, ValueError, EOFError, SyntaxError, struct.error) as exc:
+        raise ValueError(f"image file {file} is not a readable image ({str(exc)[:200]})") from None
+    if image.size != (width, height):
+        size = image.size
+        image.close()
+        raise ValueError(f"image file {file} is {size[0]}×{size[1]} px, the file lists {width}×{height}")
+    return image
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    doc = read_json(path, what="annotation file", max_bytes=MAX_ANNOTATION_BYTES, max_depth=MAX_ANNOTATION_DEPTH,
+                    error=AnnotationError)  # fmt: skip
     if not isinstance(doc, dict):
         raise AnnotationError(f"{path}: expected a COCO instances object with 'images' and 'annotations', "
                               f"got a JSON {type(doc).__name__}")  # fmt: skip
@@ -167,6 +272,9 @@ def _load_json(path: Path) -> dict[str, Any]:
             raise AnnotationError(f"{path}: '{key}' must be a list, got {type(doc[key]).__name__}")
     if "images" not in doc:
         raise AnnotationError(f"{path}: no 'images' list (expected a COCO instances file)")
+    for key, cap in (("categories", MAX_CATEGORIES), ("images", MAX_IMAGES), ("annotations", MAX_ANNOTATIONS)):
+        if len(doc.get(key) or ()) > cap:
+            raise AnnotationError(f"{path}: lists {len(doc[key])} {key}, more than the {cap} allowed")
     return doc
 
 
@@ -176,15 +284,21 @@ def read_categories(doc: dict[str, Any], path: Path) -> CocoCategories:
     if not entries:
         raise AnnotationError(f"{path}: no 'categories' (expected a list of {{'id', 'name'}})")
     names: dict[int, str] = {}
+    if len(entries) > MAX_CATEGORIES:
+        raise AnnotationError(f"{path}: lists {len(entries)} categories, more than the {MAX_CATEGORIES} allowed")
     for k, cat in enumerate(entries):
         if not isinstance(cat, dict) or not _is_int(cat.get("id")):
-            raise AnnotationError(f"{path}: category #{k}: expected {{'id': <int>, 'name': <text>}}, got {cat!r}")
+            raise AnnotationError(f"{path}: category #{k}: expected {{'id': <int>, 'name': <text>}}, "
+                                  f"got {_id_text(cat)}")  # fmt: skip
         cid = cat["id"]
+        if not _is_id(cid):
+            raise AnnotationError(f"{path}: category #{k}: id {_id_text(cid)} is out of range "
+                                  f"(expected 0 … {MAX_ID}, an int64)")  # fmt: skip
         if cid in names:
             raise AnnotationError(f"{path}: category id {cid} is listed twice")
         name = cat.get("name")
         if not isinstance(name, str) or not name:
-            raise AnnotationError(f"{path}: category {cid}: expected a non-empty 'name', got {name!r}")
+            raise AnnotationError(f"{path}: category {cid}: expected a non-empty 'name', got {_id_text(name)}")
         names[cid] = name
     ids = tuple(sorted(names))
     return CocoCategories(ids, tuple(names[i] for i in ids))
@@ -192,13 +306,19 @@ def read_categories(doc: dict[str, Any], path: Path) -> CocoCategories:
 
 def _check_image(entry: Any, k: int, path: Path) -> tuple[int, str, int, int]:
     if not isinstance(entry, dict) or not _is_int(entry.get("id")):
-        raise ValueError(f"image #{k}: expected an object with an integer 'id', got {entry!r}"[:300])
+        raise ValueError(f"image #{k}: expected an object with an integer 'id', got {_id_text(entry)}")
     image_id = entry["id"]
+    if not _is_id(image_id):
+        raise ValueError(f"image #{k}: id {_id_text(image_id)} is out of range (expected 0 … {MAX_ID}, an int64)")
     name, width, height = entry.get("file_name"), entry.get("width"), entry.get("height")
     if not isinstance(name, str) or not name:
-        raise ValueError(f"image {image_id}: expected a 'file_name', got {name!r}")
+        raise ValueError(f"image {image_id}: expected a 'file_name', got {_id_text(name)}")
     if not (_is_int(width) and _is_int(height) and width > 0 and height > 0):
-        raise ValueError(f"image {image_id}: expected positive integer 'width' and 'height', got {width!r}, {height!r}")
+        raise ValueError(f"image {image_id}: expected positive integer 'width' and 'height', "
+                         f"got {_id_text(width)}, {_id_text(height)}")  # fmt: skip
+    if width * height > MAX_LISTED_PIXELS:
+        raise ValueError(f"image {image_id}: a listed size of {width}×{height} is more than the "
+                         f"{MAX_LISTED_PIXELS} pixels an image may have")  # fmt: skip
     return image_id, name, width, height
 
 
@@ -206,13 +326,7 @@ def _verify_file(file: Path, width: int, height: int, verify: Verify) -> None:
     if not file.is_file():
         raise ValueError(f"image file not found: {file}")
     if verify == "header":
-        try:
-            with Image.open(file) as im:
-                size = im.size
-        except (OSError, UnidentifiedImageError) as exc:
-            raise ValueError(f"image file {file} is not a readable image ({exc})") from None
-        if size != (width, height):
-            raise ValueError(f"image file {file} is {size[0]}×{size[1]} px, the file lists {width}×{height}")
+        _open_image(file, width, height).close()
 
 
 def _check_annotation(
@@ -222,11 +336,11 @@ def _check_annotation(
     width, height = size
     cid = ann.get("category_id")
     if not _is_int(cid) or cid not in label_of:
-        known = ", ".join(map(str, sorted(label_of)))
-        raise ValueError(f"unknown category_id {cid!r} (expected one of the categories: {known})")
+        known = ", ".join(map(str, sorted(label_of)[:20])) + (" …" if len(label_of) > 20 else "")
+        raise ValueError(f"unknown category_id {_id_text(cid)} (expected one of the categories: {known})")
     bbox = ann.get("bbox")
     if not isinstance(bbox, list) or len(bbox) != 4 or not all(_is_number(v) for v in bbox):
-        raise ValueError(f"expected 'bbox' to be [x, y, w, h] (four finite numbers), got {bbox!r}"[:300])
+        raise ValueError(f"expected 'bbox' to be [x, y, w, h] (four finite numbers), got {_id_text(bbox)}")
     x, y, w, h = (float(v) for v in bbox)
     if w <= 0 or h <= 0:
         raise ValueError(f"box [x, y, w, h] = {bbox} has {'negative' if min(w, h) < 0 else 'zero'} size "
@@ -240,10 +354,10 @@ def _check_annotation(
         raise ValueError(f"box [x, y, w, h] = {bbox} lies outside the {width}×{height} image")
     crowd = ann.get("iscrowd", 0)
     if crowd not in (0, 1) or isinstance(crowd, float):
-        raise ValueError(f"expected 'iscrowd' 0 or 1, got {crowd!r}")
+        raise ValueError(f"expected 'iscrowd' 0 or 1, got {_id_text(crowd)}")
     area = ann.get("area", w * h)
     if not _is_number(area) or area < 0:
-        raise ValueError(f"expected 'area' to be a number >= 0, got {area!r}")
+        raise ValueError(f"expected 'area' to be a number >= 0, got {_id_text(area)}")
     return [x1, y1, x2, y2], label_of[cid], bool(crowd), float(area)
 
 
@@ -299,24 +413,29 @@ def read_instances(
             image_id, name, width, height = _check_image(entry, k, path)
             if image_id in listed or image_id in dropped:
                 raise ValueError(f"image {image_id} is listed twice")
-            _verify_file(folder / name, width, height, verify)
+            # a name leaving the folder is refused even with skip_bad: nothing outside it is looked at
+            file = inside(folder, name, what=f"{path}: image {image_id}: file_name")
+            _verify_file(file, width, height, verify)
         except ValueError as exc:
             bad(str(exc), image=True)
             if isinstance(entry, dict) and _is_int(entry.get("id")) and entry["id"] not in listed:
                 dropped.add(entry["id"])
             continue
-        listed[image_id] = (name, width, height)
+        listed[image_id] = (str(file), width, height)
         sizes[image_id] = (width, height)
 
     per_image: dict[int, list[tuple[list[float], int, bool, float, int]]] = {i: [] for i in listed}
     seen_ann: set[int] = set()
     for k, ann in enumerate(doc.get("annotations") or []):
         if not isinstance(ann, dict) or not _is_int(ann.get("id")):
-            bad(f"annotation #{k}: expected an object with an integer 'id', got {ann!r}"[:300])
+            bad(f"annotation #{k}: expected an object with an integer 'id', got {_id_text(ann)}")
             continue
         ann_id = ann["id"]
+        if not _is_id(ann_id):
+            bad(f"annotation #{k}: id {_id_text(ann_id)} is out of range (expected 0 … {MAX_ID}, an int64)")
+            continue
         image_id = ann.get("image_id")
-        where = f"annotation {ann_id} (image {image_id})"
+        where = f"annotation {ann_id} (image {_id_text(image_id)})"
         try:
             if ann_id in seen_ann:
                 raise ValueError("annotation id listed twice")
@@ -325,7 +444,7 @@ def read_instances(
                 continue  # its image was left out and counted
             if not _is_int(image_id) or image_id not in sizes:
                 raise ValueError(
-                    f"image_id {image_id!r} is not among the file's images (expected the id of a listed image)"
+                    f"image_id {_id_text(image_id)} is not among the file's images (expected the id of a listed image)"
                 )
             box, label, crowd, area = _check_annotation(ann, sizes[image_id], label_of)
         except ValueError as exc:
@@ -337,7 +456,7 @@ def read_instances(
     for image_id, (name, width, height) in listed.items():
         anns = per_image[image_id]
         images.append(CocoImage(
-            image_id=image_id, path=folder / name, width=width, height=height,
+            image_id=image_id, path=Path(name), width=width, height=height,
             boxes=np.array([a[0] for a in anns], dtype=np.float64).reshape(-1, 4),
             labels=np.array([a[1] for a in anns], dtype=np.int64),
             iscrowd=np.array([a[2] for a in anns], dtype=bool),
@@ -451,16 +570,14 @@ class CocoDetection(Dataset):
             return cached
         im = self.images[index]
         try:
-            with Image.open(im.path) as raw:
+            with _open_image(im.path, im.width, im.height) as raw:  # the listed size, checked before decoding
                 raw.load()
                 image = raw.convert("RGB")
-        except FileNotFoundError:
-            raise AnnotationError(f"{im.source}: image file not found: {im.path}") from None
-        except (OSError, UnidentifiedImageError) as exc:
-            raise AnnotationError(f"{im.source}: image file {im.path} is not a readable image ({exc})") from None
-        if image.size != (im.width, im.height):
-            raise AnnotationError(f"{im.source}: image file {im.path} is {image.width}×{image.height} px, the "
-                                  f"annotation file lists {im.width}×{im.height}")  # fmt: skip
+        except ValueError as exc:  # missing, not a picture, another size, a decompression bomb
+            raise AnnotationError(f"{im.source}: {exc}") from None
+        except (OSError, EOFError, SyntaxError, struct.error) as exc:
+            raise AnnotationError(f"{im.source}: image file {im.path} is not a readable image "
+                                  f"({str(exc)[:200]})") from None  # fmt: skip
         if self.cache:
             self._cache[index] = image
         return image

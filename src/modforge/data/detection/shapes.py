@@ -50,7 +50,6 @@ import math
 import multiprocessing
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,7 +58,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..generated_sets import check_target, publish, split_counts
+from ..generated_sets import SetKind, check_target, make_staging, publish, split_counts
 
 __all__ = [
     "DEFAULT_CLASSES",
@@ -77,7 +76,10 @@ SPLITS: tuple[str, ...] = ("train", "val", "test")
 SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "star", "cross", "hexagon")
 """The shapes the generator can draw; ``classes`` picks some of them, in category-id order."""
 DEFAULT_CLASSES: tuple[str, ...] = ("circle", "square", "triangle", "star", "cross")
-SET_ENTRIES = frozenset({"images", "annotations", "meta.json"})
+SET_KIND = SetKind("shapes set", GENERATOR, ("images", "images/*", "images/*/*.png", "annotations",
+                                             "annotations/instances_*.json", "meta.json"))
+"""What a shapes set holds: ``--overwrite`` replaces only a folder holding just this, with this generator."""
+SET_ENTRIES = SET_KIND.entries
 SUPERSAMPLE = 4
 _MIN_CONTRAST = 90.0  # Euclidean RGB distance between a shape and the background under it
 _PLACEMENT_TRIES = 40
@@ -416,7 +418,7 @@ def make_shapes(
     target = Path(out).expanduser().resolve()
     if not target.name:
         raise ValueError(f"output directory must be a named folder, got {str(out)!r}")
-    check_target(target, overwrite, entries=SET_ENTRIES, what="shapes set")
+    check_target(target, overwrite, SET_KIND)
     counts = split_counts(int(images), fractions)
     ids: dict[str, list[int]] = {}
     start = 1
@@ -424,8 +426,7 @@ def make_shapes(
         ids[name] = list(range(start, start + n))
         start += n
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    staging = make_staging(target)
     try:
         (staging / "annotations").mkdir()
         jobs = []
@@ -458,7 +459,7 @@ def make_shapes(
             }  # fmt: skip
         meta = _metadata(settings, int(seed), int(images), fractions, per_split)
         (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-        publish(staging, target)
+        publish(staging, target, SET_KIND)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
