@@ -72,6 +72,7 @@ def _print_results(results: dict, split: str, title: str) -> None:
 
 def _test_config(argv: list[str]) -> int:
     from ...experiment.evaluate_config import evaluate_config
+    from ...experiment.run_plugins import check_signing_key
     from ...experiment.runs import new_run_dir
     from ..config_args import resolve_config_from_cli
 
@@ -80,6 +81,7 @@ def _test_config(argv: list[str]) -> int:
     if ns.print_config:
         print(cfg.to_yaml(), end="")
         return 0
+    check_signing_key(cfg.plugins)  # a key that cannot sign the copies: one error, no half-made run folder
     run_dir = new_run_dir(cfg, ns.run_dir)
     try:
         summary = evaluate_config(cfg, run_dir, split=ns.split)
