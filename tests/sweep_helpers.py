@@ -20,3 +20,13 @@ def trial_rows(sweep_dir: Path) -> dict[str, dict[str, str]]:
     """``trials.csv`` of ``sweep_dir`` by trial id."""
     with (sweep_dir / "trials.csv").open(newline="") as fh:
         return {row["trial"]: row for row in csv.DictReader(fh)}
+
+
+def digits_beside(folder: Path) -> Path:
+    """A copy of ``configs/digits.yaml`` in ``folder``: a sweep file may only name configs that lie
+    beside it (its folder or below), as the tests' sweep files in ``tmp_path`` do with this copy."""
+    import shutil
+
+    copy = folder / "digits.yaml"
+    shutil.copyfile(Path(__file__).resolve().parents[1] / "configs" / "digits.yaml", copy)
+    return copy

@@ -17,12 +17,19 @@ import pytest
 
 from modforge.sweep import SEARCHES, TrialResult, build_job, load_sweep
 from modforge.sweep.spec import SweepSpecError
-from sweep_helpers import TIMEOUT_S, sweep_cli, trial_rows
+from sweep_helpers import TIMEOUT_S, digits_beside, sweep_cli, trial_rows
 
 optuna = pytest.importorskip("optuna")
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "configs" / "digits.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _digits_beside_the_sweep_files(tmp_path, monkeypatch):
+    """Each test's sweep files lie in tmp_path and name the copy of digits.yaml there (a sweep
+    file may only name configs beside it)."""
+    monkeypatch.setattr(sys.modules[__name__], "DIGITS", digits_beside(tmp_path))
 
 SPACE = """
 optuna:
@@ -67,6 +74,7 @@ def _study(sweep_dir: Path, name: str):
         ("search: grid\ngrid: {c.d: [1]}\noptuna: {trials: 2}\ncollect: [x]\n", "only used with search: optuna"),
         ("grid: {c.d: [1]}\nray: {cpus_per_trial: 0}\ncollect: [x]\n", "ray.cpus_per_trial: expected a number > 0"),
         ("grid: {c.d: [1]}\nray: {gpu: 1}\ncollect: [x]\n", "ray.gpu: unknown key"),
+        ("grid: {c.d: [1]}\nray: {address: auto}\ncollect: [x]\n", "ray.address: a sweep file does not choose"),
         ("grid: {c.d: [1]}\nray: {max_retries: -1}\ncollect: [x]\n", "ray.max_retries: expected an integer ≥ 0"),
     ],
 )  # fmt: skip
@@ -83,8 +91,8 @@ def test_the_optuna_section_and_its_defaults(write):
     assert spec.search == "optuna" and o.trials == 3 and o.goal == "max" and o.sampler == "tpe" and o.seed == 7
     assert (o.pruner, o.startup_trials, o.warmup_epochs, o.prune_on) == ("median", 5, 1, None)
     assert [p.key for p in o.params][0] == "train.optimizer.args.lr"
-    ray = _load(write, "grid: {c.d: [1]}\nray: {address: auto, gpus_per_trial: 1}\ncollect: [x]\n", "r.yaml").ray
-    assert (ray.address, ray.cpus_per_trial, ray.gpus_per_trial, ray.max_retries) == ("auto", 1.0, 1.0, 2)
+    ray = _load(write, "grid: {c.d: [1]}\nray: {gpus_per_trial: 1}\ncollect: [x]\n", "r.yaml").ray
+    assert (ray.address, ray.cpus_per_trial, ray.gpus_per_trial, ray.max_retries) == (None, 1.0, 1.0, 2)
 
 
 def test_trials_have_stable_ids_keep_the_users_callbacks_and_a_rerun_continues_the_study(write, tmp_path):

@@ -14,10 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from sweep_helpers import TIMEOUT_S, sweep_cli, trial_rows
+from sweep_helpers import TIMEOUT_S, digits_beside, sweep_cli, trial_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "configs" / "digits.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _digits_beside_the_sweep_files(tmp_path, monkeypatch):
+    """Each test's sweep files lie in tmp_path and name the copy of digits.yaml there (a sweep
+    file may only name configs beside it)."""
+    monkeypatch.setattr(sys.modules[__name__], "DIGITS", digits_beside(tmp_path))
 
 
 @pytest.mark.slow

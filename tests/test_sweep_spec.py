@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from modforge.sweep import NOTES_MARKER, SEARCHES, build_job, build_report, load_sweep, write_report
-from modforge.sweep.command import override_tokens
+from modforge.sweep.command import modforge_command, override_tokens
 from modforge.sweep.driver import param_columns, write_resolved
 from modforge.sweep.executor import last_error_line
 from modforge.sweep.lock import SweepBusyError, SweepLock
@@ -19,9 +20,17 @@ from modforge.sweep.report import keep_notes, markdown
 from modforge.sweep.search import draw_random
 from modforge.sweep.spec import SweepSpecError
 from modforge.sweep.table import TrialsTable, read_rows
+from sweep_helpers import digits_beside
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "configs" / "digits.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _digits_beside_the_sweep_files(tmp_path, monkeypatch):
+    """Each test's sweep files lie in tmp_path and name the copy of digits.yaml there (a sweep
+    file may only name configs beside it)."""
+    monkeypatch.setattr(sys.modules[__name__], "DIGITS", digits_beside(tmp_path))
 
 
 def _trials(spec):
@@ -147,15 +156,16 @@ def test_trial_command_fresh_resume_and_threads(sweep_file, tmp_path):
     assert job.run_dir == (tmp_path / "sw" / "trials" / "epochs2-seed5").resolve()
     assert job.log.name == "epochs2-seed5.log" and job.log.parent == job.run_dir.parent
     fresh = job.argv()
-    assert fresh[1:5] == ["-m", "modforge", "train", str(DIGITS)]
-    assert fresh[5:] == ["--epochs", "2", "--seed", "5", "train.num_threads=3", "train.progress=never",
+    prefix = len(modforge_command())  # python -P -m modforge (a bootstrap on Python 3.10)
+    assert fresh[:prefix] == modforge_command() and fresh[prefix : prefix + 2] == ["train", str(DIGITS)]
+    assert fresh[prefix + 2 :] == ["--epochs", "2", "--seed", "5", "train.num_threads=3", "train.progress=never",
                          "--run-dir", str(job.run_dir)]  # fmt: skip
     job.run_dir.mkdir(parents=True)
     (job.run_dir / "metrics.csv").write_text("partial")  # an attempt without a checkpoint: started afresh
     assert job.argv() == fresh and not job.run_dir.exists()
     (job.run_dir / "checkpoints").mkdir(parents=True)
     (job.run_dir / "checkpoints" / "last.pt").write_bytes(b"x")
-    assert job.argv()[3:] == ["train", "--resume", str(job.run_dir)]
+    assert job.argv()[prefix:] == ["train", "--resume", str(job.run_dir)]
     own = load_sweep(sweep_file("overrides: {train.num_threads: 1}\nseeds: [0]\ncollect: [x]\n", "own.yaml"))
     (trial,) = _trials(own)
     assert "train.num_threads=3" not in build_job(own, trial, tmp_path / "o", threads=3).fresh

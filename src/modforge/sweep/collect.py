@@ -8,24 +8,41 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.safe_files import open_regular
 from .spec import Collect
 
-__all__ = ["collect_metrics", "lookup", "read_summary"]
+__all__ = ["MAX_SUMMARY_BYTES", "collect_metrics", "lookup", "read_summary"]
+
+MAX_SUMMARY_BYTES = 16 * 1024**2
+"""A larger ``summary.json`` is not a run's summary: it is read as missing."""
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    """The run's ``summary.json`` (empty when it is missing or unreadable)."""
+    """The run's ``summary.json`` (empty when it is missing, too large or unreadable).
+
+    Raises:
+        UnsafePathError: ``summary.json`` is a link, a FIFO or a device (never followed or read).
+    """
+    path = run_dir / "summary.json"
+    if not path.exists() and not path.is_symlink():
+        return {}
     try:
-        data = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
+        with open_regular(path, "rb") as fh:
+            raw = fh.read(MAX_SUMMARY_BYTES + 1)
+        if len(raw) > MAX_SUMMARY_BYTES:
+            return {}
+        data = json.loads(raw)
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:
+def _flatten(node: Any, prefix: str, out: dict[str, Any], depth: int = 0) -> None:
     if isinstance(node, Mapping):
+        if depth > 64:  # no summary nests this deep: a crafted file is not walked further
+            return
         for key, value in node.items():
-            _flatten(value, f"{prefix}.{key}" if prefix else str(key), out)
+            _flatten(value, f"{prefix}.{key}" if prefix else str(key), out, depth + 1)
     else:
         out[prefix] = node
 

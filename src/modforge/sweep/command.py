@@ -1,29 +1,74 @@
 """The one place a trial's command line is made — every executor (the local process pool,
 a Ray task) runs what :meth:`TrialJob.argv` returns, on the machine that runs the trial.
 
-A trial is ``python -m modforge train CONFIG [overrides ...] --seed S --run-dir TRIAL_DIR``;
+A trial is ``python -P -m modforge train CONFIG [overrides ...] --seed S --run-dir TRIAL_DIR``;
 where the trial's folder already holds a checkpoint (a sweep, or a worker, killed part-way),
-it is ``python -m modforge train --resume TRIAL_DIR`` instead — modforge's resume continues
+it is ``python -P -m modforge train --resume TRIAL_DIR`` instead — modforge's resume continues
 bit for bit, so the result equals an uninterrupted trial's. A folder an earlier attempt left
-without any checkpoint holds nothing worth keeping and is emptied first.
+without any checkpoint holds nothing worth keeping and is emptied first — only when it is a
+real folder (never a link) holding nothing but what a modforge run writes.
+
+``-P`` (Python 3.11+; a small bootstrap that drops ``sys.path[0]`` on 3.10) keeps the
+current directory off ``sys.path``: a ``yaml.py`` or ``torch.py`` lying where the sweep was
+started is never imported by a trial.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
+import os
 import shlex
-import shutil
+import stat
 import sys
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
+from ..core.safe_files import UnsafePathError, inside, remove_tree
 from .spec import AUTO_KEYS, SweepSpec
 from .trial import Trial
 
-__all__ = ["TrialJob", "build_job", "override_tokens", "processes_of", "user_tokens"]
+__all__ = ["TrialJob", "build_job", "modforge_command", "override_tokens", "processes_of", "run_wrote", "user_tokens"]
 
 SUMMARY = "summary.json"
+
+_BOOTSTRAP = ("import sys, runpy; sys.path[:1] = [] if sys.path[:1] == [''] else sys.path[:1]; "
+              "runpy.run_module('modforge', run_name='__main__', alter_sys=True)")  # fmt: skip
+"""Python 3.10 has no ``-P``: ``-c`` puts ``''`` (the cwd) first on ``sys.path``, which this removes
+before anything is imported (``site`` ran earlier, with no cwd on the path)."""
+
+
+def modforge_command(executable: str | None = None) -> list[str]:
+    """``python -P -m modforge``: a child modforge process that never imports from the cwd.
+
+    ``-P`` exists from Python 3.11; on 3.10 a ``-c`` bootstrap drops the cwd entry itself.
+    Executors also set ``PYTHONSAFEPATH=1`` in the child's environment (its own children)."""
+    python = executable or sys.executable
+    if sys.version_info >= (3, 11):
+        return [python, "-P", "-m", "modforge"]
+    return [python, "-c", _BOOTSTRAP]
+
+
+_RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "pruned.json", "kfold.json", "manifest.json", "*.png",
+              "events.*")  # fmt: skip
+_RUN_FOLDERS = ("checkpoints", "evaluations", "plugins", "exports", "mlruns", "wandb")
+
+
+def run_wrote(relative: PurePath) -> bool:
+    """Whether ``relative`` (a path inside a run folder) is something a modforge run writes:
+    its top-level files (config, metrics, summary, plots, markers, tracker event files),
+    hidden temporaries, and whatever lies in its own sub-folders (checkpoints, evaluations,
+    signed plug-in copies, exports, local tracker stores)."""
+    parts = relative.parts
+    if not parts:
+        return False
+    if parts[0] in _RUN_FOLDERS:
+        return True
+    if len(parts) > 1:
+        return False
+    name = parts[0]
+    return name.startswith(".") or any(fnmatch.fnmatchcase(name, pattern) for pattern in _RUN_FILES)
 
 
 def _yaml_scalar(value: Any) -> str:
@@ -98,19 +143,48 @@ class TrialJob:
     threads: int
     processes: int = 1
 
+    def check(self) -> bool:
+        """Whether the trial's folder exists; it must be a real folder, never a link (a planted
+        ``trials/<id> -> ~/thesis`` is neither trained into nor emptied).
+
+        Raises:
+            UnsafePathError: the trial's folder (or its ``checkpoints``) is a link or not a folder.
+        """
+        for path in (self.run_dir, self.run_dir / "checkpoints"):
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                return path != self.run_dir
+            if not stat.S_ISDIR(mode):
+                raise UnsafePathError(f"trial folder {path} is {'a symbolic link' if stat.S_ISLNK(mode) else 'not a folder'}"
+                                      "; modforge runs trials only in real folders it made, nothing was changed "
+                                      "(remove it, or choose another --sweep-dir)")  # fmt: skip
+        return True
+
     def finished(self) -> bool:
-        """Whether the trial's run folder holds its ``summary.json`` (written when a run completes)."""
-        return (self.run_dir / SUMMARY).is_file()
+        """Whether the trial's run folder holds its ``summary.json`` (written when a run completes):
+        a real folder holding a regular file (a link there counts as unfinished and is refused
+        when the trial runs)."""
+        try:
+            folder, summary = os.lstat(self.run_dir).st_mode, os.lstat(self.run_dir / SUMMARY).st_mode
+        except OSError:
+            return False
+        return stat.S_ISDIR(folder) and stat.S_ISREG(summary)
 
     def argv(self) -> list[str]:
         """The command to run now, decided from the folder as it is: resume from a checkpoint,
-        or start afresh (emptying a folder an earlier attempt left without checkpoints)."""
-        checkpoints = self.run_dir / "checkpoints"
-        if checkpoints.is_dir() and any(p.suffix == ".pt" for p in checkpoints.iterdir()):
-            if self.resume is not None:
-                return list(self.resume)
-        if self.run_dir.exists():
-            shutil.rmtree(self.run_dir)
+        or start afresh (emptying a folder an earlier attempt left without checkpoints — only
+        when it holds nothing but what a modforge run writes).
+
+        Raises:
+            UnsafePathError: the folder is a link, or holds something a run does not write.
+        """
+        if self.check():
+            checkpoints = self.run_dir / "checkpoints"
+            if os.path.isdir(checkpoints) and any(name.endswith(".pt") for name in os.listdir(checkpoints)):
+                if self.resume is not None:
+                    return list(self.resume)
+            remove_tree(self.run_dir, self.run_dir.parent, run_wrote, what=f"trial {self.trial_id}'s folder")
         return list(self.fresh)
 
     def shown(self) -> str:
@@ -131,15 +205,19 @@ def build_job(spec: SweepSpec, trial: Trial, sweep_dir: Path, threads: int) -> T
     """The :class:`TrialJob` of ``trial`` in ``sweep_dir``, with ``threads`` torch threads
     (``train.num_threads``, unless the sweep file sets it), ``train.progress=never`` (unless
     set: the log gets lines, not a progress bar) and the search's own overrides
-    (:attr:`Trial.extra`). A resumed trial keeps its ``--nproc`` (the rest is in its saved config)."""
-    run_dir = (sweep_dir / "trials" / trial.id).resolve()
+    (:attr:`Trial.extra`). A resumed trial keeps its ``--nproc`` and gets the search's own
+    overrides again (a stored config's study storage is not re-activated by itself); the rest
+    is in its saved config."""
+    trials = Path(os.path.abspath(sweep_dir)).resolve() / "trials"  # the sweep folder once; never the trial's own
+    run_dir = inside(trials, trial.id, what="trial id")  # folder, which may be a planted link
     command = trial.overrides.get("command", spec.command)
     config = trial.overrides.get("config") or str(spec.config)
     auto = dict(zip(AUTO_KEYS, (threads, "never"), strict=True))
     extra = [f"{k}={v}" for k, v in auto.items() if k not in spec.setting_keys()] + override_tokens(trial.extra)
-    base = [sys.executable, "-m", "modforge", command]
+    base = [*modforge_command(), command]
     fresh = (*base, config, *user_tokens(trial), *extra, "--run-dir", str(run_dir))
     processes = processes_of(trial)
     nproc = ("--nproc", str(processes)) if "--nproc" in trial.overrides else ()
-    resume = (*base, "--resume", str(run_dir), *nproc) if command == "train" else None
+    # the search's own callbacks again: a resumed run's stored config never re-activates a destination by itself
+    resume = (*base, "--resume", str(run_dir), *nproc, *override_tokens(trial.extra)) if command == "train" else None
     return TrialJob(trial.id, run_dir, run_dir.with_name(f"{trial.id}.log"), fresh, resume, threads, processes)

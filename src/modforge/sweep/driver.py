@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 
 from ..core.config import display_path
+from ..core.safe_files import ensure_folder, write_atomic
+from ..core.text_safety import csv_cell
 from .collect import collect_metrics, read_summary
 from .command import TrialJob, build_job, user_tokens
 from .executor import EXECUTORS, ExecutorOptions, TrialOutcome, default_threads, last_error_line
@@ -64,9 +66,7 @@ def write_resolved(spec: SweepSpec, sweep_dir: Path) -> None:
     """``sweep_dir/sweep.yaml``: the resolved sweep (config paths absolute), what the report reads."""
     header = f"# The resolved sweep of {display_path(spec.file)}, written by 'modforge sweep'.\n"
     text = header + yaml.safe_dump(spec.data, sort_keys=False, allow_unicode=True)
-    tmp = sweep_dir / ".sweep.yaml.tmp"
-    tmp.write_text(text)
-    tmp.replace(sweep_dir / "sweep.yaml")
+    write_atomic(sweep_dir / "sweep.yaml", text)
 
 
 class _Run:
@@ -87,7 +87,7 @@ class _Run:
         """Refuse a trial whose folder holds a run the sweep file now sets differently."""
         before = self.table.previous.get(trial.id, {}).get("overrides")
         now = " ".join(user_tokens(trial))
-        if before and before != now and job.run_dir.exists():
+        if before and before not in (now, csv_cell(now)) and (job.run_dir.exists() or job.run_dir.is_symlink()):
             raise SweepSpecError(
                 f"trial {trial.id} in {display_path(self.sweep_dir)} was run with '{before}', but the sweep file now "
                 f"gives it '{now}'; nothing was changed. Use another --sweep-dir, or delete "
@@ -98,6 +98,7 @@ class _Run:
     def start(self, trial: Trial, executor) -> None:
         job = build_job(self.spec, trial, self.sweep_dir, self.threads)
         self.check_same(trial, job)
+        job.check()  # a link at the trial's folder: refused before anything is recorded
         self.table.set(trial.id, **self.row_values(trial))
         if job.finished():
             seconds = self.table.previous.get(trial.id, {}).get("seconds") or None
@@ -154,14 +155,17 @@ def run_sweep(
     if spec.search not in SEARCHES:
         raise SweepSpecError(f"unknown search '{spec.search}' (known: {', '.join(sorted(SEARCHES))})",
                              path="search", source=display_path(spec.file))  # fmt: skip
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    ensure_folder(sweep_dir)
+    ensure_folder(sweep_dir / "trials")
     with SweepLock(sweep_dir) as lock:
         search = SEARCHES[spec.search](spec, sweep_dir)
         executor = EXECUTORS[backend](ExecutorOptions(workers=workers, keep_fds=(lock.fd,), settings=settings or {}))
         threads = getattr(executor, "threads", None) or default_threads(workers or 1)
         run = _Run(spec, sweep_dir, search, threads, on_event)
         for trial in getattr(search, "trials", None) or ():  # a search that knows its trials: refuse before any starts
-            run.check_same(trial, build_job(spec, trial, sweep_dir, threads))
+            job = build_job(spec, trial, sweep_dir, threads)
+            run.check_same(trial, job)
+            job.check()
         write_resolved(spec, sweep_dir)  # only once the sweep file is known to fit the folder
         try:
             while True:

@@ -20,6 +20,7 @@ import sys
 import time
 from datetime import datetime
 
+from ..core.safe_files import ensure_folder, open_append
 from .command import TrialJob
 from .executor import ExecutorOptions, TrialOutcome, default_threads, register_executor
 
@@ -62,18 +63,21 @@ def start_trial(job: TrialJob, keep_fds: tuple[int, ...] = (), *, note: str = ""
     The child gets its own session (a Ctrl-C reaches only this process, which stops the
     trial itself), the parent-death signal (SIGTERM when this process dies, SIGKILL
     included; Linux), and the file descriptors ``keep_fds`` (locks it must hold until it ends).
-    Used by the local pool and, on each Ray worker, by the Ray backend.
+    The log is appended through :func:`~modforge.core.safe_files.open_append` (never through a
+    link), and the child gets ``PYTHONSAFEPATH=1`` (with the ``-P`` of its command: no import
+    from the cwd, in the trial and in the processes it starts). Used by the local pool and, on
+    each Ray worker, by the Ray backend.
     """
     argv = job.argv()
-    job.log.parent.mkdir(parents=True, exist_ok=True)
-    with job.log.open("a") as log:
+    ensure_folder(job.log.parent)
+    with open_append(job.log) as log:
         stamp = datetime.now().isoformat(timespec="seconds")
         log.write(f"# {stamp} {f'[{note}] ' if note else ''}{shlex.join(argv)}\n")
         log.flush()
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             pass_fds=keep_fds, preexec_fn=_child_setup(_prctl(), os.getpid()), cwd=cwd,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"},
         )  # fmt: skip
 
 

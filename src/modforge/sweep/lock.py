@@ -1,7 +1,9 @@
 """The sweep folder's lock: one sweep at a time per folder, and no restarted sweep racing a
 trial process a killed sweep left behind.
 
-The lock is an exclusive ``flock`` on ``SWEEP/.lock``. The sweep hands the locked file
+The lock is an exclusive ``flock`` on ``SWEEP/.lock`` (opened with
+:func:`~modforge.core.safe_files.open_lock`: never through a link, never truncated before
+it is held). The sweep hands the locked file
 descriptor to every trial process it starts (and they to theirs: the checkpoint commit
 helper, torchrun's workers), and the kernel releases the lock only when the last process
 holding it has ended — so a sweep started again after a SIGKILL waits for its
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from ..core.config import display_path
 from ..core.errors import UsageError
+from ..core.safe_files import open_lock
 
 __all__ = ["SweepBusyError", "SweepLock"]
 
@@ -38,7 +41,7 @@ class SweepLock:
     def __enter__(self) -> SweepLock:
         import fcntl
 
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = open_lock(self.path)
         deadline, told = time.monotonic() + self.wait_s, False
         while True:
             try:

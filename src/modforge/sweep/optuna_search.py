@@ -29,11 +29,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from ..core.config import display_path, load_config
 from ..core.errors import ConfigError
+from ..core.safe_files import UnsafePathError, ensure_folder
 from .executor import import_extra
 from .search import TrialResult, _short, register_search
 from .spec import OptunaSpec, RandomParam, SweepSpec, SweepSpecError
@@ -73,7 +76,26 @@ class OptunaSearch:
     @property
     def storage_url(self) -> str:
         """``sqlite:///SWEEP/optuna.db`` (absolute: the trials open it from their own folders)."""
-        return f"sqlite:///{(self.sweep_dir / STUDY_FILE).resolve()}"
+        return f"sqlite:///{Path(os.path.abspath(self.sweep_dir)).resolve() / STUDY_FILE}"
+
+    def check_study_file(self) -> None:
+        """``optuna.db`` and SQLite's files beside it (journal, WAL, shared memory) are absent or
+        plain regular files of their own — never a link SQLite would write through.
+
+        Raises:
+            UnsafePathError: naming the file.
+        """
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            path = self.sweep_dir / f"{STUDY_FILE}{suffix}"
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+                kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a plain regular file"
+                raise UnsafePathError(f"the study file {display_path(path)} is {kind}; modforge does not open a "
+                                      "study through it, nothing was changed (remove it, or choose another "
+                                      "--sweep-dir)")  # fmt: skip
 
     def study(self) -> Any:
         """The study, created on first use (a re-run loads it and queues its running trials)."""
@@ -82,7 +104,8 @@ class OptunaSearch:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        ensure_folder(self.sweep_dir)
+        self.check_study_file()
         storage = optuna.storages.RDBStorage(self.storage_url,
                                              engine_kwargs={"connect_args": {"timeout": _SQLITE_TIMEOUT_S}})  # fmt: skip
         direction = "maximize" if self.options.goal == "max" else "minimize"

@@ -26,6 +26,14 @@ def _numbers(values: list[str]) -> list[float] | None:
     return out if all(math.isfinite(v) for v in out) else None
 
 
+def _text(value: object) -> str:
+    """A string from the sweep's files as matplotlib shows it: no control characters, and ``$``
+    literal (not the start of mathtext, whose parse errors would end the report)."""
+    from ..core.text_safety import plain_text
+
+    return plain_text(value).replace("$", r"\$")
+
+
 def plot_results(report: Report, path: Path) -> None:
     """Draw the report's panels into ``path`` (a PNG; matplotlib's Agg backend, no display)."""
     import matplotlib
@@ -33,8 +41,10 @@ def plot_results(report: Report, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..core.safe_files import write_via_temp
     from .collect import collect_metrics, read_summary
-    from .table import read_rows
+    from .report import trial_folder
+    from .table import number, read_rows
 
     metrics = list(report.spec.collect)
     params = report.params or ["trial"]
@@ -43,12 +53,14 @@ def plot_results(report: Report, path: Path) -> None:
                              squeeze=False)  # fmt: skip
     trial_values = []
     for row in rows:
-        seconds = float(row["seconds"]) if row.get("seconds") else None
-        summary = read_summary(report.sweep_dir / "trials" / row["trial"])
+        seconds = number(row.get("seconds", ""), report.sweep_dir / "trials.csv", f"of trial {row['trial']!r}",
+                         "seconds")  # fmt: skip
+        summary = read_summary(trial_folder(report.sweep_dir, row["trial"]))
         trial_values.append((row, collect_metrics(report.spec.collect, summary, seconds)))
     for j, param in enumerate(params):
-        shown = [row.get(param, row["trial"]) for row, _ in trial_values]
-        order = list(dict.fromkeys(g.params.get(param, "") for g in report.groups)) if report.params else shown
+        shown = [_text(row.get(param, row["trial"])) for row, _ in trial_values]
+        order = list(dict.fromkeys(_text(g.params.get(param, "")) for g in report.groups)) if report.params \
+            else shown  # fmt: skip
         numeric = _numbers(shown)
         xs = numeric if numeric is not None else [order.index(v) if v in order else 0 for v in shown]
         for i, c in enumerate(metrics):
@@ -81,12 +93,12 @@ def plot_results(report: Report, path: Path) -> None:
                 ax.set_xticks(range(len(order)), order, rotation=35 if len(order) > 3 else 0, ha="right", fontsize=8)
             elif numeric and min(numeric) > 0 and max(numeric) / min(numeric) > 100:
                 ax.set_xscale("log")
-            ax.set_xlabel(param, fontsize=9)
-            ax.set_ylabel(c.label, fontsize=9)
+            ax.set_xlabel(_text(param), fontsize=9)
+            ax.set_ylabel(_text(c.label), fontsize=9)
             ax.grid(alpha=0.3)
-    fig.suptitle(report.spec.report.title, fontsize=11)
+    fig.suptitle(_text(report.spec.report.title), fontsize=11)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        write_via_temp(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))  # never a fixed temporary name
+    finally:
+        plt.close(fig)

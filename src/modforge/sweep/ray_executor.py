@@ -18,6 +18,14 @@ from its checkpoint. Before starting, an attempt takes the trial's lock
 beside a previous attempt's process that is still stopping. A trial whose command fails is
 not retried (the same command would fail again): it is recorded with its error.
 
+Safety. The local Ray instance listens on 127.0.0.1 only (:func:`init_local_ray`: an
+unauthenticated Ray cluster reachable from the network runs whatever anyone submits). Only
+``--ray-address`` names a cluster to connect to, never a sweep file. Ray adds the driver's
+working directory to its workers' ``sys.path``: ``ray.init`` is called from a fresh empty
+private folder instead, so a ``yaml.py`` where the sweep was started is never imported by a
+worker, and the trial itself starts with ``-P``/``PYTHONSAFEPATH=1`` like a local one. The
+trial's lock and log are opened without following links.
+
 Resources. A trial reserves ``cpus_per_trial`` CPUs and ``gpus_per_trial`` GPUs per
 training process (``--nproc N`` → N times as many) and runs ``cpus_per_trial`` torch threads
 per process. Without an address the sweep starts a local Ray instance (no dashboard) with
@@ -29,24 +37,27 @@ hold, or ``--workers`` when given.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import UsageError
+from ..core.safe_files import ensure_folder, open_append, open_lock
 from .command import TrialJob
 from .executor import ExecutorOptions, TrialOutcome, default_threads, import_extra, register_executor
 from .spec import RaySpec
 
-__all__ = ["RayExecutor", "ray_settings", "run_trial"]
+__all__ = ["RayExecutor", "init_local_ray", "ray_settings", "run_trial"]
 
 _OBJECT_STORE_BYTES = 128 * 1024**2  # trials pass no data through Ray: keep its shared memory small
 _LOCK_WAIT_S = 600.0
@@ -75,8 +86,8 @@ def _hold_trial_lock(job: TrialJob, wait_s: float = _LOCK_WAIT_S) -> int:
     import fcntl
 
     path = _trial_lock(job)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    ensure_folder(path.parent)
+    fd = open_lock(path)
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -87,6 +98,57 @@ def _hold_trial_lock(job: TrialJob, wait_s: float = _LOCK_WAIT_S) -> int:
                 os.close(fd)
                 raise RuntimeError(f"trial {job.trial_id}: a previous attempt's process still holds {path}") from None
             time.sleep(0.2)
+
+
+_LOOPBACK = "127.0.0.1"
+_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's node address is the loopback one
+
+
+@contextlib.contextmanager
+def _loopback_node(ray: Any) -> Iterator[None]:
+    """While Ray starts: its node address is 127.0.0.1 (Ray otherwise resolves even an explicit
+    loopback address to the machine's network address), for this process and the processes it starts."""
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    before_env, before = os.environ.get(_CLUSTER_ENV), getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    os.environ[_CLUSTER_ENV] = "0"
+    if constants is not None:
+        constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        if before_env is None:
+            os.environ.pop(_CLUSTER_ENV, None)
+        else:
+            os.environ[_CLUSTER_ENV] = before_env
+        if constants is not None and before is not None:
+            constants.ENABLE_RAY_CLUSTER = before
+
+
+@contextlib.contextmanager
+def _from_folder(folder: str) -> Iterator[None]:
+    """Run the block with ``folder`` as the working directory (Ray gives its workers the
+    driver's working directory on ``sys.path``)."""
+    previous = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def init_local_ray(ray: Any, **kwargs: Any) -> None:
+    """``ray.init(**kwargs)`` starting a local instance that listens on 127.0.0.1 only.
+
+    Raises:
+        UsageError: Ray still chose another address (it is shut down again).
+    """
+    with _loopback_node(ray):
+        ray.init(_node_ip_address=_LOOPBACK, **kwargs)
+    address = ray.get_runtime_context().gcs_address or ""
+    if not address.startswith(f"{_LOOPBACK}:"):
+        ray.shutdown()
+        raise UsageError(f"the local Ray instance would listen on {address}, not on {_LOOPBACK} only; refused "
+                         "(start a cluster yourself and give --ray-address)")  # fmt: skip
 
 
 def run_trial(job: TrialJob, cwd: str) -> tuple[int, float]:
@@ -126,6 +188,7 @@ class RayExecutor:
         self.settings = ray_settings(options.settings)
         self.threads = max(1, int(self.settings.cpus_per_trial))
         self._owned = False
+        self._empty: str | None = None  # the private empty folder ray.init ran from (removed at shutdown)
         if not self.ray.is_initialized():
             self._init(options.workers)
         self.totals = self.ray.cluster_resources()
@@ -139,15 +202,20 @@ class RayExecutor:
         address = self.settings.address
         quiet = {"log_to_driver": False, "configure_logging": False}
         handlers = _signal_handlers()  # ray.init installs its own: SIGTERM would end the sweep unrecorded
+        self._empty = tempfile.mkdtemp(prefix="modforge-ray-")  # 0700: nothing importable, nobody else writes
         try:
-            if address:
-                self.ray.init(address=address, **quiet)
-            else:
-                # every core this process may use (never fewer than the workers need): a trial with --nproc N
-                # asks for N times cpus_per_trial, and --workers, not the instance's size, caps how many run
-                cpus = max(math.ceil((workers or 1) * self.settings.cpus_per_trial), default_threads(1))
-                self.ray.init(num_cpus=cpus, include_dashboard=False, object_store_memory=_OBJECT_STORE_BYTES,
-                              **quiet)  # fmt: skip
+            with _from_folder(self._empty):
+                if address:
+                    self.ray.init(address=address, **quiet)
+                else:
+                    # every core this process may use (never fewer than the workers need): a trial with --nproc N
+                    # asks for N times cpus_per_trial, and --workers, not the instance's size, caps how many run
+                    cpus = max(math.ceil((workers or 1) * self.settings.cpus_per_trial), default_threads(1))
+                    init_local_ray(self.ray, num_cpus=cpus, include_dashboard=False,
+                                   object_store_memory=_OBJECT_STORE_BYTES, **quiet)  # fmt: skip
+        except BaseException:
+            self._remove_empty()
+            raise
         finally:
             _restore(handlers)
         self._owned = True
@@ -215,6 +283,13 @@ class RayExecutor:
         if self._owned and self.ray.is_initialized():
             self.ray.shutdown()
             self._owned = False
+        self._remove_empty()
+
+    def _remove_empty(self) -> None:
+        if self._empty is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self._empty)
+            self._empty = None
 
 
 def _signal_handlers() -> dict[int, Any]:
@@ -234,10 +309,10 @@ def _restore(handlers: dict[int, Any]) -> None:
 def _note(job: TrialJob, line: str) -> None:
     """Append ``line`` to the trial's log (where the sweep reads a failed trial's error)."""
     try:
-        job.log.parent.mkdir(parents=True, exist_ok=True)
-        with job.log.open("a") as log:
+        ensure_folder(job.log.parent)
+        with open_append(job.log) as log:
             log.write(line + "\n")
-    except OSError:
+    except (OSError, UsageError):  # a log that cannot be written safely: the outcome is still recorded
         pass
 
 

@@ -22,12 +22,14 @@ from pathlib import Path
 
 from ..core.config import display_path
 from ..core.errors import UsageError
+from ..core.safe_files import inside, open_regular, write_atomic
+from ..core.text_safety import csv_cell, markdown_cell, plain_text
 from .collect import collect_metrics, read_summary
 from .driver import param_columns
-from .spec import Collect, SweepSpec, load_sweep
-from .table import read_rows
+from .spec import DEFAULT_MAX_TRIALS, Collect, SweepSpec, load_sweep
+from .table import number, read_rows
 
-__all__ = ["NOTES_MARKER", "Group", "Report", "build_report", "keep_notes", "markdown", "write_report"]
+__all__ = ["NOTES_MARKER", "Group", "Report", "build_report", "keep_notes", "markdown", "trial_folder", "write_report"]
 
 NOTES_MARKER = "<!-- hand-written notes below: kept by --write -->"
 """A line in a results page: everything from it on is hand-written and kept when the page is regenerated."""
@@ -117,17 +119,31 @@ class Report:
         ]
 
 
-def build_report(sweep_dir: Path) -> Report:
-    """Group the trials recorded in ``sweep_dir`` (its ``sweep.yaml`` and ``trials.csv``).
+def trial_folder(sweep_dir: Path, trial_id: str) -> Path:
+    """``sweep_dir/trials/<trial_id>`` for an id read from ``trials.csv``: a plain name inside
+    the trials folder (no ``..``, no absolute path, no link leading out).
 
     Raises:
-        UsageError: the folder holds no sweep.
+        UnsafePathError: naming the id and the file it came from.
     """
-    if not (sweep_dir / "sweep.yaml").is_file() or not (sweep_dir / "trials.csv").is_file():
+    return inside(sweep_dir / "trials", trial_id, what=f"trial id in {display_path(sweep_dir / 'trials.csv')}:")
+
+
+def build_report(sweep_dir: Path, *, max_trials: int = DEFAULT_MAX_TRIALS) -> Report:
+    """Group the trials recorded in ``sweep_dir`` (its ``sweep.yaml`` and ``trials.csv``);
+    a stored sweep planning more than ``max_trials`` trials is refused before any is listed.
+
+    Raises:
+        UsageError: the folder holds no sweep, or its files are malformed (one line each).
+    """
+    if not all(os.path.isfile(sweep_dir / name) and not os.path.islink(sweep_dir / name)
+               for name in ("sweep.yaml", "trials.csv")):  # fmt: skip
         raise UsageError(f"{display_path(sweep_dir)} is not a sweep folder (no sweep.yaml and trials.csv); "
                          "give the folder 'modforge sweep' wrote (runs/sweeps/<name> by default)")  # fmt: skip
-    spec = load_sweep(sweep_dir / "sweep.yaml", stored=True)
+    spec = load_sweep(sweep_dir / "sweep.yaml", stored=True, max_trials=max_trials)
     rows = read_rows(sweep_dir)
+    table = sweep_dir / "trials.csv"
+    folders = {row["trial"]: trial_folder(sweep_dir, row["trial"]) for row in rows}
     planned = _planned_trials(spec, sweep_dir)
     if planned is not None:  # rows of trials the sweep no longer defines (a seed or value removed) are not averaged
         rows = [row for row in rows if row.get("trial") in planned]
@@ -144,13 +160,13 @@ def build_report(sweep_dir: Path) -> Report:
             group.pruned += 1
         if row.get("status") != "done":
             continue
-        seconds = float(row["seconds"]) if row.get("seconds") else None
-        summary = read_summary(sweep_dir / "trials" / row["trial"])
+        seconds = number(row.get("seconds", ""), table, f"of trial {row['trial']!r}", "seconds")
+        summary = read_summary(folders[row["trial"]])
         metrics = collect_metrics(spec.collect, summary, seconds) if summary else {}
         for c in spec.collect:
             value = metrics.get(c.name)
             if value is None and row.get(c.name):
-                value = float(row[c.name])
+                value = number(row[c.name], table, f"of trial {row['trial']!r}", c.name)
             if value is not None and math.isfinite(value):
                 group.values[c.name].append(value)
         group.n += 1
@@ -173,19 +189,27 @@ def _machine() -> str:
 
 
 def _code(value: str) -> str:
-    return f"`{value}`" if value and value != "–" else value
+    """``value`` as a code span in a table cell (``|`` escaped), or escaped text where a code
+    span cannot hold it (a backtick or backslash): never markup, HTML or a broken row."""
+    text = plain_text(value, replacement=" ")
+    if not text or text == "–":
+        return text
+    if "`" in text or "\\" in text:
+        return markdown_cell(text)
+    return "`" + text.replace("|", "\\|") + "`"
 
 
 def markdown(report: Report, produced_by: str | None = None) -> str:
     """The report as a markdown page: title, how it was produced, the description, the table,
-    and what each row's setting sets."""
+    and what each row's setting sets. Every string from the sweep's files is escaped: a title
+    or a value holding a newline, HTML or ``|`` stays one harmless line of text."""
     spec = report.spec
-    lines = [f"# {spec.report.title}", ""]
-    lines += [f"_Produced by `{produced_by or 'modforge sweep-report ' + display_path(report.sweep_dir)}` on "
+    lines = [f"# {markdown_cell(spec.report.title)}", ""]
+    lines += [f"_Produced by {_code(produced_by or 'modforge sweep-report ' + display_path(report.sweep_dir))} on "
               f"{date.today().isoformat()} ({_machine()})._", ""]  # fmt: skip
     if spec.report.description:
-        lines += [spec.report.description, ""]
-    headers = report.headers()
+        lines += [*(markdown_cell(line) for line in spec.report.description.splitlines()), ""]
+    headers = [markdown_cell(h) for h in report.headers()]
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for group in report.groups:
         row = report.row(group)
@@ -201,25 +225,25 @@ def _settings(spec: SweepSpec) -> list[str]:
 
     parts = []
     if spec.overrides:
-        parts.append("Every trial: `" + " ".join(override_tokens(spec.overrides)) + "`.")
+        parts.append("Every trial: " + _code(" ".join(override_tokens(spec.overrides))) + ".")
     for axis in spec.grid:
         named = [v for v in axis.values if list(v.overrides) != [axis.name]]
         if named:
-            shown = "; ".join(f"`{v.label}` {_setting_text(v.overrides)}" for v in named)
-            parts.append(f"Settings ({axis.name}): {shown}.")
+            shown = "; ".join(f"{_code(v.label)} {markdown_cell(_setting_text(v.overrides))}" for v in named)
+            parts.append(f"Settings ({markdown_cell(axis.name)}): {shown}.")
     if spec.random is not None:
-        space = ", ".join(f"`{p.key}` {p.kind} {list(p.args)}" for p in spec.random.params)
+        space = ", ".join(f"{_code(p.key)} {p.kind} {markdown_cell(list(p.args))}" for p in spec.random.params)
         parts.append(f"Random search: {spec.random.trials} draws (seed {spec.random.seed}) of {space}.")
     if spec.optuna is not None:
         o = spec.optuna
-        space = ", ".join(f"`{p.key}` {p.kind} {list(p.args)}" for p in o.params)
+        space = ", ".join(f"{_code(p.key)} {p.kind} {markdown_cell(list(p.args))}" for p in o.params)
         pruning = (
             "no pruning"
             if o.pruner == "none"
             else (f"{o.pruner} pruner on the per-epoch {o.prune_on or 'monitor'} after {o.warmup_epochs} epoch(s)")
         )
-        parts.append(f"Optuna search: {o.trials} trials ({o.sampler} sampler, seed {o.seed}, {pruning}) of {space}, "
-                     f"{'maximising' if o.goal == 'max' else 'minimising'} {o.metric}; pruned trials are "
+        parts.append(f"Optuna search: {o.trials} trials ({o.sampler} sampler, seed {o.seed}, {markdown_cell(pruning)}) "
+                     f"of {space}, {'maximising' if o.goal == 'max' else 'minimising'} {markdown_cell(o.metric)}; pruned trials are "
                      "counted apart from n and left out of the values.")  # fmt: skip
     if spec.seeds:
         parts.append(f"Seeds: {', '.join(map(str, spec.seeds))} (mean ± sample std over seeds; n = finished trials).")
@@ -241,9 +265,9 @@ def results_csv(report: Report) -> str:
     for c in report.spec.collect:
         columns += [f"{c.name}_{c.agg}", f"{c.name}_std"]
     writer = csv.writer(out)
-    writer.writerow(columns)
+    writer.writerow([csv_cell(plain_text(c)) for c in columns])
     for g in report.groups:
-        cells: list = [*(g.params[p] for p in report.params), g.n, g.failed, g.pruned]
+        cells: list = [*(csv_cell(plain_text(g.params[p])) for p in report.params), g.n, g.failed, g.pruned]
         for c in report.spec.collect:
             centre, spread = g.centre(c), g.spread(c)
             cells += ["" if centre is None else repr(centre), "" if spread is None else repr(spread)]
@@ -257,9 +281,10 @@ def keep_notes(generated: str, target: Path) -> str:
     Raises:
         UsageError: ``target`` exists without the marker (its text would be lost).
     """
-    if not target.exists():
+    if not target.exists() and not target.is_symlink():
         return f"{generated}\n{NOTES_MARKER}\n"
-    old = target.read_text()
+    with open_regular(target, "r", encoding="utf-8") as fh:
+        old = fh.read()
     if NOTES_MARKER not in old:
         raise UsageError(f"--write-to {display_path(target)}: the file has no '{NOTES_MARKER}' line, so its "
                          "hand-written text would be lost; nothing was changed. Add that line above the text to "
@@ -267,24 +292,20 @@ def keep_notes(generated: str, target: Path) -> str:
     return f"{generated}\n{old[old.index(NOTES_MARKER) :]}"
 
 
-def write_report(sweep_dir: Path, *, write_to: Path | None = None, produced_by: str | None = None) -> Report:
+def write_report(sweep_dir: Path, *, write_to: Path | None = None, produced_by: str | None = None,
+                 max_trials: int = DEFAULT_MAX_TRIALS) -> Report:  # fmt: skip
     """Write ``results.md``, ``results.csv`` and ``results.png`` into ``sweep_dir`` (and the
-    markdown, notes kept, into ``write_to``); the report."""
+    markdown, notes kept, into ``write_to``), each through a new temporary file renamed into
+    place (a link planted at any of those names is replaced, never written through); the report."""
     from .plot import plot_results
 
-    report = build_report(sweep_dir)
+    report = build_report(sweep_dir, max_trials=max_trials)
     text = markdown(report, produced_by)
     if write_to is not None:
         page = keep_notes(text, write_to)  # checked before anything is written
-    _atomic(sweep_dir / "results.md", text)
-    _atomic(sweep_dir / "results.csv", results_csv(report))
+    write_atomic(sweep_dir / "results.md", text)
+    write_atomic(sweep_dir / "results.csv", results_csv(report))
     plot_results(report, sweep_dir / "results.png")
     if write_to is not None:
-        _atomic(write_to, page)
+        write_atomic(write_to, page)
     return report
-
-
-def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

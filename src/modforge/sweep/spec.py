@@ -4,6 +4,18 @@ A sweep file is read like a config (safe YAML only, ``_base_`` inheritance, ever
 file and line remembered), then checked key by key: a bad one is one
 :class:`SweepSpecError` naming the key, the file and line, and what was expected.
 The format is documented in :mod:`modforge.sweep` and in ``configs/sweeps/reference.yaml``.
+
+A sweep file is held to the rules of a config file, since each trial runs what it says:
+
+* it vouches only for what lies beside it: every ``config:`` it names (relative to the file
+  that says it, a ``_base_`` sweep's included) must lie in the folder of the sweep file the
+  user gave, or below, or in a folder the user named (``--config-root``) — a config's
+  plug-ins are imported by the trial;
+* it cannot set what only the user's command line may: ``--plugins``, ``plugins``,
+  ``--resume``, ``--run-dir``, ``--nproc``, nor a flag value that would read as another flag;
+* it never chooses what to connect to: ``ray.address`` is refused (``--ray-address``);
+* the trials it plans are counted before any is made: more than ``max_trials``
+  (:data:`DEFAULT_MAX_TRIALS`, ``--max-trials``) is one error, not an expansion that never ends.
 """
 
 from __future__ import annotations
@@ -11,16 +23,20 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from ..core.config import Config, check_keys, display_path, load_config
+from ..core.config import BASE_KEY, MAX_CONFIG_FILES, Config, check_keys, display_path, load_config
 from ..core.errors import ConfigError
 
 __all__ = [
     "AUTO_KEYS",
     "COMMANDS",
+    "DEFAULT_MAX_TRIALS",
+    "FORBIDDEN_KEYS",
     "TOP_KEYS",
     "Axis",
     "AxisValue",
@@ -49,6 +65,17 @@ DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
 GOALS = ("max", "min", "none")
 SAMPLERS = ("tpe", "random")
 PRUNERS = ("median", "none")
+DEFAULT_MAX_TRIALS = 10_000
+"""The most trials a sweep may plan (grid points × random draws × seeds, or optuna trials)
+unless the command line raises it (``--max-trials``)."""
+FORBIDDEN_KEYS = {
+    "--plugins": "plug-ins are named on the command line or lie beside the config",
+    "plugins": "plug-ins are named on the command line or lie beside the config",
+    "--resume": "the sweep decides when a trial resumes",
+    "--run-dir": "the sweep chooses each trial's folder",
+    "--nproc": "a sweep file does not start distributed processes (each trial is one process)",
+}
+"""Override keys a sweep file may not set (the user's command line only), and why."""
 _MIN_WORDS = ("loss", "error", "errors", "eer", "dcf", "forgetting", "seconds", "time", "runtime", "wer", "cer")
 _KEY_PATH = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)*$")
 _FLAG = re.compile(r"^--[A-Za-z][\w.-]*$")
@@ -228,9 +255,16 @@ class SweepSpec:
         return keys
 
 
-def load_sweep(path: str | Path, *, stored: bool = False) -> SweepSpec:
-    """Read and check a sweep file; ``stored``: a sweep folder's resolved ``sweep.yaml``, read for
-    its report — the configs it names need not exist any more (an archived or copied folder).
+def load_sweep(path: str | Path, *, stored: bool = False, config_roots: Iterable[str | os.PathLike] = (),
+               max_trials: int = DEFAULT_MAX_TRIALS) -> SweepSpec:  # fmt: skip
+    """Read and check a sweep file.
+
+    Args:
+        path: the sweep file.
+        stored: a sweep folder's resolved ``sweep.yaml``, read for its report — the configs it
+            names need not exist any more (an archived or copied folder), and it is never run.
+        config_roots: folders (besides the sweep file's own) where the configs it names may lie.
+        max_trials: the most trials the sweep may plan.
 
     Raises:
         SweepSpecError: the file is missing, not YAML, or a key is malformed (key, file and line named).
@@ -241,25 +275,63 @@ def load_sweep(path: str | Path, *, stored: bool = False) -> SweepSpec:
         raise
     except ConfigError as exc:
         raise SweepSpecError(exc.message, path=exc.path, source=exc.source) from None
-    return parse_sweep(cfg, stored=stored)
+    return parse_sweep(cfg, stored=stored, config_roots=config_roots, max_trials=max_trials)
 
 
-def parse_sweep(cfg: Config, *, stored: bool = False) -> SweepSpec:
+def parse_sweep(cfg: Config, *, stored: bool = False, config_roots: Iterable[str | os.PathLike] = (),
+                max_trials: int = DEFAULT_MAX_TRIALS) -> SweepSpec:  # fmt: skip
     """A :class:`SweepSpec` from a loaded sweep file (see :func:`load_sweep`)."""
     try:
-        return _Parser(cfg, stored=stored).parse()
+        return _Parser(cfg, stored=stored, config_roots=config_roots, max_trials=max_trials).parse()
     except SweepSpecError:
         raise
     except ConfigError as exc:  # check_keys' unknown key: the same error kind as every other
         raise SweepSpecError(exc.message, path=exc.path, source=exc.source) from None
 
 
+def _files_of(file: Path) -> dict[str, Path]:
+    """The files of a sweep file's ``_base_`` chain by the name its origins show them with
+    (``display_path``), so a key's origin tells which file said it. The chain was read and
+    checked by :func:`load_config` already; an entry that does not read back is left out."""
+    import yaml
+
+    found: dict[str, Path] = {}
+    pending = [file]
+    while pending and len(found) <= MAX_CONFIG_FILES:
+        current = pending.pop()
+        try:
+            current = current.expanduser().resolve()
+            if display_path(current) in found:
+                continue
+            found[display_path(current)] = current
+            data = yaml.safe_load(current.read_text(encoding="utf-8"))
+        except (OSError, RuntimeError, ValueError, yaml.YAMLError):
+            continue
+        bases = data.get(BASE_KEY) if isinstance(data, dict) else None
+        for base in [bases] if isinstance(bases, str) else bases if isinstance(bases, list) else []:
+            if isinstance(base, str) and base.strip():
+                pending.append(Path(base) if os.path.isabs(os.path.expanduser(base)) else current.parent / base)
+    return found
+
+
 class _Parser:
     """Checks one sweep file; every error is located with the config's origins."""
 
-    def __init__(self, cfg: Config, *, stored: bool = False):
-        self.cfg, self.stored = cfg, stored
+    def __init__(self, cfg: Config, *, stored: bool = False, config_roots: Iterable[str | os.PathLike] = (),
+                 max_trials: int = DEFAULT_MAX_TRIALS):  # fmt: skip
+        self.cfg, self.stored, self.max_trials = cfg, stored, max_trials
         self.shown = display_path(cfg.file) if cfg.file else "the sweep"
+        self.files = _files_of(cfg.file) if cfg.file else {}
+        home = [cfg.file.parent] if cfg.file else []
+        self.roots = [Path(os.path.abspath(os.path.expanduser(r))).resolve() for r in (*home, *config_roots)]
+
+    def said_in(self, path: str) -> Path:
+        """The folder of the file (the sweep file or one of its ``_base_`` files) that set ``path``:
+        what its relative paths are relative to."""
+        origin = self.cfg.where(path) or ""
+        shown, _, line = origin.rpartition(":")
+        file = self.files.get(shown if line.isdigit() else origin)
+        return file.parent if file is not None else self.cfg.base_dir
 
     def fail(self, path: str, message: str) -> SweepSpecError:
         return SweepSpecError(message, path=path, source=self.cfg.where(path) or self.shown)
@@ -294,11 +366,17 @@ class _Parser:
             raise self.fail("search", f"expected the name of a search, got {search!r}")
         if not grid and random is None and search in ("grid", "random") and seeds is None:
             raise self.fail("grid", "the sweep has nothing to vary: give a grid, a random space or seeds")
+        self.check_count(grid, random, seeds)
         collect = self.collect(data.get("collect"))
         report = self.report(data.get("report"), name)
         optuna = self.optuna(data.get("optuna"), search, collect, grid, random, seeds, config)
         ray = self.ray(data.get("ray"))
+        if optuna is not None and optuna.trials > self.max_trials:
+            raise self.fail("optuna.trials", f"the sweep plans {optuna.trials:,} trials, more than the limit of "
+                            f"{self.max_trials:,}; shrink it, or raise the limit with --max-trials N")  # fmt: skip
         resolved = copy.deepcopy(data)  # as stored in the sweep folder: config paths absolute, axes named
+        if isinstance(resolved.get("ray"), dict):
+            resolved["ray"].pop("address", None)
         resolved["name"] = name
         if config is not None:
             resolved["config"] = config
@@ -312,14 +390,55 @@ class _Parser:
 
     # ---------------------------------------------------------------- pieces
     def config_path(self, value: Any, path: str) -> str:
-        if not isinstance(value, str) or not value.strip():
+        """A ``config:`` value: relative to the file that says it, and (for a sweep to run)
+        lying beside the sweep file the user gave or in a folder the user named."""
+        if not isinstance(value, str) or not value.strip() or "\x00" in value:
             raise self.fail(path, f"expected a config file path, got {value!r}")
         file = Path(value).expanduser()
         if not file.is_absolute():
-            file = self.cfg.base_dir / file
-        if not file.is_file() and not self.stored:
+            file = self.said_in(path) / file
+        if self.stored:
+            return os.path.abspath(file)
+        try:
+            real = file.resolve()
+        except (OSError, RuntimeError):
+            raise self.fail(path, f"config file '{value}': a link on its way loops") from None
+        if not real.is_file():
             raise self.fail(path, f"config file '{value}' not found (looked for {display_path(file)})")
-        return str(file.resolve())
+        if not any(real.is_relative_to(root) for root in self.roots):
+            raise self.fail(path, f"config file '{value}' does not lie beside the sweep file {self.shown} (in its "
+                            f"folder or below), so the sweep file cannot vouch for it and its plug-ins; move it "
+                            f"there, or name its folder with --config-root {display_path(real.parent)}")  # fmt: skip
+        return str(real)
+
+    def check_key(self, key: str, where: str) -> None:
+        """Refuse an override key that only the user's command line may set."""
+        name = key.split("=", 1)[0]
+        reason = FORBIDDEN_KEYS.get(name) or (FORBIDDEN_KEYS["plugins"] if name.startswith("plugins.") else None)
+        if reason:
+            raise self.fail(where, f"'{name}' cannot be set by a sweep file ({reason}); give it on the command line "
+                            "of the run you mean, not in the sweep")  # fmt: skip
+
+    def check_flag_value(self, key: str, value: Any, where: str) -> None:
+        """Refuse a flag's value that a trial's command line would read as another flag
+        (``--algorithm: --plugins=evil.py``); negative numbers are values."""
+        if not key.startswith("--"):
+            return
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, str) and item.startswith("-") and not _is_number(item):
+                raise self.fail(where, f"the value {item!r} of {key} starts with '-' and would read as another "
+                                "flag on the trial's command line; refused")  # fmt: skip
+
+    def check_count(self, grid: tuple[Axis, ...], random: RandomSpace | None, seeds: tuple[int, ...] | None) -> None:
+        """Refuse a sweep planning more than ``max_trials`` trials, before any is made."""
+        points = math.prod(len(axis.values) for axis in grid)
+        draws = random.trials if random is not None else 1
+        planned = points * draws * (len(seeds) if seeds else 1)
+        if planned > self.max_trials:
+            where = "random.trials" if random is not None and draws > self.max_trials else "grid" if grid else "seeds"
+            raise self.fail(where, f"the sweep plans {planned:,} trials ({points:,} grid points × {draws:,} random "
+                            f"draws × {len(seeds) if seeds else 1} seeds), more than the limit of "
+                            f"{self.max_trials:,}; shrink it, or raise the limit with --max-trials N")  # fmt: skip
 
     def overrides(self, value: Any, path: str, *, special: bool) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -338,6 +457,9 @@ class _Parser:
                 raise self.fail(where, "seeds are given by the sweep's 'seeds:' list, not as an override")
             elif not (_FLAG.match(key) or _KEY_PATH.match(key)):
                 raise self.fail(where, f"expected KEY.PATH (as 'modforge train' takes it) or --flag, got {key!r}")
+            else:
+                self.check_key(key, where)
+                self.check_flag_value(key, item, where)
             out[key] = item
         return out
 
@@ -353,6 +475,8 @@ class _Parser:
                               for v in spec]  # fmt: skip
                 else:
                     self.overrides({name: None}, "grid", special=False)
+                    for i, v in enumerate(spec):
+                        self.check_flag_value(str(name), v, f"{path}.{i}")
                     values = [AxisValue(_label(v), {name: v}) for v in spec]
             elif isinstance(spec, dict) and spec:
                 values = []
@@ -392,6 +516,8 @@ class _Parser:
                 raise self.fail(path, f"expected one of {{{': ..., '.join(DISTRIBUTIONS)}: ...}}, got {dist!r}")
             kind, args = next(iter(dist.items()))
             params.append(RandomParam(key, kind, self.distribution(kind, args, f"{path}.{kind}")))
+            if kind == "choice":
+                self.check_flag_value(str(key), list(args), f"{path}.{kind}")
         if not params:
             raise self.fail(where, "expected at least one KEY: {uniform|loguniform|int|choice: ...}")
         return tuple(params)
@@ -455,9 +581,9 @@ class _Parser:
             return None
         spec = self.mapping(value, "ray")
         check_keys(spec, [f.name for f in dataclasses.fields(RaySpec)], path="ray", origin_of=self.cfg.where)
-        address = spec.get("address")
-        if address is not None and (not isinstance(address, str) or not address.strip()):
-            raise self.fail("ray.address", f"expected a cluster address (auto, ray://HOST:PORT), got {address!r}")
+        if spec.get("address") is not None and not self.stored:  # a stored one is never connected to
+            raise self.fail("ray.address", "a sweep file does not choose the Ray cluster to connect to (a cluster's "
+                            "head can run code in this process); give --ray-address ADDR on the command line")  # fmt: skip
         amounts = {}
         for key, low in (("cpus_per_trial", 0.0), ("gpus_per_trial", 0.0)):
             amount = spec.get(key, getattr(RaySpec, key))
@@ -466,7 +592,7 @@ class _Parser:
                 raise self.fail(f"ray.{key}", f"expected a number {'> 0' if key == 'cpus_per_trial' else '≥ 0'}, "
                                 f"got {amount!r}")  # fmt: skip
             amounts[key] = float(amount)
-        return RaySpec(address, max_retries=self.whole(spec, "max_retries", "ray", 2, 0), **amounts)
+        return RaySpec(None, max_retries=self.whole(spec, "max_retries", "ray", 2, 0), **amounts)
 
     def distribution(self, kind: str, args: Any, path: str) -> tuple[Any, ...]:
         if kind == "choice":
@@ -537,6 +663,14 @@ class _Parser:
             if not isinstance(spec[key], str):
                 raise self.fail(f"report.{key}", f"expected text, got {spec[key]!r}")
         return ReportSpec(spec.get("title", f"Sweep {name}"), spec.get("description", "").strip())
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def default_goal(name: str) -> Literal["max", "min", "none"]:

@@ -1,10 +1,14 @@
-"""``modforge sweep SWEEP.yaml [--workers N] [--sweep-dir DIR] [--backend local|ray] [--ray-address ADDR]
-[--cpus-per-trial N] [--gpus-per-trial N] [--dry-run] [--write-to FILE]`` — run (or continue) a
-sweep, then write its results table.
+"""``modforge sweep SWEEP.yaml [--workers N] [--sweep-dir DIR] [--config-root DIR] [--max-trials N]
+[--backend local|ray] [--ray-address ADDR] [--cpus-per-trial N] [--gpus-per-trial N] [--dry-run]
+[--write-to FILE]`` — run (or continue) a sweep, then write its results table.
 
-``--backend ray`` runs each trial as a Ray task (a local Ray instance, or the cluster at
-``--ray-address``); its settings may also come from the sweep file's ``ray:`` section (the
-flags win), and a sweep file with a ``ray:`` section runs on Ray unless ``--backend local``.
+``--backend ray`` runs each trial as a Ray task (a local Ray instance listening on 127.0.0.1
+only, or the cluster at ``--ray-address``); its resource settings may also come from the
+sweep file's ``ray:`` section (the flags win). Only ``--backend ray`` switches Ray on, and only
+``--ray-address`` names a cluster: a sweep file never chooses what this process connects to.
+
+An existing sweep folder is checked once before it is used (no link in it leading out, no
+FIFO or device): a folder someone else prepared cannot make the sweep write elsewhere.
 
 Exit status: 0 when every trial finished, 1 when any failed (each is recorded in
 ``trials.csv`` with its one-line error), 2 for a bad sweep file, 130 when interrupted (a
@@ -13,11 +17,14 @@ re-run continues where it stopped).
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
 from ...core.config import display_path
 from ...core.errors import UsageError
+from ...core.safe_files import check_folder
+from ...core.text_safety import terminal_text
 from ..common import CommandParser
 from ..output import console, print_table
 
@@ -32,9 +39,16 @@ def _parser() -> CommandParser:
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="trials run at once; torch threads are divided among them (default 1; with "
                         "--backend ray: as many as the cluster holds)")  # fmt: skip
+    from ...sweep.spec import DEFAULT_MAX_TRIALS
+
     parser.add_argument("--sweep-dir", metavar="DIR", help="the sweep folder (default: runs/sweeps/<name>)")
+    parser.add_argument("--config-root", metavar="DIR", action="append", default=[],
+                        help="a folder where the configs the sweep file names may lie, besides the sweep file's own "
+                        "folder (repeatable)")  # fmt: skip
+    parser.add_argument("--max-trials", type=int, metavar="N", default=DEFAULT_MAX_TRIALS,
+                        help=f"the most trials the sweep may plan (default {DEFAULT_MAX_TRIALS:,})")  # fmt: skip
     parser.add_argument("--backend", choices=sorted(EXECUTORS), default=None,
-                        help="where trials run (default local; ray when the sweep file has a ray: section)")  # fmt: skip
+                        help="where trials run (default local)")  # fmt: skip
     ray = parser.add_argument_group("Ray (--backend ray; over the sweep file's ray: section)")
     ray.add_argument("--ray-address", metavar="ADDR",
                      help="an existing Ray cluster (auto, HOST:6379, ray://HOST:10001); default: a local instance")  # fmt: skip
@@ -56,8 +70,6 @@ def _stop_on_sigterm() -> None:
 
 
 def _progress(total: int | None, collect):
-    from rich.markup import escape
-
     out = console()
     counter = {"n": 0}
 
@@ -67,16 +79,17 @@ def _progress(total: int | None, collect):
         counter["n"] += 1
         of = f"{counter['n']}/{total}" if total else str(counter["n"])
         if kind == "failed":
-            out.print(f"[{of}] [red]failed[/red] {escape(trial.id)}: {escape(row['error'])}", highlight=False)
+            out.print(f"[{of}] [red]failed[/red] {terminal_text(trial.id)}: {terminal_text(row['error'])}",
+                      highlight=False)  # fmt: skip
             return
         if kind == "pruned":
-            out.print(f"[{of}] [yellow]pruned[/yellow] {escape(trial.id)}", highlight=False)
+            out.print(f"[{of}] [yellow]pruned[/yellow] {terminal_text(trial.id)}", highlight=False)
             return
         values = "  ".join(f"{c.label} {float(row[c.name]) * c.scale:,.{c.decimals}f}" for c in collect
                            if row.get(c.name))  # fmt: skip
         word = "[green]done[/green]" if kind == "done" else "[dim]done before[/dim]"
         seconds = f"  ({float(row['seconds']):.1f} s)" if row.get("seconds") and kind == "done" else ""
-        out.print(f"[{of}] {word} {escape(trial.id)}  {escape(values)}{seconds}", highlight=False)
+        out.print(f"[{of}] {word} {terminal_text(trial.id)}  {terminal_text(values)}{seconds}", highlight=False)
 
     return on_event
 
@@ -99,11 +112,12 @@ def _dry_run(spec, sweep_dir: Path, threads: int) -> int:
 
 
 def _backend_settings(ns, spec) -> tuple[str, dict]:
-    """The backend (``--backend``, else ray with a ``ray:`` section, else local) and its
-    settings: the sweep file's section, the command line's flags over it."""
+    """The backend (``--backend``, else local: a sweep file's ``ray:`` section never switches
+    Ray on) and its settings: the sweep file's resources, the command line's flags over them;
+    the cluster's address only from ``--ray-address``."""
     import dataclasses
 
-    backend = ns.backend or ("ray" if spec.ray is not None else "local")
+    backend = ns.backend or "local"
     flags = (ns.ray_address, ns.cpus_per_trial, ns.gpus_per_trial)
     if backend != "ray":
         if any(f is not None for f in flags):
@@ -112,6 +126,7 @@ def _backend_settings(ns, spec) -> tuple[str, dict]:
     from ...sweep.spec import RaySpec
 
     settings = dataclasses.asdict(spec.ray or RaySpec())
+    settings["address"] = None  # never the sweep file's (refused there): the command line's only
     if ns.cpus_per_trial is not None and not ns.cpus_per_trial > 0:
         raise UsageError(f"--cpus-per-trial must be more than 0, got {ns.cpus_per_trial:g}")
     if ns.gpus_per_trial is not None and not ns.gpus_per_trial >= 0:
@@ -128,8 +143,12 @@ def run(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)
     if ns.workers is not None and ns.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {ns.workers}")
-    spec = load_sweep(Path(ns.sweep))
+    if ns.max_trials < 1:
+        raise UsageError(f"--max-trials must be at least 1, got {ns.max_trials}")
+    spec = load_sweep(Path(ns.sweep), config_roots=ns.config_root, max_trials=ns.max_trials)
     sweep_dir = Path(ns.sweep_dir) if ns.sweep_dir else Path("runs") / "sweeps" / spec.name
+    if os.path.lexists(sweep_dir) and os.path.isdir(sweep_dir):  # a folder to reuse: checked once, before use
+        check_folder(sweep_dir, what="--sweep-dir" if ns.sweep_dir else "sweep folder")
     write_to = Path(ns.write_to) if ns.write_to else None
     if spec.search not in SEARCHES:
         raise UsageError(f"search: unknown search '{spec.search}' (known: {', '.join(sorted(SEARCHES))}) "
@@ -154,8 +173,8 @@ def run(argv: list[str]) -> int:
     from .sweep_report import show_report
 
     command = f"modforge sweep {ns.sweep}" + (f" --workers {ns.workers}" if ns.workers and ns.workers > 1 else "")
-    command += " --backend ray" if backend == "ray" and spec.ray is None else ""
-    show_report(sweep_dir, write_to=write_to, produced_by=command)
+    command += " --backend ray" if backend == "ray" else ""
+    show_report(sweep_dir, write_to=write_to, produced_by=command, max_trials=ns.max_trials)
     if result.pruned:
         console().print(f"{result.pruned} trial(s) pruned by the optuna study (status 'pruned' in "
                         f"{display_path(sweep_dir / 'trials.csv')}; left out of the table's values)", markup=False)  # fmt: skip

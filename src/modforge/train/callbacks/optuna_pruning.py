@@ -25,7 +25,6 @@ import importlib.util
 import json
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -142,9 +141,8 @@ class OptunaPruning(Callback):
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as fh:
-        json.dump(data, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    """Write ``data`` to ``path`` through a new uniquely named temporary file renamed into place
+    (a link planted at ``path`` or at any temporary name is never written through)."""
+    from ...core.safe_files import write_atomic
+
+    write_atomic(path, json.dumps(data), durable=True)
