@@ -14,7 +14,9 @@
         map_location: cpu
         sha256: 51d2d9cf…                 # optional pin: refuse any other file
 
-The file is read with ``torch.load(weights_only=True)`` after its checksums are verified, its
+A pinned ``sha256`` is compared with the file's bytes *before* anything parses them (a file
+that is not the pinned one is never unpickled, not even by ``weights_only``). The file is then
+read with ``torch.load(weights_only=True)`` after its checksums are verified, its
 keys are converted by the format (:mod:`modforge.core.weight_formats`), and compared with
 the model's: keys the model lacks, keys the file lacks and shapes that differ are all
 reported at once — an error when ``strict`` (the default), a warning listing them when not.
@@ -156,12 +158,37 @@ def _fail(spec: InitSpec, message: str, key: str = "") -> ModelInitError:
     return ModelInitError(message, path=at, source=spec.source)
 
 
-def _format(spec: InitSpec) -> tuple[str, CheckpointFormat, Any, Path]:
-    """(name, format, loaded content, file read) for ``spec``; ``auto`` asks every format."""
+class _Pin:
+    """The digests of the files an init entry reads, and whether they match its ``sha256`` pin —
+    computed from the bytes before any format parses them."""
+
+    def __init__(self, spec: InitSpec):
+        self.spec = spec
+        self.digests: dict[Path, str] = {}
+
+    def digest(self, file: Path) -> str:
+        if file not in self.digests:
+            self.digests[file] = _digest(file)
+        return self.digests[file]
+
+    def matches(self, file: Path) -> bool:
+        """True when nothing is pinned or ``file``'s bytes are the pinned ones."""
+        return not self.spec.sha256 or self.digest(file) == self.spec.sha256.strip().lower()
+
+    def refusal(self, file: Path) -> ModelInitError:
+        return _fail(self.spec, f"{display_path(file)} has SHA-256 {self.digest(file)}, not the {self.spec.sha256} "
+                                "the config pins (nothing in it was read)", "sha256")  # fmt: skip
+
+
+def _format(spec: InitSpec, pin: _Pin) -> tuple[str, CheckpointFormat, Any, Path]:
+    """(name, format, loaded content, file read) for ``spec``; ``auto`` asks every format. A file
+    that does not match the ``sha256`` pin is never read."""
     if spec.format != "auto":
         name = spec.format["type"]
         fmt = CHECKPOINT_FORMATS.build(spec.format, path=f"{spec.where}.format")
         file = fmt.locate(spec.path)
+        if not pin.matches(file):
+            raise pin.refusal(file)
         return name, fmt, fmt.read(file, spec.map_location), file
     candidates = []
     for name in CHECKPOINT_FORMATS.list():
@@ -171,15 +198,21 @@ def _format(spec: InitSpec) -> tuple[str, CheckpointFormat, Any, Path]:
         candidates.append((name, cls))
     loaded_by: dict[Path, Any] = {}
     recognised = []
+    unpinned: list[Path] = []
     for name, cls in candidates:
         fmt = cls()
         file = fmt.locate(spec.path)
+        if not pin.matches(file):  # in a folder, another format's file may be the pinned one
+            unpinned.append(file)
+            continue
         if file not in loaded_by:
             loaded_by[file] = fmt.read(file, spec.map_location)
         if cls.recognises(loaded_by[file], file):
             recognised.append((name, fmt, loaded_by[file], file))
     if len(recognised) == 1:
         return recognised[0]
+    if unpinned and not loaded_by:
+        raise pin.refusal(unpinned[0])
     named = ", ".join(n for n, *_ in recognised) or "none"
     raise _fail(spec, f"format: auto cannot tell what {display_path(spec.path)} is (recognised by: {named}); name it "
                       f"with format: one of {', '.join(CHECKPOINT_FORMATS.list())} (a plain state dict: format: "
@@ -252,14 +285,13 @@ def _problems(target: dict[str, Any], converted: dict[str, Any]) -> tuple[list[s
 
 
 def _load_one(model: nn.Module, spec: InitSpec) -> dict[str, Any]:
+    pin = _Pin(spec)
     try:
-        name, fmt, loaded, file = _format(spec)
+        name, fmt, loaded, file = _format(spec, pin)
         converted = fmt.convert(loaded, file)
     except WeightFormatError as exc:
         raise _fail(spec, str(exc), "path") from None
-    digest = _digest(file)
-    if spec.sha256 and spec.sha256.lower() != digest:
-        raise _fail(spec, f"{display_path(file)} has SHA-256 {digest}, not the {spec.sha256} the config pins", "sha256")
+    digest = pin.digest(file)
     target, converted = _selected(spec, model.state_dict(), converted)
     problems, mismatched = _problems(target, converted)
     usable = {k: v for k, v in converted.items() if k in target and k not in mismatched}
