@@ -186,3 +186,9 @@ def test_markdown_cell_escapes_tables_html_and_markup():
 )
 def test_csv_cell_neutralises_formulas(value, expected):
     assert csv_cell(value) == expected
+
+
+def test_display_lines_keeps_line_breaks_only():
+    from modforge.core.text_safety import display_lines
+
+    assert display_lines("a: 1\n\tb: \x1b[2J\u0085\u202ex\n") == "a: 1\n\tb: ?[2J??x\n"

@@ -12,11 +12,12 @@ import html
 import re
 from typing import Any
 
-__all__ = ["csv_cell", "markdown_cell", "plain_text", "terminal_text"]
+__all__ = ["csv_cell", "display_lines", "markdown_cell", "plain_text", "terminal_text"]
 
 # C0, DEL and C1 control characters, and the Unicode bidi overrides that
 # make a string display in another order than it reads
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _CSV_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
@@ -24,6 +25,12 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 def plain_text(value: Any, replacement: str = "?") -> str:
     """``str(value)`` with every control character (C0, DEL, C1, bidi overrides) replaced."""
     return _CONTROL.sub(replacement, "" if value is None else str(value))
+
+
+def display_lines(text: str, replacement: str = "?") -> str:
+    """Multi-line text (a YAML dump) for printing as it is: line breaks and tabs kept, every
+    other control character replaced."""
+    return _CONTROL_BUT_LINES.sub(replacement, text)
 
 
 def terminal_text(value: Any) -> str:

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from ...core.config import display_path
+from ...core.text_safety import display_lines
 from ..config_args import resolve_config_from_cli
 from ..output import print_table
 
@@ -25,7 +26,7 @@ def run(argv: list[str]) -> int:
     resolved = resolve_config_from_cli("kfold", argv, description=HELP, add_arguments=_own_options)
     cfg, ns = resolved.config, resolved.args
     if ns.print_config:
-        print(cfg.to_yaml(), end="")
+        print(display_lines(cfg.to_yaml()), end="")
         return 0
     check_folds(ns.folds)
     run_dir = plan_run_dir(cfg, ns.run_dir)  # checked now; made by run_kfold once the folds fit the data

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.safe_files import ensure_folder
 from ..common import CommandParser, add_plugins_option, load_cli_plugins
 from ..output import print_table
 
@@ -197,7 +198,7 @@ def _detect(inputs: list[Path], out: Path | None, runner: Any, metadata: dict[st
                                  "predict them into different folders")  # fmt: skip
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {out}: exists and is not a folder")
-        out.mkdir(parents=True, exist_ok=True)
+        ensure_folder(out)
     spec = metadata.get("input") or {}
     normalisation = spec.get("normalisation") or {}
     settings = metadata.get("postprocess") or {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+from ...core.text_safety import display_lines
 from ..config_args import resolve_config_from_cli
 
 HELP = "resolve a config (_base_, overrides, part flags), validate it and print it as YAML"
@@ -18,5 +19,5 @@ HELP = "resolve a config (_base_, overrides, part flags), validate it and print 
 
 def run(argv: list[str]) -> int:
     resolved = resolve_config_from_cli("config", argv, description=HELP)
-    sys.stdout.write(resolved.config.to_yaml())
+    sys.stdout.write(display_lines(resolved.config.to_yaml()))
     return 0

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.safe_files import atomic_open
 from ...engines.base import EngineError
 from ...engines.inputs import IMAGE_SUFFIXES, MAX_PICTURE_PIXELS, PICTURE_FORMATS, InputError
 
@@ -273,5 +274,6 @@ def draw_detections(picture: Any, records: Sequence[dict[str, Any]], path: str |
         draw.rectangle([x1, y, x1 + right - left + 2, y + lift], fill=colour)
         draw.text((x1 + 1, y), text, fill=(255, 255, 255))
     path = Path(path)
-    canvas.save(path, format="PNG")
+    with atomic_open(path, "wb") as handle:
+        canvas.save(handle, format="PNG")
     return path

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from ...core.registries import register_callback
+from ...core.text_safety import terminal_text
 from .base import Callback
 
 log = logging.getLogger("modforge.progress")
@@ -98,7 +99,7 @@ class Progress(Callback):
         seconds = time.perf_counter() - self._started
         if self._progress is not None:  # the final state is drawn by on_fit_end if not now
             self._progress.update(
-                self._task, completed=trainer.steps_per_epoch, info=_format(row), refresh=self._due()
+                self._task, completed=trainer.steps_per_epoch, info=terminal_text(_format(row)), refresh=self._due()
             )
         else:
             log.info("epoch %d/%d · %.1fs · %s", row["epoch"], trainer.max_epochs, seconds, _format(row))
