@@ -290,6 +290,38 @@ def test_links_inside_the_copy_folder_are_never_followed(signed, tmp_path):
         assert not signed["marker"].exists()
 
 
+def test_a_malformed_or_hostile_manifest_is_refused_in_one_line_and_runs_nothing(signed, tmp_path):
+    """Garbage (deeply nested JSON, a non-ASCII signature) is "not signed by you", never an
+    unexpected error; and even a manifest signed with the user's key cannot name a copy
+    outside the run's plug-in folder."""
+    from modforge.experiment.run_plugins import FORMAT, _signature
+
+    run = signed["run"]
+    manifest_file = run / "plugins" / "manifest.json"
+    saved = manifest_file.read_bytes()
+    outside = tmp_path / "evil.py"
+    outside.write_text(f"import pathlib\npathlib.Path({str(signed['marker'])!r}).touch()\n")
+    sha = hashlib.sha256(outside.read_bytes()).hexdigest()
+    key = (Path(os.environ["MODFORGE_HOME"]) / KEY_FILE).read_bytes()
+    identity = {"format": FORMAT, "run": "0" * 32, "folder": str(run.resolve())}
+    hostile = [("[" * 100_000 + "]" * 100_000, "cannot be read as a manifest"),
+               (json.dumps({**identity, "entries": {}, "hmac": "\u00e9" * 64}), "not signed by you")]  # fmt: skip
+    for copy in (os.path.relpath(outside, run / "plugins"), str(outside), "..", "manifest.json"):
+        entries = {PACKAGE: {"copy": copy, "sha256": sha}}
+        hostile.append((json.dumps({**identity, "entries": entries, "hmac": _signature(key, identity, entries)}),
+                        "malformed"))  # fmt: skip
+    signed["marker"].unlink(missing_ok=True)
+    try:
+        for text, words in hostile:
+            manifest_file.write_text(text)
+            forget_package()
+            with pytest.raises(PluginError, match=words):
+                load_stored_plugins([PACKAGE], run_dir=run, what="the run's config")
+            assert not signed["marker"].exists()
+    finally:
+        manifest_file.write_bytes(saved)
+
+
 # --------------------------------------------------------------------- the signing key
 def test_a_key_others_may_read_is_refused_like_ssh_before_anything_is_made(signed, capsys, tmp_path, home_with):
     key = home_with(0o644)

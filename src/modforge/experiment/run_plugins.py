@@ -64,7 +64,7 @@ __all__ = [
     "MANIFEST",
     "SigningKeyError",
     "check_signing_key",
-    "digest",
+    "key_path",
     "load_stored_plugins",
     "signing_key",
     "snapshot_plugins",
@@ -210,13 +210,6 @@ def _digest_of(content: bytes | Mapping[str, bytes]) -> str:
     return sha.hexdigest()
 
 
-def digest(path: Path) -> str:
-    """SHA-256 of a file, or of *every* file in a folder (relative names and contents, sorted)."""
-    if path.is_file():
-        return _digest_of(path.read_bytes())
-    return _digest_of({p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()})
-
-
 # ------------------------------------------------------------------------------ copying
 def _source_files(folder: Path) -> dict[str, bytes]:
     """The files of the user's package folder, bytecode caches left out (a link inside it is
@@ -310,7 +303,7 @@ def _read_file(name: str, dir_fd: int, shown: str, budget: list[int]) -> bytes:
             raise _Refused(f"{shown} is not a regular file")
         budget[0] -= info.st_size
         if budget[0] < 0:
-            raise _Refused(f"{shown}: the copies are larger than {_MAX_COPY_BYTES >> 20} MiB")
+            raise _Refused(f"{shown} is too large to read (more than {budget[1] >> 10} KiB in all)")
         os.set_blocking(fd, True)
         with os.fdopen(os.dup(fd), "rb") as file:
             return file.read(info.st_size + 1)
@@ -325,7 +318,7 @@ def _read_folder(dir_fd: int, shown: str, budget: list[int], prefix: str = "") -
         rel = f"{prefix}{name}"
         kind = _kind(name, dir_fd)
         if kind == "file":
-            files[rel] = _read_file(name, dir_fd, f"{shown}/{rel}", budget)
+            files[rel] = _read_file(name, dir_fd, f"{shown}/{plain_text(rel)}", budget)
         elif kind == "folder":
             with _opened(name, dir_fd, folder=True) as sub:
                 files.update(_read_folder(sub, shown, budget, rel + "/"))
@@ -372,11 +365,11 @@ class _Store:
             kind = _kind("manifest.json", self.fd)
             if kind != "file":
                 raise _Refused(f"{shown} is {kind}, not the run's own manifest")
-            data = _read_file("manifest.json", self.fd, shown, [_MAX_MANIFEST_BYTES])
+            data = _read_file("manifest.json", self.fd, shown, [_MAX_MANIFEST_BYTES, _MAX_MANIFEST_BYTES])
             manifest = json.loads(data)
         except FileNotFoundError:
             raise _Refused(f"{shown} does not exist") from None
-        except (OSError, ValueError, UnicodeDecodeError):
+        except (OSError, ValueError, RecursionError):
             raise _Refused(f"{shown} cannot be read as a manifest") from None
         entries = manifest.get("entries") if isinstance(manifest, dict) else None
         signature = manifest.get("hmac") if isinstance(manifest, dict) else None
@@ -406,7 +399,7 @@ class _Store:
                 or "/" in copy or "\\" in copy or "\x00" in copy or copy == "manifest.json":  # fmt: skip
             raise _Refused(f"the manifest's record of plug-in {plain_text(entry)} is malformed")
         shown = f"{self.shown}/{plain_text(copy)}"
-        budget = [_MAX_COPY_BYTES]
+        budget = [_MAX_COPY_BYTES, _MAX_COPY_BYTES]
         try:
             kind = _kind(copy, self.fd)
             if kind == "file":
