@@ -321,8 +321,8 @@ def test_a_box_within_the_tolerance_is_clipped(tmp_path):
 @pytest.mark.parametrize(
     ("image", "message"),
     [
-        ({**IMAGE, "file_name": "gone.png"}, r"image file not found: .*images/train/gone.png"),
-        ({**IMAGE, "width": 41}, r"image file .*one.png is 40×30 px, the file lists 41×30"),
+        ({**IMAGE, "file_name": "gone.png"}, r"image 1: image file not found: .*images/train/gone.png"),
+        ({**IMAGE, "width": 41}, r"image 1: image file .*one.png is 40×30 px, the file lists 41×30"),
         ({**IMAGE, "width": 0}, r"image 1: expected positive integer 'width' and 'height', got 0, 30"),
         ({**IMAGE, "file_name": None}, r"image 1: expected a 'file_name', got None"),
     ],

@@ -35,7 +35,7 @@ def _parser() -> CommandParser:
     corpus.add_argument("--duration", type=float, default=2.0, metavar="SEC", help="seconds per utterance (default 2)")
     corpus.add_argument("--sample-rate", type=_positive, default=16000, metavar="HZ", help="default 16000")
     corpus.add_argument("--workers", type=_positive, default=1, metavar="N", help="processes (same files for any N)")
-    corpus.add_argument("--overwrite", action="store_true", help="replace an existing corpus in OUT")
+    corpus.add_argument("--overwrite", action="store_true", help="replace a corpus made earlier in OUT (only a folder whose meta.json says modforge made it as one, holding nothing else)")
     add_plugins_option(corpus)  # --plugins works on every command
     shapes = tools.add_parser(
         "make-shapes",
@@ -57,7 +57,7 @@ def _parser() -> CommandParser:
     shapes.add_argument("--max-occlusion", type=float, default=0.7, metavar="F",
                         help="largest share of a shape others may hide (default 0.7)")  # fmt: skip
     shapes.add_argument("--workers", type=_positive, default=1, metavar="N", help="processes (same files for any N)")
-    shapes.add_argument("--overwrite", action="store_true", help="replace an existing shapes set in OUT")
+    shapes.add_argument("--overwrite", action="store_true", help="replace a shapes set made earlier in OUT (only a folder whose meta.json says modforge made it as one, holding nothing else)")
     add_plugins_option(shapes)
     return parser
 

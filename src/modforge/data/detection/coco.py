@@ -415,7 +415,10 @@ def read_instances(
                 raise ValueError(f"image {image_id} is listed twice")
             # a name leaving the folder is refused even with skip_bad: nothing outside it is looked at
             file = inside(folder, name, what=f"{path}: image {image_id}: file_name")
-            _verify_file(file, width, height, verify)
+            try:
+                _verify_file(file, width, height, verify)
+            except ValueError as exc:
+                raise ValueError(f"image {image_id}: {exc}") from None
         except ValueError as exc:
             bad(str(exc), image=True)
             if isinstance(entry, dict) and _is_int(entry.get("id")) and entry["id"] not in listed:
