@@ -19,6 +19,8 @@ from sweep_helpers import TIMEOUT_S, digits_beside, sweep_cli, trial_rows
 
 ray = pytest.importorskip("ray")
 
+from modforge.sweep.ray_executor import init_local_ray  # noqa: E402 - after the skip without ray
+
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "configs" / "digits.yaml"
 
@@ -33,12 +35,13 @@ METRICS = ("test.accuracy", "test.loss", "best.val_accuracy")
 
 @pytest.fixture(scope="module")
 def ray_address():
-    """One local Ray instance (2 CPUs, no dashboard) for every test here; shut down after them.
+    """One local Ray instance (2 CPUs, no dashboard, on 127.0.0.1) for every test here; shut down after them.
     Started with SIGINT ignored, as a Ray started in the background (``&``, nohup) is: its
     workers inherit that, and a stopped sweep must still be able to cancel its tasks."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 1024**2)
+        init_local_ray(ray, num_cpus=2, include_dashboard=False, log_to_driver=False,
+                       object_store_memory=100 * 1024**2)  # listening on 127.0.0.1 only, as a sweep's own  # fmt: skip
     finally:
         signal.signal(signal.SIGINT, previous)
     try:
@@ -89,8 +92,8 @@ collect: [test.accuracy, test.loss, best.val_accuracy]
 ray: {{max_retries: 2}}
 """)
     sweep_dir, trials = tmp_path / "killed", tmp_path / "killed" / "trials"
-    # no --backend: the sweep file's ray: section makes Ray the backend
-    command = [sys.executable, "-m", "modforge", "sweep", str(sweep), "--ray-address", ray_address,
+    # only --backend ray switches Ray on (the sweep file's ray: section holds its resource settings)
+    command = [sys.executable, "-m", "modforge", "sweep", str(sweep), "--backend", "ray", "--ray-address", ray_address,
                "--sweep-dir", str(sweep_dir)]  # fmt: skip
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = trials / "seed0.log"

@@ -58,9 +58,9 @@ collect: [test.accuracy, {{name: seconds, goal: none}}]
     assert (tmp_path / "sw" / "results.png").is_file() and (tmp_path / "sw" / "sweep.yaml").is_file()
 
 
-KILL_SWEEP = f"""
-config: {DIGITS}
-overrides: {{train.max_epochs: 4, data.batch_size: 16, train.callbacks: []}}
+KILL_SWEEP = """
+config: digits.yaml
+overrides: {train.max_epochs: 4, data.batch_size: 16, train.callbacks: []}
 seeds: [0, 1]
 collect: [test.accuracy, test.loss, best.val_accuracy]
 """

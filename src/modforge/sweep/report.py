@@ -190,11 +190,11 @@ def _machine() -> str:
 
 def _code(value: str) -> str:
     """``value`` as a code span in a table cell (``|`` escaped), or escaped text where a code
-    span cannot hold it (a backtick or backslash): never markup, HTML or a broken row."""
+    span cannot hold it (a backtick, a backslash) or HTML: never markup, HTML or a broken row."""
     text = plain_text(value, replacement=" ")
     if not text or text == "–":
         return text
-    if "`" in text or "\\" in text:
+    if any(c in text for c in "`\\<>&"):  # HTML, too, is shown escaped rather than trusted to a code span
         return markdown_cell(text)
     return "`" + text.replace("|", "\\|") + "`"
 
