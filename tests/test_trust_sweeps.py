@@ -449,3 +449,18 @@ def test_the_pruning_marker_replaces_a_planted_link(tmp_path):
     assert victim.read_bytes() == VICTIM_TEXT and json.loads((tmp_path / "run" / "pruned.json").read_text()) == {
         "trial": 0
     }
+
+
+def test_a_stored_sweep_asking_for_thousands_of_plot_panels_is_one_line(tmp_path, cli):
+    grid = {f"a{i}.x": [1] for i in range(200)}  # one trial, 200 swept parameters
+    sweep_dir = _sweep_folder(tmp_path, rows=[], seeds=[0], grid=grid)
+    (trial_id,) = _planned_ids(sweep_dir)
+    row = {"trial": trial_id, **{k: "1" for k in grid}, "seed": 0, "status": "done", "test.accuracy": 0.9,
+           "seconds": 1, "overrides": "", "error": ""}  # fmt: skip
+    with (sweep_dir / "trials.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow(row)
+    res = cli("sweep-report", str(sweep_dir))
+    assert "200 panels in results.png" in _one_line_refusal(res.code, res.err)
+    assert not (sweep_dir / "results.png").exists()

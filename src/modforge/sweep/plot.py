@@ -26,6 +26,11 @@ def _numbers(values: list[str]) -> list[float] | None:
     return out if all(math.isfinite(v) for v in out) else None
 
 
+MAX_PANELS = 144
+"""More panels (collected values × swept parameters) than this is no figure anyone reads; a
+sweep file asking for more is refused rather than drawn into gigabytes of pixels."""
+
+
 def _text(value: object) -> str:
     """A string from the sweep's files as matplotlib shows it: no control characters, and ``$``
     literal (not the start of mathtext, whose parse errors would end the report)."""
@@ -48,6 +53,13 @@ def plot_results(report: Report, path: Path) -> None:
 
     metrics = list(report.spec.collect)
     params = report.params or ["trial"]
+    if len(metrics) * len(params) > MAX_PANELS:
+        from ..core.config import display_path
+        from ..core.errors import UsageError
+
+        raise UsageError(f"{display_path(report.spec.file)}: {len(metrics)} collected values × {len(params)} swept "
+                         f"parameters make {len(metrics) * len(params)} panels in results.png, more than "
+                         f"{MAX_PANELS}; collect or sweep fewer")  # fmt: skip
     rows = [r for r in read_rows(report.sweep_dir) if r.get("status") == "done"]
     fig, axes = plt.subplots(len(metrics), len(params), figsize=(4.2 * len(params), 3.0 * len(metrics)),
                              squeeze=False)  # fmt: skip
