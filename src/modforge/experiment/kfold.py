@@ -21,6 +21,7 @@ from ..core.safe_files import write_atomic
 from ..data.base import DataSplits
 from ..data.splits import sklearn_seed
 from ..tasks.base import get_task
+from .run_plugins import check_signing_key
 from .runner import configured_task, train_run
 from .runs import write_json
 from .settings import LOADER_KEYS
@@ -76,6 +77,7 @@ def run_kfold(cfg: Config, folds: int, run_dir: Path) -> dict[str, Any]:
         raise UsageError(f"--folds: expected at most {largest} (the most frequent class has {largest} samples in the "
                          f"pooled training and validation data; each fold needs some of them), got {folds}")  # fmt: skip
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=sklearn_seed(cfg.data.get("seed") or 0))
+    check_signing_key(cfg.plugins)  # a key that cannot sign the copies: one error, no half-made folder
     create_run_dir(run_dir)
     log.info("k-fold run folder: %s", display_path(run_dir))
     write_atomic(run_dir / "config.yaml", cfg.to_yaml())
