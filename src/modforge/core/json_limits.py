@@ -32,6 +32,7 @@ MAX_JSON_DEPTH = 64
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPEN = (ord("["), ord("{"))
 _CLOSE = (ord("]"), ord("}"))
+_CHUNK = 1 << 24
 
 
 class JsonLimitError(UsageError):
@@ -45,12 +46,14 @@ def json_depth(data: bytes) -> int:
     JSON; on invalid text the result is only an estimate (the parser then rejects it).
     """
     a = np.frombuffer(data, dtype=np.uint8)
-    mask = a == _QUOTE
-    mask |= a == _BACKSLASH
-    for code in _OPEN + _CLOSE:
-        mask |= a == code
-    where = np.flatnonzero(mask)
-    del mask
+    found = []
+    for start in range(0, a.size, _CHUNK):  # in chunks: the masks stay small next to the text
+        part = a[start : start + _CHUNK]
+        mask = part == _QUOTE
+        for code in (_BACKSLASH, *_OPEN, *_CLOSE):
+            mask |= part == code
+        found.append(np.flatnonzero(mask) + start)
+    where = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
     if not where.size:
         return 0
     kinds = a[where]
