@@ -71,8 +71,11 @@ def templates(tmp_path_factory) -> dict[str, Path]:
 def plant(folder: Path, name: str, target: str, outside: Path) -> None:
     """Put a link (or a FIFO) of kind ``target`` at ``folder/name``, replacing what was there."""
     path = folder / name
+    for parent in reversed(path.relative_to(folder).parents[:-1]):  # never plant *through* an earlier link
+        if (folder / parent).is_symlink() or ((folder / parent).exists() and not (folder / parent).is_dir()):
+            return
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_symlink() or path.is_file():
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
         path.unlink()
     elif path.is_dir():
         shutil.rmtree(path)
@@ -116,7 +119,7 @@ def check(results: list[tuple[int, str]], before: dict, outside: Path) -> None:
 plantings = st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(TARGETS)), min_size=1, max_size=3)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(planted=plantings)
 def test_generated_run_folders(templates, tmp_path_factory, capsys, planted):
     base = tmp_path_factory.mktemp("case")
@@ -127,12 +130,13 @@ def test_generated_run_folders(templates, tmp_path_factory, capsys, planted):
     for index, target in planted:
         plant(run, RUN_NAMES[index % len(RUN_NAMES)], target, outside)
     before = digest(outside)
-    results = run_commands([["test", str(run)], ["export", str(run), "--engine", "torchscript",
-                                                 "--out", str(base / "model.ts")]], base, capsys)  # fmt: skip
+    results = run_commands([["test", str(run)], ["export", str(run), "--engine", "torchscript", "--out",
+                                                 str(base / "model.ts")], ["train", "--resume", str(run)]],
+                           base, capsys)  # fmt: skip
     check(results, before, outside)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(planted=plantings)
 def test_generated_sweep_folders(templates, tmp_path_factory, capsys, planted):
     base = tmp_path_factory.mktemp("case")
@@ -145,3 +149,17 @@ def test_generated_sweep_folders(templates, tmp_path_factory, capsys, planted):
     before = digest(outside)
     results = run_commands([["sweep-report", str(sweep)]], base, capsys)
     check(results, before, outside)
+
+
+def test_untouched_folders_work_and_inside_links_are_fine(templates, tmp_path, capsys):
+    """The control: the same commands on the unmodified folders (and with a link that stays
+    inside) succeed — so the refusals above are the planted entries' doing."""
+    run, sweep, outside = tmp_path / "run", tmp_path / "sweep", tmp_path / "outside"
+    shutil.copytree(templates["run"], run, symlinks=True)
+    shutil.copytree(templates["sweep"], sweep, symlinks=True)
+    outside.mkdir()
+    plant(run, "x", "inside", outside)
+    results = run_commands([["test", str(run)], ["export", str(run), "--engine", "torchscript", "--out",
+                                                 str(tmp_path / "model.ts")], ["sweep-report", str(sweep)]],
+                           tmp_path, capsys)  # fmt: skip
+    assert [code for code, _ in results] == [0, 0, 0], results
