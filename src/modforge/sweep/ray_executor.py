@@ -136,6 +136,12 @@ def _from_folder(folder: str) -> Iterator[None]:
         os.chdir(previous)
 
 
+def _on_loopback(address: str) -> bool:
+    """Whether a Ray address (``HOST:PORT``, ``ray://HOST:PORT``) names this machine's loopback."""
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
 def init_local_ray(ray: Any, **kwargs: Any) -> None:
     """``ray.init(**kwargs)`` starting a local instance that listens on 127.0.0.1 only.
 
@@ -206,7 +212,10 @@ class RayExecutor:
         try:
             with _from_folder(self._empty):
                 if address:
-                    self.ray.init(address=address, **quiet)
+                    # a cluster on this machine's loopback (as the sweep's own and the tests' are): this driver's
+                    # node is 127.0.0.1 too, or Ray would wait for a node at the machine's network address
+                    with _loopback_node(self.ray) if _on_loopback(address) else contextlib.nullcontext():
+                        self.ray.init(address=address, **quiet)
                 else:
                     # every core this process may use (never fewer than the workers need): a trial with --nproc N
                     # asks for N times cpus_per_trial, and --workers, not the instance's size, caps how many run
