@@ -18,7 +18,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.errors import UsageError
 from ..core.optional import import_extra
+from ..core.safe_files import open_regular
 from .command import TrialJob
 
 __all__ = [
@@ -124,11 +126,11 @@ def last_error_line(log: Path, limit: int = 300) -> str:
     """The trial's error in one line: the last ``error:`` line of its log (modforge prints
     one), else its last meaningful line; shortened to ``limit`` characters."""
     try:
-        with log.open("rb") as fh:
+        with open_regular(log, "rb") as fh:  # never through a link, never a FIFO that would hang the read
             fh.seek(0, 2)
             fh.seek(max(0, fh.tell() - 65536))
             lines = fh.read().decode("utf-8", "replace").splitlines()
-    except OSError:
+    except (OSError, UsageError):
         return "no log"
     lines = [line.strip() for line in lines if line.strip()]
     headers = [i for i, line in enumerate(lines) if line.startswith("# ")]  # each attempt starts with one
