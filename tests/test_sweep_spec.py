@@ -314,3 +314,16 @@ def test_the_error_of_a_trial_is_its_last_attempts(tmp_path):
     log = tmp_path / "t.log"
     log.write_text("# 10:00 cmd\nerror: first attempt failed\n# 10:05 cmd --resume\nepoch 3\nKilled\n")
     assert last_error_line(log) == "Killed"
+
+
+def test_every_shipped_sweep_file_loads_with_the_documented_config_root():
+    """The commands the README and the sweep files show (``--config-root configs``) work, and
+    without the flag the configs in the sibling folders are refused (they do not lie beside)."""
+    from modforge.sweep.spec import SweepSpecError
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    for sweep in sorted((configs / "sweeps").glob("*.yaml")):
+        spec = load_sweep(sweep, config_roots=[configs])
+        assert spec.name
+        with pytest.raises(SweepSpecError, match="config-root"):
+            load_sweep(sweep)

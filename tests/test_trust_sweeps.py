@@ -246,6 +246,16 @@ def test_a_sweep_file_cannot_set_what_only_the_command_line_may(tmp_path, sweep_
     assert not marker.exists()
 
 
+def test_multi_process_trials_come_from_the_users_command_line(tmp_path, cli, sweep_file):
+    """``--nproc`` is refused in a sweep file but ``modforge sweep --nproc N`` gives every training trial N processes."""
+    sweep = sweep_file("config: digits.yaml\nseeds: [0, 1]\ncollect: [test.accuracy]\n")
+    res = cli("sweep", str(sweep), "--sweep-dir", str(tmp_path / "sw"), "--nproc", "2", "--dry-run")
+    assert res.code == 0, res.err
+    shown = " ".join(res.out.split())  # the table may wrap a long command
+    assert shown.count("--nproc 2") == 2 and shown.count("train.num_threads") == 2, res.out
+    assert cli("sweep", str(sweep), "--nproc", "0", "--dry-run").code == 2
+
+
 def test_a_flag_value_that_reads_as_another_flag_is_refused(sweep_file):
     for body in ("overrides: {--algorithm: --plugins=/x/evil.py}", "grid: {--algorithm: [sgd, --plugins=x.py]}",
                  "random: {trials: 2, space: {--algorithm: {choice: [sgd, --resume=/x]}}}"):  # fmt: skip

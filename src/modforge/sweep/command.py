@@ -29,7 +29,7 @@ from ..core.safe_files import UnsafePathError, inside, remove_tree
 from .spec import AUTO_KEYS, SweepSpec
 from .trial import Trial
 
-__all__ = ["TrialJob", "build_job", "modforge_command", "override_tokens", "processes_of", "run_wrote", "user_tokens"]
+__all__ = ["TrialJob", "build_job", "modforge_command", "override_tokens", "run_wrote", "user_tokens"]
 
 SUMMARY = "summary.json"
 
@@ -192,20 +192,13 @@ class TrialJob:
         return shlex.join(self.fresh)
 
 
-def processes_of(trial: Trial) -> int:
-    """The trial's ``--nproc`` (1 without it, or with a value ``modforge train`` will refuse)."""
-    value = trial.overrides.get("--nproc")
-    try:
-        return max(1, int(value)) if value is not None and not isinstance(value, bool) else 1
-    except (TypeError, ValueError):
-        return 1
-
-
-def build_job(spec: SweepSpec, trial: Trial, sweep_dir: Path, threads: int) -> TrialJob:
+def build_job(spec: SweepSpec, trial: Trial, sweep_dir: Path, threads: int, processes: int = 1) -> TrialJob:
     """The :class:`TrialJob` of ``trial`` in ``sweep_dir``, with ``threads`` torch threads
     (``train.num_threads``, unless the sweep file sets it), ``train.progress=never`` (unless
     set: the log gets lines, not a progress bar) and the search's own overrides
-    (:attr:`Trial.extra`). A resumed trial keeps its ``--nproc`` and gets the search's own
+    (:attr:`Trial.extra`); with ``processes`` > 1 (``modforge sweep --nproc N``, the user's own
+    command line — never a sweep file) a training trial runs as N processes under torchrun.
+    A resumed trial keeps its ``--nproc`` and gets the search's own
     overrides again (a stored config's study storage is not re-activated by itself); the rest
     is in its saved config."""
     trials = Path(os.path.abspath(sweep_dir)).resolve() / "trials"  # the sweep folder once; never the trial's own
@@ -215,9 +208,9 @@ def build_job(spec: SweepSpec, trial: Trial, sweep_dir: Path, threads: int) -> T
     auto = dict(zip(AUTO_KEYS, (threads, "never"), strict=True))
     extra = [f"{k}={v}" for k, v in auto.items() if k not in spec.setting_keys()] + override_tokens(trial.extra)
     base = [*modforge_command(), command]
-    fresh = (*base, config, *user_tokens(trial), *extra, "--run-dir", str(run_dir))
-    processes = processes_of(trial)
-    nproc = ("--nproc", str(processes)) if "--nproc" in trial.overrides else ()
+    nproc = ("--nproc", str(processes)) if processes > 1 and command == "train" else ()
+    processes = processes if nproc else 1
+    fresh = (*base, config, *user_tokens(trial), *extra, "--run-dir", str(run_dir), *nproc)
     # the search's own callbacks again: a resumed run's stored config never re-activates a destination by itself
     resume = (*base, "--resume", str(run_dir), *nproc, *override_tokens(trial.extra)) if command == "train" else None
     return TrialJob(trial.id, run_dir, run_dir.with_name(f"{trial.id}.log"), fresh, resume, threads, processes)

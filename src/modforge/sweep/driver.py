@@ -72,8 +72,10 @@ def write_resolved(spec: SweepSpec, sweep_dir: Path) -> None:
 class _Run:
     """One invocation of a sweep (see :func:`run_sweep`)."""
 
-    def __init__(self, spec: SweepSpec, sweep_dir: Path, search: Search, threads: int, on_event: Event | None):
+    def __init__(self, spec: SweepSpec, sweep_dir: Path, search: Search, threads: int, on_event: Event | None,
+                 processes: int = 1):  # fmt: skip
         self.spec, self.sweep_dir, self.search, self.threads = spec, sweep_dir, search, threads
+        self.processes = processes
         self.on_event = on_event or (lambda *_: None)
         self.table = TrialsTable(sweep_dir, param_columns(spec), [c.name for c in spec.collect if c.name != "seconds"])
         self.jobs: dict[str, tuple[Trial, TrialJob]] = {}
@@ -96,7 +98,7 @@ class _Run:
             )
 
     def start(self, trial: Trial, executor) -> None:
-        job = build_job(self.spec, trial, self.sweep_dir, self.threads)
+        job = build_job(self.spec, trial, self.sweep_dir, self.threads, self.processes)
         self.check_same(trial, job)
         job.check()  # a link at the trial's folder: refused before anything is recorded
         self.table.set(trial.id, **self.row_values(trial))
@@ -142,11 +144,12 @@ class _Run:
 
 def run_sweep(
     spec: SweepSpec, sweep_dir: Path, *, workers: int | None = 1, backend: str = "local",
-    settings: dict[str, Any] | None = None, on_event: Event | None = None,
+    settings: dict[str, Any] | None = None, on_event: Event | None = None, processes: int = 1,
 ) -> SweepResult:  # fmt: skip
     """Run (or continue) ``spec`` in ``sweep_dir`` with ``workers`` trials at once (``None``:
     as many as the backend holds) on ``backend``, given its ``settings`` (see
-    :class:`~.executor.ExecutorOptions`).
+    :class:`~.executor.ExecutorOptions`); each training trial runs as ``processes`` processes
+    (``--nproc``).
 
     Raises:
         SweepBusyError: another sweep (or a killed one's trials) holds the folder.
@@ -161,9 +164,9 @@ def run_sweep(
         search = SEARCHES[spec.search](spec, sweep_dir)
         executor = EXECUTORS[backend](ExecutorOptions(workers=workers, keep_fds=(lock.fd,), settings=settings or {}))
         threads = getattr(executor, "threads", None) or default_threads(workers or 1)
-        run = _Run(spec, sweep_dir, search, threads, on_event)
+        run = _Run(spec, sweep_dir, search, threads, on_event, processes)
         for trial in getattr(search, "trials", None) or ():  # a search that knows its trials: refuse before any starts
-            job = build_job(spec, trial, sweep_dir, threads)
+            job = build_job(spec, trial, sweep_dir, threads, processes)
             run.check_same(trial, job)
             job.check()
         write_resolved(spec, sweep_dir)  # only once the sweep file is known to fit the folder

@@ -73,7 +73,7 @@ FORBIDDEN_KEYS = {
     "plugins": "plug-ins are named on the command line or lie beside the config",
     "--resume": "the sweep decides when a trial resumes",
     "--run-dir": "the sweep chooses each trial's folder",
-    "--nproc": "a sweep file does not start distributed processes (each trial is one process)",
+    "--nproc": "a sweep file does not start distributed processes (pass --nproc N to modforge sweep)",
 }
 """Override keys a sweep file may not set (the user's command line only), and why."""
 _MIN_WORDS = ("loss", "error", "errors", "eer", "dcf", "forgetting", "seconds", "time", "runtime", "wer", "cer")

@@ -1,5 +1,5 @@
 """``modforge sweep SWEEP.yaml [--workers N] [--sweep-dir DIR] [--config-root DIR] [--max-trials N]
-[--backend local|ray] [--ray-address ADDR] [--cpus-per-trial N] [--gpus-per-trial N] [--dry-run]
+[--nproc N] [--backend local|ray] [--ray-address ADDR] [--cpus-per-trial N] [--gpus-per-trial N] [--dry-run]
 [--write-to FILE]`` — run (or continue) a sweep, then write its results table.
 
 ``--backend ray`` runs each trial as a Ray task (a local Ray instance listening on 127.0.0.1
@@ -54,6 +54,9 @@ def _parser() -> CommandParser:
                      help="an existing Ray cluster (auto, HOST:6379, ray://HOST:10001); default: a local instance")  # fmt: skip
     ray.add_argument("--cpus-per-trial", type=float, metavar="N", help="CPUs per trial process (default 1)")
     ray.add_argument("--gpus-per-trial", type=float, metavar="N", help="GPUs per trial process (default 0)")
+    parser.add_argument("--nproc", type=int, default=1, metavar="N",
+                        help="run each training trial as N processes (torchrun, DDP); with --backend ray a trial "
+                        "reserves N times its resources (default 1)")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="list the trials and their commands; run nothing")
     parser.add_argument("--write-to", metavar="FILE", help="also write the markdown table there, keeping the "
                         "hand-written notes below its notes marker")  # fmt: skip
@@ -94,7 +97,7 @@ def _progress(total: int | None, collect):
     return on_event
 
 
-def _dry_run(spec, sweep_dir: Path, threads: int) -> int:
+def _dry_run(spec, sweep_dir: Path, threads: int, processes: int) -> int:
     from ...sweep import SEARCHES, build_job
 
     search = SEARCHES[spec.search](spec, sweep_dir)
@@ -102,11 +105,12 @@ def _dry_run(spec, sweep_dir: Path, threads: int) -> int:
         trial = search.example()
         title = (f"{spec.name}: {search.total or 'a search of'} trials chosen by '{spec.search}' as results come in "
                  f"→ {display_path(sweep_dir)}; one looks like")  # fmt: skip
-        print_table(("trial", "command"), [(trial.id, build_job(spec, trial, sweep_dir, threads).shown())], title=title)
+        print_table(("trial", "command"), [(trial.id, build_job(spec, trial, sweep_dir, threads, processes).shown())],
+                    title=title)  # fmt: skip
         return 0
     rows = []
     while (trial := search.ask()) is not None:
-        rows.append((trial.id, build_job(spec, trial, sweep_dir, threads).shown()))
+        rows.append((trial.id, build_job(spec, trial, sweep_dir, threads, processes).shown()))
     print_table(("trial", "command"), rows, title=f"{spec.name}: {len(rows)} trials → {display_path(sweep_dir)}")
     return 0
 
@@ -143,6 +147,8 @@ def run(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)
     if ns.workers is not None and ns.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {ns.workers}")
+    if ns.nproc < 1:
+        raise UsageError(f"--nproc must be at least 1, got {ns.nproc}")
     if ns.max_trials < 1:
         raise UsageError(f"--max-trials must be at least 1, got {ns.max_trials}")
     spec = load_sweep(Path(ns.sweep), config_roots=ns.config_root, max_trials=ns.max_trials)
@@ -158,7 +164,7 @@ def run(argv: list[str]) -> int:
         from ...sweep.executor import default_threads
 
         threads = max(1, int(settings["cpus_per_trial"])) if backend == "ray" else default_threads(ns.workers or 1)
-        return _dry_run(spec, sweep_dir, threads)
+        return _dry_run(spec, sweep_dir, threads, ns.nproc)
     if sweep_dir.exists() and not sweep_dir.is_dir():
         raise UsageError(f"--sweep-dir {display_path(sweep_dir)}: that is a file, not a folder; choose another")
     _stop_on_sigterm()
@@ -169,11 +175,13 @@ def run(argv: list[str]) -> int:
     console().print(f"sweep {spec.name}: {total if total else 'a search of'} trials, {at_once}{where} "
                     f"→ {display_path(sweep_dir)}", highlight=False, markup=False)  # fmt: skip
     result = run_sweep(spec, sweep_dir, workers=ns.workers if ns.workers or backend == "ray" else 1, backend=backend,
-                       settings=settings, on_event=_progress(total, spec.collect))  # fmt: skip
+                       settings=settings, on_event=_progress(total, spec.collect), processes=ns.nproc)  # fmt: skip
     from .sweep_report import show_report
 
-    command = f"modforge sweep {ns.sweep}" + (f" --workers {ns.workers}" if ns.workers and ns.workers > 1 else "")
+    command = f"modforge sweep {ns.sweep}" + "".join(f" --config-root {root}" for root in ns.config_root)
+    command += f" --workers {ns.workers}" if ns.workers and ns.workers > 1 else ""
     command += " --backend ray" if backend == "ray" else ""
+    command += f" --nproc {ns.nproc}" if ns.nproc > 1 else ""
     show_report(sweep_dir, write_to=write_to, produced_by=command, max_trials=ns.max_trials)
     if result.pruned:
         console().print(f"{result.pruned} trial(s) pruned by the optuna study (status 'pruned' in "
