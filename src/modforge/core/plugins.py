@@ -191,16 +191,22 @@ class _VerifiedPackage(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return self.spec(fullname).submodule_search_locations is not None
 
 
-def _import_verified_package(
-    folder: Path, files: Mapping[str, bytes], origin: str, spec: str, name: str | None = None
-) -> ModuleType:
-    """A verified package copy, under its own name, run from ``files`` (see :class:`_VerifiedPackage`)."""
+def _package_name(folder: Path, origin: str, spec: str, name: str | None) -> str:
+    """The module name a package folder is imported under: a Python name, never a standard-library module's."""
     name = name or folder.name
     if not name.isidentifier():
         raise PluginError(f"plug-in folder '{spec}' is not a Python package name (from {origin})")
     if _standard_library(name):
         raise PluginError(f"plug-in '{spec}' (from {origin}) is refused: '{name}' is the name of a "
                           "standard-library module, which a plug-in may not replace")  # fmt: skip
+    return name
+
+
+def _import_verified_package(
+    folder: Path, files: Mapping[str, bytes], origin: str, spec: str, name: str | None = None
+) -> ModuleType:
+    """A verified package copy, under its own name, run from ``files`` (see :class:`_VerifiedPackage`)."""
+    name = _package_name(folder, origin, spec, name)
     if "__init__.py" not in files:
         raise PluginError(f"plug-in '{spec}' (from {origin}) is refused: the package copy has no __init__.py")
     existing = sys.modules.get(name)
@@ -324,12 +330,7 @@ def _import_file(path: Path, origin: str, spec: str) -> ModuleType:
 
 def _import_package_folder(folder: Path, origin: str, spec: str, name: str | None = None) -> ModuleType:
     """A package folder, under its own name (so its absolute imports and import paths work)."""
-    name = name or folder.name
-    if not name.isidentifier():
-        raise PluginError(f"plug-in folder '{spec}' is not a Python package name (from {origin})")
-    if _standard_library(name):
-        raise PluginError(f"plug-in '{spec}' (from {origin}) is refused: '{name}' is the name of a "
-                          "standard-library module, which a plug-in may not replace")  # fmt: skip
+    name = _package_name(folder, origin, spec, name)
     init = folder / "__init__.py"
     existing = sys.modules.get(name)
     if existing is not None:
