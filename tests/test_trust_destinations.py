@@ -240,3 +240,19 @@ def test_only_values_typed_on_this_command_line_choose_a_destination(tmp_path):
     assert by_index[5] == specs[5]
     assert [(h.index, h.arg) for h in held] == [(0, "tracking_uri"), (2, "entity")]
     assert specs[0]["args"]["tracking_uri"] == "http://their-host"  # the config itself is not changed
+
+
+def test_an_mlflow_store_planted_in_the_run_folder_cannot_send_artifacts_elsewhere(cli, run, tmp_path):
+    """The default store is the run folder's ``mlruns/``: someone may have made it with an
+    artifact location anywhere. The tracker refuses it (one line) before writing anything there."""
+    from mlflow.tracking import MlflowClient
+
+    elsewhere = tmp_path / "elsewhere"
+    with mock.patch.dict(os.environ, {"MLFLOW_ALLOW_FILE_STORE": "true"}):
+        MlflowClient(tracking_uri=(run / "mlruns").resolve().as_uri()).create_experiment(
+            "tiny", artifact_location=elsewhere.as_uri())
+    res = cli("train", "--resume", "run", "train.max_epochs=2", "train.callbacks=[mlflow]")  # the user's own tracker
+    assert res.code == 2, res.err
+    lines = res.err.strip().splitlines()
+    assert lines[-1].startswith("error: train.callbacks: the mlflow store in ") and "outside the run folder" in lines[-1]
+    assert not elsewhere.exists()

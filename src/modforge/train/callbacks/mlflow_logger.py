@@ -12,9 +12,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from ...core.optional import import_extra
 from ...core.registries import register_callback
+from ...core.text_safety import plain_text
 from .tracker import Tracker, TrackerError, as_text
 
 log = logging.getLogger("modforge.train")
@@ -97,6 +99,7 @@ class MLflowLogger(Tracker):
                                "lacks them), or leave tracking_uri out for a file store in the run folder")  # fmt: skip
         self._client = client = MlflowClient(tracking_uri=self._uri)
         if run_id is not None and self._continues(run_id):
+            self._check_artifacts_inside(client.get_run(run_id).info.artifact_uri, run_dir)
             client.update_run(run_id, status="RUNNING")
             self._mark_running(True)
             return run_id, True
@@ -105,8 +108,28 @@ class MLflowLogger(Tracker):
             run_name=self.name or run_dir.name,
             tags={"modforge.run_dir": str(run_dir.resolve()), **self.tags},
         )
+        self._check_artifacts_inside(run.info.artifact_uri, run_dir)
         self._mark_running(True)
         return run.info.run_id, False
+
+    def _check_artifacts_inside(self, artifact_uri: str, run_dir: Path) -> None:
+        """The default store lives in the run folder, which may come from someone else: its
+        experiment or run records may name an artifact location anywhere (``file:///ANY/PATH``)
+        and the client would write the run's files there. Refused unless it lies inside the
+        run folder. (A ``tracking_uri`` the user gave is the user's own store: not checked.)"""
+        if self.tracking_uri is not None:
+            return
+        parsed = urlparse(artifact_uri or "")
+        path = Path(url2pathname(parsed.path)) if parsed.scheme in ("", "file") and parsed.path else None
+        root = run_dir.resolve()
+        try:
+            inside = path is not None and path.resolve().is_relative_to(root)
+        except (OSError, RuntimeError):
+            inside = False
+        if not inside:
+            raise TrackerError(f"train.callbacks: the mlflow store in {run_dir / 'mlruns'} puts the run's artifacts at "
+                               f"{plain_text(artifact_uri)}, outside the run folder; refused (a store inside a run folder "
+                               "keeps its files there: remove its mlruns/ to start a new one)")  # fmt: skip
 
     def _continues(self, run_id: str) -> bool:
         """Whether the store still holds ``run_id`` (not deleted); else a warning."""

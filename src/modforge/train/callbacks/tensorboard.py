@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from ...core.errors import UsageError
 from ...core.registries import register_callback
+from ...core.safe_files import inside
 from .base import Callback
 
 
@@ -17,7 +18,8 @@ class TensorBoard(Callback):
     Needs the ``tensorboard`` package: ``pip install "modforge[tensorboard]"``.
 
     Args:
-        subdir: folder inside the run folder for the event files ("" = the run folder).
+        subdir: folder inside the run folder for the event files ("" = the run folder); a
+            relative path without ``..`` (the event files never go elsewhere).
     """
 
     order = 35
@@ -30,6 +32,9 @@ class TensorBoard(Callback):
             raise UsageError(
                 'the tensorboard callback needs the tensorboard package: pip install "modforge[tensorboard]"'
             ) from exc
+        if not isinstance(subdir, str) or subdir.startswith(("/", "\\", "~")) or ".." in PurePath(subdir).parts \
+                or PurePath(subdir).is_absolute():  # fmt: skip
+            raise ValueError(f"subdir must be a folder inside the run folder (relative, without '..'), got {subdir!r}")
         self.subdir = subdir
         self._writer = None
 
@@ -38,7 +43,9 @@ class TensorBoard(Callback):
             return
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(Path(trainer.run_dir) / self.subdir))
+        run_dir = Path(trainer.run_dir)
+        log_dir = inside(run_dir, self.subdir, "the tensorboard callback's subdir") if self.subdir else run_dir
+        self._writer = SummaryWriter(log_dir=str(log_dir))
 
     def on_epoch_end(self, trainer, row: dict[str, Any]) -> None:
         if self._writer is None:
