@@ -256,3 +256,18 @@ def test_an_mlflow_store_planted_in_the_run_folder_cannot_send_artifacts_elsewhe
     lines = res.err.strip().splitlines()
     assert lines[-1].startswith("error: train.callbacks: the mlflow store in ") and "outside the run folder" in lines[-1]
     assert not elsewhere.exists()
+
+
+def test_a_sweep_trial_keeps_the_study_in_its_own_sweep_folder_only(tmp_path):
+    sweep = tmp_path / "sweep"
+    (sweep / "trials" / "t001").mkdir(parents=True)
+    (sweep / "sweep.yaml").write_text("config: x.yaml\n")
+    pruning = {"type": "optuna_pruning", "args": {"storage": f"sqlite:///{sweep}/optuna.db", "study": "s", "trial": 1}}
+    elsewhere = {"type": "optuna_pruning", "args": {"storage": f"sqlite:///{tmp_path}/optuna.db", "study": "s", "trial": 1}}
+    kept, held = keep_destinations_local([pruning], _origins("config.yaml:3", {}), sweep / "trials" / "t001")
+    assert kept == [(0, pruning)] and held == []
+    kept, held = keep_destinations_local([elsewhere], _origins("config.yaml:3", {}), sweep / "trials" / "t001")
+    assert kept == [] and [(h.type, h.arg) for h in held] == [("optuna_pruning", "storage")]
+    (sweep / "sweep.yaml").unlink()  # no sweep folder around the run: its study is elsewhere
+    kept, held = keep_destinations_local([pruning], _origins("config.yaml:3", {}), sweep / "trials" / "t001")
+    assert kept == [] and len(held) == 1

@@ -32,9 +32,9 @@ from ..train.optim_builder import build_optimizer, build_scheduler
 from ..train.rng import seed_everything
 from ..train.trainer import Trainer
 from .plots import plot_curves
-from .run_plugins import check_signing_key, load_stored_plugins, snapshot_plugins
+from .run_plugins import load_stored_plugins, snapshot_plugins
 from .runs import RunFolderError, create_run_dir, write_json
-from .settings import LOADER_KEYS, TrainSettings, held_destinations_message, keep_destinations_local
+from .settings import LOADER_KEYS, TrainSettings, held_destinations_message, keep_destinations_local, sweep_folder_of
 
 __all__ = ["Experiment", "check_run_folder", "checkpoint_digest", "evaluate_checkpoint", "evaluation_stem",
            "require_a_loss", "run_folder_of", "start_run_folder", "train_run"]
@@ -181,6 +181,9 @@ class Experiment:
         if not self.cfg.stored:
             return list(enumerate(self.settings.callbacks))
         specs, held = keep_destinations_local(list(self.settings.callbacks), self.cfg.where, run_dir)
+        sweep = sweep_folder_of(run_dir)
+        if sweep is not None and any(spec["type"] == "optuna_pruning" for _, spec in specs):
+            check_folder(sweep, "sweep folder")  # its study (optuna.db) is written: no link out of it
         if held and not self._warned_destinations:
             self._warned_destinations = True
             what = f"the stored config of {display_path(run_dir)}" if run_dir is not None else "the stored config"
@@ -351,7 +354,6 @@ def start_run_folder(cfg: Config, run_dir: Path, *, restart: bool = False) -> No
     build leaves nothing behind), say where it is, and write ``config.yaml`` and the plug-in
     copies. ``restart``: the folder is a run that never reached its first checkpoint,
     started again from scratch — its config is rewritten, its plug-in copies are kept."""
-    check_signing_key(cfg.plugins)  # a key that cannot sign the copies: one error, no half-made run folder
     if restart:
         ensure_folder(run_dir)
     else:

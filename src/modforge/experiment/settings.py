@@ -32,7 +32,7 @@ MAX_THREADS = max(64, 4 * (os.cpu_count() or 1))
 ThreadCount = Annotated[int, Field(gt=0, le=MAX_THREADS)]
 
 __all__ = ["LOADER_KEYS", "HeldDestination", "TrainSettings", "check_device", "held_destinations_message",
-           "keep_destinations_local", "validate_data_section", "validate_train_section"]
+           "keep_destinations_local", "sweep_folder_of", "validate_data_section", "validate_train_section"]
 
 LOADER_KEYS = tuple(a.name for a in signature_of(LoaderSettings).args)
 BatchSize = Annotated[int, Field(gt=0, le=sys.maxsize)]
@@ -308,13 +308,24 @@ def _relative_inside(name: Any) -> bool:
     return not pure.is_absolute() and ".." not in pure.parts and not (len(name) > 1 and name[1] == ":")
 
 
+def sweep_folder_of(run_dir: Path | None) -> Path | None:
+    """The sweep folder a run folder is a trial of (``SWEEP/trials/<id>`` with ``SWEEP/sweep.yaml``), else None."""
+    if run_dir is None or Path(run_dir).parent.name != "trials":
+        return None
+    sweep = Path(run_dir).parent.parent
+    return sweep if (sweep / "sweep.yaml").is_file() else None
+
+
 def _sqlite_inside(url: Any, run_dir: Path | None) -> bool:
-    """Whether ``url`` is ``sqlite:///FILE`` with FILE inside ``run_dir`` (links resolved)."""
+    """Whether ``url`` is ``sqlite:///FILE`` with FILE inside ``run_dir`` or, for a sweep's
+    trial, inside its sweep folder (the study the sweep keeps there); links resolved."""
     if run_dir is None or not isinstance(url, str) or not url.startswith("sqlite:///"):
         return False
     target = Path(url[len("sqlite:///") :])
+    roots = [Path(run_dir), *filter(None, [sweep_folder_of(run_dir)])]
     try:
-        return target.is_absolute() and target.resolve().is_relative_to(Path(run_dir).resolve())
+        real = target.resolve()
+        return target.is_absolute() and any(real.is_relative_to(root.resolve()) for root in roots)
     except (OSError, RuntimeError, ValueError):
         return False
 
@@ -339,7 +350,8 @@ def keep_destinations_local(
     - ``tensorboard``: a ``subdir`` that is absolute or climbs out with ``..`` becomes ``""``;
     - ``csv_logger``: such a ``filename`` becomes ``metrics.csv``;
     - ``optuna_pruning``: the callback is left out unless its ``storage`` is a SQLite file
-      inside ``run_dir`` (a study lives elsewhere: reporting to it is connecting to it).
+      inside ``run_dir`` or, for a sweep's trial, its sweep folder (which the caller then
+      checks like the run folder); a study elsewhere is connecting elsewhere.
 
     Returns:
         ``(position in train.callbacks, spec)`` of the callbacks to build (copies; the config
