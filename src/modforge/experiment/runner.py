@@ -32,7 +32,7 @@ from ..train.optim_builder import build_optimizer, build_scheduler
 from ..train.rng import seed_everything
 from ..train.trainer import Trainer
 from .plots import plot_curves
-from .run_plugins import load_stored_plugins, snapshot_plugins
+from .run_plugins import check_signing_key, load_stored_plugins, snapshot_plugins
 from .runs import RunFolderError, create_run_dir, write_json
 from .settings import LOADER_KEYS, TrainSettings, held_destinations_message, keep_destinations_local, sweep_folder_of
 
@@ -354,6 +354,7 @@ def start_run_folder(cfg: Config, run_dir: Path, *, restart: bool = False) -> No
     build leaves nothing behind), say where it is, and write ``config.yaml`` and the plug-in
     copies. ``restart``: the folder is a run that never reached its first checkpoint,
     started again from scratch — its config is rewritten, its plug-in copies are kept."""
+    check_signing_key(cfg.plugins)  # a key that cannot sign the copies: one error, no half-made run folder
     if restart:
         ensure_folder(run_dir)
     else:
