@@ -94,6 +94,7 @@ def _test_config(argv: list[str]) -> int:
 
 
 def run(argv: list[str]) -> int:
+    from ...core.safe_files import ensure_folder
     from ...experiment.runner import checkpoint_digest, evaluate_checkpoint, evaluation_stem
     from ...experiment.runs import write_json
 
@@ -113,8 +114,7 @@ def run(argv: list[str]) -> int:
     details = {k[len(ns.split) + 1 :]: v for k, v in results.items() if k.startswith(f"{ns.split}_")}  # per_attack...
     _print_results(results, ns.split, display_path(path))
     if path.parent.name == "checkpoints":
-        out = path.parent.parent / "evaluations"
-        out.mkdir(exist_ok=True)
+        out = ensure_folder(path.parent.parent / "evaluations")  # the run folder was checked: a real folder, no link
         stem = evaluation_stem(path, ns.split, ns.overrides, out)  # the stem the evaluation's files got
         record = {"checkpoint": str(path), "checkpoint_sha256": checkpoint_digest(path), "split": ns.split,
                   "overrides": ns.overrides, **metrics}  # fmt: skip
