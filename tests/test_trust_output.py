@@ -46,7 +46,8 @@ def eager_artifact(path: Path, class_names) -> Path:
     return write_torch_artifact(model.state_dict(), path, metadata)
 
 
-def test_predict_shows_hostile_class_and_file_names_as_plain_text(tmp_path, capsys):
+def test_predict_shows_hostile_class_and_file_names_as_plain_text(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # a long temporary path must not wrap the title under the checks
     folder = hostile_folder(tmp_path)
     artifact = eager_artifact(folder / "bold]\x1b[2J.pt", HOSTILE_NAMES)
     sample = folder / "bold]\x9b[red]x.npy"
