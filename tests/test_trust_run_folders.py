@@ -10,6 +10,7 @@ Hole 6, ``--nproc``: torchrun and its workers never import a module lying in the
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -254,3 +255,29 @@ def test_the_nproc_command_line_starts_no_process_that_imports_from_the_cwd():
         assert ("-P" in part) if sys.version_info >= (3, 11) else ("-c" in part and "-m" not in part)
     assert worker[-2:] == ["train", "tiny.yaml"]
     assert safe_child_env()["PYTHONSAFEPATH"] == "1"
+
+
+# ------------------------------------------------------------ paths a checkpoint or a config holds
+def test_a_checkpoints_best_file_is_only_ever_the_best_pt_beside_it(cli, run, tmp_path):
+    """A checkpoint records where its run's best weights lie (an absolute path, data): a lone
+    checkpoint resumed elsewhere never reads the file it names, only a best.pt beside itself."""
+    import torch
+
+    lone = tmp_path / "given"
+    lone.mkdir()
+    shutil.copy(run / "checkpoints" / "last.pt", lone / "last.pt")
+    payload = torch.load(lone / "last.pt", weights_only=True)
+    named = [state["best_file"] for state in payload["callbacks"].values() if "best_file" in state]
+    assert named and Path(named[0]).is_file()  # the checkpoint does name the original run's best.pt
+    res = cli("train", "--resume", str(lone / "last.pt"), "--run-dir", str(tmp_path / "new"))
+    assert res.code == 0, res
+    summary = json.loads((tmp_path / "new" / "summary.json").read_text())
+    assert summary["evaluated"] == "final weights", summary  # not the file the checkpoint named
+
+
+@pytest.mark.parametrize("filename", ["../outside.csv", "/tmp/anywhere.csv"])
+def test_a_csv_logger_filename_outside_the_run_folder_is_refused_before_any_folder(cli, tmp_path, filename):
+    (tmp_path / "tiny.yaml").write_text(TINY + f"  callbacks: [{{type: csv_logger, args: {{filename: '{filename}'}}}}]\n")
+    res = cli("train", str(tmp_path / "tiny.yaml"), "--run-dir", str(tmp_path / "r"))
+    assert res.code == 2 and "filename" in res.err and len(res.err.strip().splitlines()) == 1, res
+    assert not (tmp_path / "r").exists() and not (tmp_path.parent / "outside.csv").exists()

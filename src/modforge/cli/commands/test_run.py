@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...core.config import display_path
+from ...core.text_safety import display_lines
 from ..common import CommandParser, add_checkpoint_option, add_plugins_option, load_cli_plugins
 from ..output import print_table
 from ..run_options import add_run_options
@@ -79,7 +80,7 @@ def _test_config(argv: list[str]) -> int:
     resolved = resolve_config_from_cli("test", argv, description=HELP, add_arguments=_config_options)
     cfg, ns = resolved.config, resolved.args
     if ns.print_config:
-        print(cfg.to_yaml(), end="")
+        print(display_lines(cfg.to_yaml()), end="")
         return 0
     check_signing_key(cfg.plugins)  # a key that cannot sign the copies: one error, no half-made run folder
     run_dir = new_run_dir(cfg, ns.run_dir)

@@ -22,6 +22,7 @@ import yaml
 from ...core.config import display_path
 from ...core.errors import UsageError
 from ...core.safe_files import write_atomic
+from ...core.text_safety import display_lines, plain_text
 from ..config_args import StoredConfig, resolve_config_from_cli
 from ..output import console, print_table
 
@@ -208,6 +209,16 @@ def _resume_argv(argv: list[str]) -> _Resume:
     return _Resume([str(config_file), *rest], run_dir, payload, path, temp)
 
 
+def _best_beside(payload: dict, path: Path) -> None:
+    """Where a checkpoint says its run's best weights lie is data (an absolute path, which a
+    checkpoint from elsewhere may point anywhere): only the ``best.pt`` beside the checkpoint
+    being resumed is used — also after the run folder was moved."""
+    beside = Path(path).parent / "best.pt"
+    for state in (payload.get("callbacks") or {}).values():
+        if isinstance(state, dict) and "best_file" in state:
+            state["best_file"] = str(beside.resolve()) if beside.is_file() and not beside.is_symlink() else None
+
+
 def _has_checkpoints(folder: Path) -> bool:
     """Whether a run folder holds any checkpoint file (usable or not): such a folder is never restarted."""
     directory = folder / "checkpoints"
@@ -254,10 +265,12 @@ def _train(argv: list[str]) -> int:
         if resume.temp is not None:
             shutil.rmtree(resume.temp, ignore_errors=True)  # the config is read: leave no temporary folder
     if ns.print_config:
-        print(cfg.to_yaml(), end="")
+        print(display_lines(cfg.to_yaml()), end="")
         return 0
     main = _join_processes(cfg)
     payload = resume.payload
+    if payload is not None:
+        _best_beside(payload, resume.path)
     restart = resume.run_dir is not None and payload is None
     if payload is not None or restart:
         run_dir = Path(ns.run_dir) if ns.run_dir else resume.run_dir
@@ -321,4 +334,4 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
              for key, label in facts if key in summary]
     print_table(("", "metric", "value"), rows, title=f"{summary.get('config', run_dir.name)} — {display_path(run_dir)}")
     if summary.get("stop_reason"):
-        console().print(summary["stop_reason"], markup=False)
+        console().print(plain_text(summary["stop_reason"]), markup=False)

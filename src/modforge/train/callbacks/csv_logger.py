@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import csv
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from ...core.registries import register_callback
-from ...core.safe_files import atomic_open, open_append
+from ...core.safe_files import atomic_open, inside, open_append
 from .base import Callback
 
 
@@ -25,6 +25,9 @@ class CSVLogger(Callback):
     rank_zero_only = True  # writes files / the terminal
 
     def __init__(self, filename: str = "metrics.csv"):
+        name = PurePath(filename)
+        if not filename or name.is_absolute() or ".." in name.parts:
+            raise ValueError(f"filename must be a file name inside the run folder, got {filename!r}")
         self.filename = filename
         self.columns: list[str] = []
         self._file = None
@@ -47,15 +50,18 @@ class CSVLogger(Callback):
             self._file.close()
             self._file, self._writer = None, None
 
+    def _path(self, trainer) -> Path:
+        return inside(trainer.run_dir, self.filename, "csv_logger filename")
+
     def on_fit_start(self, trainer) -> None:
         if trainer.run_dir is not None:
-            self._rewrite(Path(trainer.run_dir) / self.filename, trainer.history)
+            self._rewrite(self._path(trainer), trainer.history)
 
     def on_epoch_end(self, trainer, row: dict[str, Any]) -> None:
         if trainer.run_dir is None:
             return
         if self._writer is None or any(k not in self.columns for k in row):
-            self._rewrite(Path(trainer.run_dir) / self.filename, trainer.history)
+            self._rewrite(self._path(trainer), trainer.history)
             return
         self._writer.writerow(row)
         self._file.flush()
