@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 TORCH   ?= torch==2.13.0
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test hostile lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m pytest -n 2 --dist loadfile
+
+hostile: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadfile -m hostile
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks

@@ -23,6 +23,8 @@ from modforge.core.config import load_config
 from modforge.core.errors import ConfigError, ConfigFileError, ConfigSyntaxError
 from modforge.core.yaml_guard import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_NODES, read_config_text, safe_yaml_load
 
+pytestmark = pytest.mark.hostile
+
 GUARD_S = 60.0
 
 

@@ -16,6 +16,8 @@ from modforge.cli.main import main
 from modforge.engines import inputs
 from modforge.engines.inputs import InputError, read_input
 
+pytestmark = pytest.mark.hostile
+
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "digits.yaml"
 METADATA = {"input": {"shape": [1, 8, 8], "layout": "image",
                       "image": {"width": 8, "height": 8, "channels": 1, "ink": "dark", "scale": 1.0}}}

@@ -16,6 +16,8 @@ import yaml
 
 from modforge.cli.main import main
 
+pytestmark = pytest.mark.hostile
+
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "digits.yaml"
 
 

@@ -46,8 +46,7 @@ def eager_artifact(path: Path, class_names) -> Path:
     return write_torch_artifact(model.state_dict(), path, metadata)
 
 
-def test_predict_shows_hostile_class_and_file_names_as_plain_text(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "1000")  # a long temporary path must not wrap the title under the checks
+def test_predict_shows_hostile_class_and_file_names_as_plain_text(tmp_path, capsys):
     folder = hostile_folder(tmp_path)
     artifact = eager_artifact(folder / "bold]\x1b[2J.pt", HOSTILE_NAMES)
     sample = folder / "bold]\x9b[red]x.npy"
@@ -58,7 +57,7 @@ def test_predict_shows_hostile_class_and_file_names_as_plain_text(tmp_path, caps
     assert "unexpected" not in captured.err
     # the markup is shown literally, the escape sequences with their control character replaced
     for shown in ("[/bold]", "[red]x[/red]", "?[2J", "?31m", "data[/bold]?[2J.pt", "bold]?[red]x.npy[1]"):
-        assert shown in captured.out, captured.out
+        assert shown in "".join(captured.out.split()), captured.out  # a long title may wrap anywhere
 
 
 def test_a_detectors_json_lines_escape_hostile_class_and_file_names():

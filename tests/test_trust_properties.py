@@ -17,6 +17,8 @@ from modforge.engines.artifact import rebuild_model
 from modforge.experiment import validate_config
 from modforge.experiment.run_plugins import load_stored_plugins
 
+pytestmark = pytest.mark.hostile
+
 # modules whose import would be the attack (or a symptom of it); none is imported by modforge
 NEVER_IMPORTED = ["this", "tabnanny", "pty", "mf_test_evil_installed", "mf_test_evil_pkg"]
 STANDARD = ["os", "subprocess", "builtins", "importlib", "shutil", "runpy", "pickle", "ctypes", "code", *NEVER_IMPORTED[:3]]
