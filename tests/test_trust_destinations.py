@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from modforge.cli.main import main
+from modforge.core.origins import CommandLineOrigin
 from modforge.experiment.settings import keep_destinations_local
 from registry_state import registries_restored
 
@@ -151,6 +152,25 @@ def test_resume_sends_nothing_to_a_tracker_server_the_stored_config_names(cli, r
     assert not _held_warnings(res.err)
 
 
+def test_a_run_folder_or_base_file_named_like_an_override_chooses_no_destination(cli, run, server, tmp_path):
+    """Whether a value was typed on this command line is not read from its origin's text: a
+    run folder named ``override x`` is still a stored config, and a stored config's ``_base_``
+    (which would let it read any file) is refused."""
+    _plant(run, [{"type": "mlflow", "args": {"tracking_uri": server.url}}])
+    disguised = tmp_path / "override 'x=1'"
+    run.rename(disguised)
+    res = cli("train", "--resume", str(disguised), "train.max_epochs=2")
+    assert res.code == 0, res.err
+    assert server.requests == [] and _held_warnings(res.err)
+    config = yaml.safe_load((disguised / "config.yaml").read_text())
+    (tmp_path / "override base.yaml").write_text(yaml.safe_dump({"train": config["train"]}))
+    config["_base_"] = str(tmp_path / "override base.yaml")
+    (disguised / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    res = cli("train", "--resume", str(disguised), "train.max_epochs=3")
+    assert res.code == 2 and "_base_" in res.err and len(res.err.strip().splitlines()) == 1, res.err
+    assert server.requests == []
+
+
 def test_a_checkpoint_payload_naming_a_tracker_server_sends_it_nothing(cli, run, server, tmp_path):
     """A checkpoint outside a run folder: its own stored config is the one resumed."""
     from modforge.train.checkpoint import atomic_save, load_checkpoint
@@ -229,8 +249,10 @@ def test_only_values_typed_on_this_command_line_choose_a_destination(tmp_path):
         {"type": "optuna_pruning", "args": {"storage": f"sqlite:///{tmp_path}/run/optuna.db", "study": "s", "trial": 1}},
         {"type": "early_stopping", "args": {"patience": 2}},
     ]
-    user = {"train.callbacks.1.args.tracking_uri": "override 'train.callbacks.1.args.tracking_uri=http://my-host'"}
-    kept, held = keep_destinations_local(specs, _origins("run/config.yaml:12", user), tmp_path / "run")
+    user = {"train.callbacks.1.args.tracking_uri":
+            CommandLineOrigin("override 'train.callbacks.1.args.tracking_uri=http://my-host'")}  # fmt: skip
+    # a file's origin is its shown name: one named like an override is still a file's value
+    kept, held = keep_destinations_local(specs, _origins("override x/config.yaml:12", user), tmp_path / "run")
     by_index = dict(kept)
     assert by_index[0]["args"] == {"tracking_uri": None, "experiment": "kept"}
     assert by_index[1]["args"] == {"tracking_uri": "http://my-host"}  # the user's own, typed again

@@ -40,6 +40,7 @@ from ..core.arguments import REQUIRED, ArgSpec
 from ..core.coercion import coerce_cli, to_plain
 from ..core.config import Config, load_config
 from ..core.errors import ConfigError, UsageError
+from ..core.origins import CommandLineOrigin
 from ..core.plugins import load_config_plugins, load_plugins
 from ..core.registries import REGISTRIES
 from ..core.retype import collect_notes, switch_type
@@ -174,7 +175,7 @@ def _load(
     load_plugins(typed, origin="a plugins= override")
     if cli_plugins:
         merged = cfg.plugins + [p for p in cli_plugins if p not in cfg.plugins]
-        cfg.set("plugins", merged, "--plugins")
+        cfg.set("plugins", merged, CommandLineOrigin("--plugins"))
     for slot in slots:
         if not slot.many and cfg.get(slot.path, None) is not None:
             spec = normalize_spec(
@@ -199,7 +200,7 @@ def _choose(cfg: Config, slot: PartSlot, name: str) -> None:
     registry.resolve(  # an unknown name is an error naming the flag
         name, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), path=f"--{slot.flag}", source="command line"
     )
-    switch_type(cfg, slot.path, name, f"flag --{slot.flag} {name}", shown=f"--{slot.flag} {name}")
+    switch_type(cfg, slot.path, name, CommandLineOrigin(f"flag --{slot.flag} {name}"), shown=f"--{slot.flag} {name}")
 
 
 def _default_text(arg: ArgSpec) -> str:
@@ -317,7 +318,7 @@ def _apply_part_flags(cfg: Config, ns: argparse.Namespace, flags: dict[str, _Par
             value = coerce_cli(raw if len(raw) > 1 else raw[0], flag.arg.type)
         except ConfigError as exc:
             raise exc.located(path=shown) from None
-        cfg.set(f"{flag.slot.path}.args.{flag.arg.name}", to_plain(value), f"flag {shown}")
+        cfg.set(f"{flag.slot.path}.args.{flag.arg.name}", to_plain(value), CommandLineOrigin(f"flag {shown}"))
 
 
 def _lenient_parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
@@ -401,7 +402,7 @@ def resolve_config_from_cli(
         log.warning(note)
     _apply_part_flags(cfg, full, flags)
     if full.seed is not None:
-        cfg.set("seed", full.seed, "flag --seed")
+        cfg.set("seed", full.seed, CommandLineOrigin("flag --seed"))
     apply_run_options(cfg, full)
     validate_config(cfg, allowed_modules=cli_plugins)
     return ResolvedConfig(cfg, full, cfg.plugins)

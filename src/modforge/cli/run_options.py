@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 
 from ..core.config import Config
+from ..core.origins import CommandLineOrigin
 
 __all__ = ["RUN_OPTIONS", "RunOption", "add_run_options", "apply_run_options"]
 
@@ -57,4 +58,4 @@ def apply_run_options(cfg: Config, ns: argparse.Namespace) -> None:
             optimizer = (cfg.data.get("train") or {}).get("optimizer")
             spec = {"type": optimizer, "args": {}} if isinstance(optimizer, str) else {"type": "adamw", "args": {}}
             cfg.set("train.optimizer", spec, cfg.where("train.optimizer") or "default")
-        cfg.set(option.path, value, f"flag {option.flag}")
+        cfg.set(option.path, value, CommandLineOrigin(f"flag {option.flag}"))

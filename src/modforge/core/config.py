@@ -35,6 +35,7 @@ from .errors import (
     ConfigValueError,
     UnknownKeyError,
 )
+from .origins import CommandLineOrigin
 from .yaml_guard import read_config_text, safe_yaml_load
 
 __all__ = ["Config", "check_keys", "display_path", "load_config", "parse_override", "require_mapping"]
@@ -193,7 +194,7 @@ class Config:
 
         for text in overrides:
             key, value = parse_override(text)
-            origin = f"override '{text}'"
+            origin = CommandLineOrigin(f"override '{text}'")
             if not type_override(self, key, value, origin, shown=text):
                 self.set(key, value, origin)
         return self
@@ -358,6 +359,7 @@ class _Loading:
 
     sources: dict[str, Path] = dataclasses.field(default_factory=dict)
     files: dict[Path, tuple[dict[str, Any], dict[str, str]]] = dataclasses.field(default_factory=dict)
+    stored: bool = False  # a config modforge saved: complete, so a _base_ in it is refused
 
 
 def _load_file(path: Path, stack: tuple[Path, ...], loading: _Loading) -> tuple[dict[str, Any], dict[str, str]]:
@@ -393,6 +395,10 @@ def _load_one_file(
             f"the top level of a config must be a mapping of sections, got {type(data).__name__}", source=shown
         )
     bases = data.pop(BASE_KEY, None)
+    if bases is not None and loading.stored:
+        raise ConfigValueError("a stored config is complete and inherits from nothing; a _base_ in it would read "
+                               "a file it names, which a config from elsewhere may not choose", path=BASE_KEY,
+                               source=shown)  # fmt: skip
     origins = {k: v for k, v in origins.items() if not _under(k, BASE_KEY)}
     _absolute_plugin_paths(data, path.parent, shown, loading.sources)
     _absolute_type_paths(data, path.parent)
@@ -449,7 +455,7 @@ def load_config(
         cfg = Config(data, {}, None)
     else:
         path = Path(source)
-        loading = _Loading()
+        loading = _Loading(stored=stored)
         data, origins = _load_file(path, (), loading)
         cfg = Config(data, origins, path.expanduser().resolve())
         cfg.stored = stored

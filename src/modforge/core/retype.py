@@ -26,6 +26,8 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from .origins import typed_here
+
 if TYPE_CHECKING:
     from .config import Config
 
@@ -50,7 +52,6 @@ TYPED_PATHS: tuple[tuple[str, str | None], ...] = (
 )
 """Config paths holding a ``{type, args}`` spec, and the registry kind of their types."""
 
-_COMMAND_LINE = ("override ", "flag ", "--")  # origins of values typed on the command line
 _notes: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("modforge_retype_notes", default=None)
 
 
@@ -143,7 +144,7 @@ def switch_type(cfg: Config, path: str, name: str, origin: str, shown: str) -> N
     sig = _signature(cfg, kind, name, path, origin) if kind else None
     if sig is None:
         return
-    inherited = [k for k in args if not str(cfg.where(f"{path}.args.{k}") or "").startswith(_COMMAND_LINE)]
+    inherited = [k for k in args if not typed_here(cfg.where(f"{path}.args.{k}"))]
     dropped = [k for k in inherited if not sig.accepts(k)]
     kept = [k for k in inherited if sig.accepts(k)]
     for key in dropped:

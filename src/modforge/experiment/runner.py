@@ -604,7 +604,7 @@ def evaluation_stem(checkpoint: Path, split: str, overrides: Sequence[str], out_
     digest = checkpoint_digest(checkpoint)
     try:
         earlier = json.loads(record.read_text()).get("checkpoint_sha256")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # a damaged or crafted record: a new name
         earlier = None
     return stem if earlier == digest else f"{stem}{digest[:8]}-"
 

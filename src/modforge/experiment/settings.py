@@ -20,6 +20,7 @@ from ..core.arguments import signature_of
 from ..core.config import Config
 from ..core.constraints import NonNegativeInt, PositiveFloat, PositiveInt
 from ..core.errors import ConfigValueError
+from ..core.origins import typed_here
 from ..core.registries import CALLBACKS, DATASETS, ENGINES, METRICS, OPTIMIZERS, SCHEDULERS
 from ..core.text_safety import plain_text
 from ..data.loader import LoaderSettings
@@ -267,9 +268,6 @@ class _LoaderRanges:
 
 
 # ----------------------------------------------------------------------------- destinations
-USER_ORIGINS = ("override ", "flag ")
-"""How :class:`~modforge.core.config.Config` labels values the user typed on this command line."""
-
 REACTIVATE_HINT = ("pass it on the command line to use it again, e.g. train.callbacks.{index}.args.{arg}=VALUE "
                    "(or train.callbacks=[{{type: {type}, args: {{...}}}}])")  # fmt: skip
 
@@ -294,10 +292,6 @@ class HeldDestination:
 
     def describe(self) -> str:
         return f"{self.type} {self.arg} {plain_text(repr(self.value))} (kept {self.instead})"
-
-
-def _user_given(origin: str | None) -> bool:
-    return origin is not None and origin.startswith(USER_ORIGINS)
 
 
 def _relative_inside(name: Any) -> bool:
@@ -380,7 +374,7 @@ class _StoredCallback:
         """The stored file — not this command line — set ``arg`` (to something)."""
         assert self.args is not None
         origin = self.origin_of(f"train.callbacks.{self.index}.args.{arg}")
-        return self.args.get(arg) is not None and not _user_given(origin)
+        return self.args.get(arg) is not None and not typed_here(origin)
 
     def hold(self, arg: str, instead: str, value: Any) -> None:
         assert self.args is not None
