@@ -380,7 +380,7 @@ def test_make_shapes_overwrite_refuses_a_shapes_set_holding_a_link_or_a_foreign_
     link.unlink()
     (shapes / "images" / "train" / "thesis.docx").write_bytes(VICTIM)
     res = cli("data", "make-shapes", str(shapes), "--images", "6", "--size", "48", "--overwrite")
-    assert "images/train/thesis.docx, which a shapes set does not have" in one_line(res)
+    assert "images/train/thesis.docx, a file modforge did not write (a shapes set has none)" in one_line(res)
     assert (shapes / "images" / "train" / "thesis.docx").read_bytes() == VICTIM
     assert (outside / "secret.png").read_bytes() == VICTIM
 
@@ -422,3 +422,13 @@ def test_the_spoof_corpus_maker_refuses_a_folder_it_did_not_make(tmp_path):
 
 def test_refusals_are_usage_errors():
     assert issubclass(AnnotationError, UsageError) and issubclass(JsonLimitError, UsageError)
+
+
+def test_json_in_utf16_cannot_hide_its_depth(tmp_path):
+    """json.loads(bytes) would also read UTF-16, whose brackets a byte scan does not see."""
+    deep = '["\u225b", ' + "[" * 900 + "]" * 900 + "]"  # U+225B is the bytes '[' '"' in UTF-16-LE
+    path = tmp_path / "deep.json"
+    path.write_bytes(deep.encode("utf-16-le"))
+    assert json.loads(path.read_bytes()) and json_depth(path.read_bytes()) < 32  # what the hole was
+    with pytest.raises(JsonLimitError):  # read as UTF-8 it is not JSON at all: refused, never parsed as UTF-16
+        read_json(path, max_depth=32)

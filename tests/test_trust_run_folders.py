@@ -281,3 +281,12 @@ def test_a_csv_logger_filename_outside_the_run_folder_is_refused_before_any_fold
     res = cli("train", str(tmp_path / "tiny.yaml"), "--run-dir", str(tmp_path / "r"))
     assert res.code == 2 and "filename" in res.err and len(res.err.strip().splitlines()) == 1, res
     assert not (tmp_path / "r").exists() and not (tmp_path.parent / "outside.csv").exists()
+
+
+def test_a_run_folder_named_through_a_link_is_used_like_the_folder(cli, run, tmp_path):
+    """``runs/latest -> runs/<stamp>``: the folder the user names may itself be a link."""
+    (tmp_path / "latest").symlink_to(run)
+    assert cli("test", "latest").code == 0
+    res = cli("train", "--resume", "latest", "train.max_epochs=2")
+    assert res.code == 0, res.err
+    assert json.loads((run / "summary.json").read_text())["epochs"] == 2

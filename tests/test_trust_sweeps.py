@@ -204,7 +204,7 @@ def test_a_trial_folder_linked_inside_or_holding_foreign_files_is_refused_not_re
     job2.run_dir.mkdir()
     (job2.run_dir / "metrics.csv").write_text("partial")  # what an interrupted run leaves...
     (job2.run_dir / "thesis.tex").write_bytes(VICTIM_TEXT)  # ...and what no run writes
-    with pytest.raises(UnsafePathError, match="thesis.tex, which modforge did not write"):
+    with pytest.raises(UnsafePathError, match="thesis.tex, a file modforge did not write"):
         job2.argv()
     assert victim.read_bytes() == VICTIM_TEXT and (job2.run_dir / "thesis.tex").read_bytes() == VICTIM_TEXT
     (job2.run_dir / "thesis.tex").unlink()  # only what a run writes: emptied, started afresh
@@ -474,3 +474,29 @@ def test_a_stored_sweep_asking_for_thousands_of_plot_panels_is_one_line(tmp_path
     res = cli("sweep-report", str(sweep_dir))
     assert "200 panels in results.png" in _one_line_refusal(res.code, res.err)
     assert not (sweep_dir / "results.png").exists()
+
+
+def test_a_trials_csv_that_is_not_utf8_is_one_clear_line(tmp_path, cli):
+    sweep_dir = _sweep_folder(tmp_path, seeds=[0, 1])
+    (sweep_dir / "trials.csv").write_bytes((sweep_dir / "trials.csv").read_bytes() + b"seed9,\xff\xfe,done\n")
+    res = cli("sweep-report", str(sweep_dir))
+    assert "not UTF-8" in _one_line_refusal(res.code, res.err)
+
+
+def test_a_sweep_dir_that_is_a_dangling_link_is_one_clear_line(tmp_path, cli, sweep_file):
+    sweep = sweep_file("config: digits.yaml\nseeds: [0]\ncollect: [test.accuracy]\n")
+    (tmp_path / "sw").symlink_to(tmp_path / "nowhere")
+    res = cli("sweep", str(sweep), "--sweep-dir", str(tmp_path / "sw"))
+    assert "sw" in _one_line_refusal(res.code, res.err) and not (tmp_path / "nowhere").exists()
+
+
+def test_an_interrupted_trial_of_any_task_can_be_started_again():
+    """What runs of every task leave before summary.json (scores, detections, TensorBoard events
+    in a sub-folder the config named) is modforge's to remove; anything else is not."""
+    from modforge.sweep.command import run_wrote
+
+    for written in ("scores.txt", "detections.json", "metrics.csv", "config.yaml", "curves.png", ".x.part",
+                    "tb/events.out.tfevents.1.host", "logs/metrics.csv", "checkpoints/epoch1.pt"):  # fmt: skip
+        assert run_wrote(Path(written)), written
+    for foreign in ("thesis.tex", "notes.docx", "tb/thesis.tex", "src/model.py"):
+        assert not run_wrote(Path(foreign)), foreign

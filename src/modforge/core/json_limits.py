@@ -105,7 +105,8 @@ def read_json(
             raise error(f"{what} {shown} is not a regular file")
         if info.st_size > max_bytes:
             raise error(f"{what} {shown} is {info.st_size} bytes, more than the {max_bytes} a JSON file may have")
-        os.set_blocking(fd, True)
+        if getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(fd, True)
         with open(fd, "rb", closefd=False) as handle:
             data = handle.read(max_bytes + 1)
     except OSError as exc:
@@ -114,14 +115,16 @@ def read_json(
         os.close(fd)
     if len(data) > max_bytes:  # it grew while being read
         raise error(f"{what} {shown} is more than the {max_bytes} bytes a JSON file may have")
+    try:  # UTF-8 only: json.loads(bytes) would also take UTF-16/32, whose brackets json_depth does not see
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{what} {shown} is not UTF-8 text") from None
     depth = json_depth(data)
     if depth > max_depth:
         raise error(f"{what} {shown} nests arrays/objects {depth} deep, more than the {max_depth} allowed")
     try:
-        return json.loads(data)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise error(f"{shown}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
-    except UnicodeDecodeError:
-        raise error(f"{what} {shown} is not UTF-8 text") from None
     except RecursionError:  # only if max_depth is set above what the interpreter allows
         raise error(f"{what} {shown} nests arrays/objects deeper than the parser allows") from None

@@ -39,6 +39,7 @@ __all__ = [
     "atomic_open",
     "check_folder",
     "ensure_folder",
+    "foreign_entry",
     "inside",
     "open_append",
     "open_lock",
@@ -77,22 +78,43 @@ def _shown(path: str | os.PathLike) -> str:
 
 
 # ----------------------------------------------------------------------------- writing
-def ensure_folder(path: str | os.PathLike) -> Path:
+def ensure_folder(path: str | os.PathLike, *, named: bool = False) -> Path:
     """Make the folder ``path`` (and its parents); an existing ``path`` must be a real folder,
-    not a link to one (a planted ``evaluations -> ~/`` would otherwise take every write)."""
+    not a link to one (a planted ``evaluations -> ~/`` would otherwise take every write).
+
+    ``named``: ``path`` is the folder the user named (``--run-dir``, ``--resume runs/latest``,
+    ``--sweep-dir``), which may be a link to a folder; what lies inside it never may."""
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    if path.is_symlink():
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a file there, or a link that leads nowhere
+        raise UnsafePathError(f"{_shown(path)} exists and is not a folder (a file, or a link that leads nowhere); "
+                              "choose another folder") from None  # fmt: skip
+    if not path.is_dir():
+        raise UnsafePathError(f"{_shown(path)} is not a folder; choose another folder")
+    if path.is_symlink() and not named:
         raise UnsafePathError(f"{_shown(path)} is a symbolic link; modforge writes only into real folders "
                               "(remove the link or choose another folder)")  # fmt: skip
     return path
 
 
 def _temporary(path: Path) -> tuple[int, str]:
-    """A new, empty, uniquely named file next to ``path`` (``O_EXCL``: never a link's target)."""
-    ensure_folder(path.parent)
+    """A new, empty, uniquely named file next to ``path`` (``O_EXCL``: never a link's target).
+
+    The folder itself may be a link the user named (``--resume runs/latest``): a reused folder
+    is checked once, before use (:func:`check_folder`), and sub-folders modforge makes in it
+    go through :func:`ensure_folder`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     return fd, tmp
+
+
+def _chmod(fd: int, name: str, perm: int) -> None:
+    """Give a new temporary file the mode a plain ``open`` would (``mkstemp`` makes it 0600)."""
+    if hasattr(os, "fchmod"):  # not on Windows before Python 3.13
+        os.fchmod(fd, perm & ~_UMASK)
+    else:
+        os.chmod(name, perm & ~_UMASK)
 
 
 @contextlib.contextmanager
@@ -116,7 +138,7 @@ def atomic_open(
     path = Path(path)
     fd, tmp = _temporary(path)
     try:
-        os.fchmod(fd, perm & ~_UMASK)
+        _chmod(fd, tmp, perm)
         binary = "b" in mode
         with open(fd, mode, encoding=None if binary else encoding, newline=None if binary else newline) as handle:
             yield handle
@@ -144,7 +166,7 @@ def write_via_temp(path: str | os.PathLike, write: Callable[[str], None], *, per
     path = Path(path)
     fd, tmp = _temporary(path)
     try:
-        os.fchmod(fd, perm & ~_UMASK)
+        _chmod(fd, tmp, perm)
         os.close(fd)
         write(tmp)
         if os.path.islink(tmp) or not os.path.isfile(tmp):
@@ -317,10 +339,29 @@ def _entry_problem(entry: os.DirEntry, real_root: Path) -> str | None:
 
 
 # ----------------------------------------------------------------------------- removing
+def foreign_entry(path: str | os.PathLike, wrote: Callable[[Path], bool]) -> tuple[Path, str] | None:
+    """The first entry under the folder ``path`` that modforge did not write, and what it is: a
+    link, a special file, or a regular file for which ``wrote(relative_path)`` is false
+    (folders are judged by what they hold); ``None`` when there is none."""
+    for current, folders, files in os.walk(path, followlinks=False):
+        for name in folders + files:
+            full = Path(current) / name
+            rel = full.relative_to(path)
+            mode = os.lstat(full).st_mode
+            if stat.S_ISLNK(mode):
+                return rel, "a symbolic link"
+            if stat.S_ISREG(mode):
+                if not wrote(rel):
+                    return rel, "a file modforge did not write"
+            elif not stat.S_ISDIR(mode):
+                return rel, "a special file (FIFO, socket or device)"
+    return None
+
+
 def remove_tree(path: str | os.PathLike, owner: str | os.PathLike, wrote: Callable[[Path], bool], what: str) -> None:
     """Delete the folder ``path`` — only when ``lstat`` says it is a real folder (not a link)
-    lying inside ``owner`` (the folder modforge owns), and every entry under it is a regular
-    file or real folder for which ``wrote(relative_path)`` says modforge wrote it.
+    lying inside ``owner`` (the folder modforge owns), and every file under it is a regular
+    file for which ``wrote(relative_path)`` says modforge wrote it (no link, no special file).
 
     Raises:
         UnsafePathError: naming the first entry that fails; nothing was removed.
@@ -337,12 +378,8 @@ def remove_tree(path: str | os.PathLike, owner: str | os.PathLike, wrote: Callab
     real_parent = path.parent.resolve()
     if not (real_parent == real_owner or real_parent.is_relative_to(real_owner)):
         raise UnsafePathError(f"{what} {_shown(path)} lies outside {_shown(owner)}; nothing was removed")
-    for current, folders, files in os.walk(path, followlinks=False):
-        for name in folders + files:
-            full = Path(current) / name
-            rel = full.relative_to(path)
-            mode = os.lstat(full).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) or not wrote(rel):
-                raise UnsafePathError(f"{what} {_shown(path)} holds {rel}, which modforge did not write; "
-                                      "nothing was removed (move it away, or choose another folder)")  # fmt: skip
+    found = foreign_entry(path, wrote)
+    if found is not None:
+        raise UnsafePathError(f"{what} {_shown(path)} holds {found[0]}, {found[1]}; nothing was removed "
+                              "(move it away, or choose another folder)")  # fmt: skip
     shutil.rmtree(path)

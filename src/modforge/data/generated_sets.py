@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from ..core.json_limits import JsonLimitError, read_json
-from ..core.safe_files import UnsafePathError, remove_tree
+from ..core.safe_files import UnsafePathError, foreign_entry, remove_tree
 
 __all__ = ["MAX_META_BYTES", "SetKind", "check_target", "make_staging", "publish", "split_counts"]
 
@@ -103,15 +103,9 @@ def check_target(out: Path, overwrite: bool, kind: SetKind) -> None:
         raise ValueError(f"output directory {out} holds files that are not part of a {kind.what} "
                          f"({', '.join(foreign[:5])}); {refuse}")  # fmt: skip
     _check_meta(out, kind, refuse)
-    for current, folders, files in os.walk(out):
-        for name in folders + files:
-            full = Path(current, name)
-            rel = full.relative_to(out)
-            mode = os.lstat(full).st_mode
-            if stat.S_ISLNK(mode):
-                raise ValueError(f"output directory {out} holds {rel}, a symbolic link; {refuse}")
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) or not kind.wrote(rel):
-                raise ValueError(f"output directory {out} holds {rel}, which a {kind.what} does not have; {refuse}")
+    found = foreign_entry(out, kind.wrote)
+    if found is not None:
+        raise ValueError(f"output directory {out} holds {found[0]}, {found[1]} (a {kind.what} has none); {refuse}")
 
 
 def _check_meta(out: Path, kind: SetKind, refuse: str) -> None:

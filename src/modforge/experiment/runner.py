@@ -356,7 +356,7 @@ def start_run_folder(cfg: Config, run_dir: Path, *, restart: bool = False) -> No
     started again from scratch — its config is rewritten, its plug-in copies are kept."""
     check_signing_key(cfg.plugins)  # a key that cannot sign the copies: one error, no half-made run folder
     if restart:
-        ensure_folder(run_dir)
+        ensure_folder(run_dir, named=True)
     else:
         create_run_dir(run_dir)
         log.info("run folder: %s", display_path(run_dir))
@@ -369,7 +369,7 @@ def continue_run_folder(cfg: Config, run_dir: Path) -> None:
     """The folder a resumed run continues in: its own, or (a checkpoint resumed with
     ``--run-dir``) a new one, made now and given the run's ``config.yaml``."""
     try:
-        ensure_folder(run_dir)
+        ensure_folder(run_dir, named=True)
         if not os.path.lexists(run_dir / "config.yaml"):
             write_atomic(run_dir / "config.yaml", cfg.to_yaml())
     except OSError as exc:

@@ -50,24 +50,26 @@ def modforge_command(executable: str | None = None) -> list[str]:
     return [python, "-c", _BOOTSTRAP]
 
 
-_RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "pruned.json", "kfold.json", "manifest.json", "*.png",
-              "events.*")  # fmt: skip
+_RUN_FILES = ("*.yaml", "*.csv", "*.json", "*.png", "*.txt", "*.log", "events.*")  # config, metrics, summary,
+# plots, scores.txt, detections.json, a csv_logger filename of the run's own, TensorBoard's events
 _RUN_FOLDERS = ("checkpoints", "evaluations", "plugins", "exports", "mlruns", "wandb")
+_NESTED_FILES = ("events.out.tfevents.*", "*.csv")  # TensorBoard under a subdir; a csv_logger filename in a folder
 
 
 def run_wrote(relative: PurePath) -> bool:
-    """Whether ``relative`` (a path inside a run folder) is something a modforge run writes:
-    its top-level files (config, metrics, summary, plots, markers, tracker event files),
-    hidden temporaries, and whatever lies in its own sub-folders (checkpoints, evaluations,
-    signed plug-in copies, exports, local tracker stores)."""
+    """Whether the file ``relative`` (a path inside a run folder) is something a modforge run
+    writes: its top-level files (config, metrics, summary, plots, scores, detections, markers,
+    tracker event files), hidden temporaries, whatever lies in its own sub-folders
+    (checkpoints, evaluations, signed plug-in copies, exports, local tracker stores), and
+    TensorBoard events or a metrics CSV in a sub-folder the run's config named."""
     parts = relative.parts
     if not parts:
         return False
     if parts[0] in _RUN_FOLDERS:
         return True
+    name = parts[-1]
     if len(parts) > 1:
-        return False
-    name = parts[0]
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in _NESTED_FILES)
     return name.startswith(".") or any(fnmatch.fnmatchcase(name, pattern) for pattern in _RUN_FILES)
 
 

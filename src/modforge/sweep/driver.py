@@ -158,7 +158,7 @@ def run_sweep(
     if spec.search not in SEARCHES:
         raise SweepSpecError(f"unknown search '{spec.search}' (known: {', '.join(sorted(SEARCHES))})",
                              path="search", source=display_path(spec.file))  # fmt: skip
-    ensure_folder(sweep_dir)
+    ensure_folder(sweep_dir, named=True)
     ensure_folder(sweep_dir / "trials")
     with SweepLock(sweep_dir) as lock:
         search = SEARCHES[spec.search](spec, sweep_dir)

@@ -104,7 +104,7 @@ class OptunaSearch:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        ensure_folder(self.sweep_dir)
+        ensure_folder(self.sweep_dir, named=True)
         self.check_study_file()
         storage = optuna.storages.RDBStorage(self.storage_url,
                                              engine_kwargs={"connect_args": {"timeout": _SQLITE_TIMEOUT_S}})  # fmt: skip

@@ -75,20 +75,23 @@ def read_rows(sweep_dir: Path) -> list[dict[str, str]]:
     if not path.exists() and not path.is_symlink():
         return []
     rows: list[dict[str, str]] = []
-    with open_regular(path, "r", encoding="utf-8") as fh:
+    with open_regular(path, "rb") as fh:
         size = fh.seek(0, 2)
         fh.seek(0)
         if size > MAX_FILE_BYTES:
             raise TrialsFileError(f"{display_path(path)} holds {size:,} bytes, more than {MAX_FILE_BYTES:,}; "
                                   "not a trials table modforge wrote")  # fmt: skip
-        reader = csv.DictReader(io.StringIO(fh.read(), newline=""))
-        try:
-            for row in reader:
-                rows.append(_checked(row, path, reader.line_num))
-        except csv.Error as exc:
-            raise TrialsFileError(f"{display_path(path)} line {reader.line_num}: not readable as CSV ({exc})") from None
-        except UnicodeDecodeError:
-            raise TrialsFileError(f"{display_path(path)}: not UTF-8 text") from None
+        raw = fh.read(MAX_FILE_BYTES + 1)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TrialsFileError(f"{display_path(path)}: not UTF-8 text") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        for row in reader:
+            rows.append(_checked(row, path, reader.line_num))
+    except csv.Error as exc:
+        raise TrialsFileError(f"{display_path(path)} line {reader.line_num}: not readable as CSV ({exc})") from None
     return rows
 
 

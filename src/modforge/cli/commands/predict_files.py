@@ -198,7 +198,7 @@ def _detect(inputs: list[Path], out: Path | None, runner: Any, metadata: dict[st
                                  "predict them into different folders")  # fmt: skip
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {out}: exists and is not a folder")
-        ensure_folder(out)
+        ensure_folder(out, named=True)
     spec = metadata.get("input") or {}
     normalisation = spec.get("normalisation") or {}
     settings = metadata.get("postprocess") or {}
