@@ -192,3 +192,19 @@ def test_display_lines_keeps_line_breaks_only():
     from modforge.core.text_safety import display_lines
 
     assert display_lines("a: 1\n\tb: \x1b[2J\u0085\u202ex\n") == "a: 1\n\tb: ?[2J??x\n"
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path):
+    page = tmp_path / "results.md"
+    page.write_text("old")
+    page.chmod(0o600)
+    write_atomic(page, "new")
+    write_via_temp(page, lambda name: open(name, "w").write("newer"))
+    assert page.read_text() == "newer" and page.stat().st_mode & 0o777 == 0o600
+
+
+def test_csv_value_takes_back_only_what_csv_cell_added():
+    from modforge.core.text_safety import csv_value
+
+    for value in ("-aug", "=x", "@y", "plain", "'quoted", "-0.5"):
+        assert csv_value(str(csv_cell(value))) == value

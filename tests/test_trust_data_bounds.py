@@ -432,3 +432,20 @@ def test_json_in_utf16_cannot_hide_its_depth(tmp_path):
     assert json.loads(path.read_bytes()) and json_depth(path.read_bytes()) < 32  # what the hole was
     with pytest.raises(JsonLimitError):  # read as UTF-8 it is not JSON at all: refused, never parsed as UTF-16
         read_json(path, max_depth=32)
+
+
+@pytest.mark.parametrize("name", ["../../victim", "/etc/passwd", "sub/../../x"])
+def test_names_in_a_spoofing_corpus_protocol_stay_in_its_audio_folder(tmp_path, name):
+    """ASVspoof protocols and In-the-Wild's meta.csv list bare file names: one that climbs out
+    of the audio folder is refused with its line (a manifest, the user's own table, may name
+    absolute paths)."""
+    from modforge.data.audio.protocols import ProtocolError, read_asvspoof2019, read_in_the_wild
+
+    proto = tmp_path / "train.txt"
+    proto.write_text(f"LA_0079 LA_T_1 - - bonafide\nLA_0079 {name} - A01 spoof\n")
+    with pytest.raises(ProtocolError, match=r"train.txt:2: file name .* is not a relative path"):
+        read_asvspoof2019(proto, tmp_path / "flac")
+    meta = tmp_path / "meta.csv"
+    meta.write_text(f"file,speaker,label\n0.wav,A,spoof\n{name},B,bona-fide\n")
+    with pytest.raises(ProtocolError, match=r"meta.csv:3: file .* is not a relative path"):
+        read_in_the_wild(meta)

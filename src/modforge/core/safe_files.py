@@ -41,6 +41,7 @@ __all__ = [
     "ensure_folder",
     "foreign_entry",
     "inside",
+    "relative_name",
     "open_append",
     "open_lock",
     "open_regular",
@@ -109,12 +110,22 @@ def _temporary(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
-def _chmod(fd: int, name: str, perm: int) -> None:
-    """Give a new temporary file the mode a plain ``open`` would (``mkstemp`` makes it 0600)."""
+def _kept_mode(path: Path, perm: int) -> int:
+    """The permission bits a file replacing ``path`` gets: those of the regular file it replaces
+    (a page kept 0600 stays 0600), else ``perm`` masked by the umask, as ``open`` would."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return perm & ~_UMASK
+    return stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else perm & ~_UMASK
+
+
+def _chmod(fd: int, name: str, mode: int) -> None:
+    """Give a new temporary file ``mode`` (``mkstemp`` makes it 0600)."""
     if hasattr(os, "fchmod"):  # not on Windows before Python 3.13
-        os.fchmod(fd, perm & ~_UMASK)
+        os.fchmod(fd, mode)
     else:
-        os.chmod(name, perm & ~_UMASK)
+        os.chmod(name, mode)
 
 
 @contextlib.contextmanager
@@ -138,7 +149,7 @@ def atomic_open(
     path = Path(path)
     fd, tmp = _temporary(path)
     try:
-        _chmod(fd, tmp, perm)
+        _chmod(fd, tmp, _kept_mode(path, perm))
         binary = "b" in mode
         with open(fd, mode, encoding=None if binary else encoding, newline=None if binary else newline) as handle:
             yield handle
@@ -166,7 +177,7 @@ def write_via_temp(path: str | os.PathLike, write: Callable[[str], None], *, per
     path = Path(path)
     fd, tmp = _temporary(path)
     try:
-        _chmod(fd, tmp, perm)
+        _chmod(fd, tmp, _kept_mode(path, perm))
         os.close(fd)
         write(tmp)
         if os.path.islink(tmp) or not os.path.isfile(tmp):
@@ -221,9 +232,10 @@ def open_append(path: str | os.PathLike, *, encoding: str = "utf-8", newline: st
 
 
 def open_lock(path: str | os.PathLike) -> int:
-    """A descriptor on the lock file ``path`` (created if missing, never truncated, never a link)."""
+    """A descriptor on the lock file ``path`` (created if missing, never truncated, never a link;
+    nothing is written to it, so a hard link — a ``cp -al`` backup — does no harm)."""
     fd = _open_nofollow(path, os.O_RDWR | os.O_CREAT)
-    _check_plain_file(fd, path, single_link=True)
+    _check_plain_file(fd, path, single_link=False)
     return fd
 
 
@@ -249,12 +261,7 @@ def inside(root: str | os.PathLike, name: str, what: str = "path") -> Path:
     Raises:
         UnsafePathError: naming ``what`` (e.g. ``"file_name of image 7 in instances_val.json"``).
     """
-    text = str(name)
-    pure = PurePath(text)
-    if not text or "\x00" in text or pure.is_absolute() or text.startswith(("/", "\\")) or ".." in pure.parts \
-            or (len(text) > 1 and text[1] == ":"):  # fmt: skip
-        raise UnsafePathError(f"{what} {text!r} is not a relative path inside {_shown(root)} "
-                              "(absolute names and '..' are refused)")  # fmt: skip
+    text = relative_name(name, what, root)
     root_path = Path(root)
     target = root_path / text
     try:
@@ -265,6 +272,23 @@ def inside(root: str | os.PathLike, name: str, what: str = "path") -> Path:
     if not real_target.is_relative_to(real_root):
         raise UnsafePathError(f"{what} {text!r} leads outside {_shown(root)} through a link; refused")
     return target
+
+
+def relative_name(name: str, what: str = "path", root: str | os.PathLike = "its folder") -> str:
+    """``name`` when it is, as written, a relative path that cannot climb out of the folder it
+    is joined to (no absolute name, drive, ``..`` or NUL). Unlike :func:`inside` it looks at no
+    file, so links in a dataset (a subset made of links, a folder on shared storage) still work.
+
+    Raises:
+        UnsafePathError: naming ``what``.
+    """
+    text = str(name)
+    pure = PurePath(text)
+    if not text or "\x00" in text or pure.is_absolute() or text.startswith(("/", "\\")) or ".." in pure.parts \
+            or ".." in text.split("\\") or (len(text) > 1 and text[1] == ":"):  # fmt: skip
+        raise UnsafePathError(f"{what} {text!r} is not a relative path inside {_shown(root)} "
+                              "(absolute names and '..' are refused)")  # fmt: skip
+    return text
 
 
 # ----------------------------------------------------------------------------- folders to reuse
@@ -291,6 +315,8 @@ def check_folder(root: str | os.PathLike, what: str = "folder", max_entries: int
         folder = pending.pop()
         try:
             entries = list(os.scandir(folder))
+        except FileNotFoundError:  # removed meanwhile by the run or sweep that owns it
+            continue
         except OSError as exc:
             raise UnsafePathError(f"{what} {_shown(root)}: cannot read {_relative(folder, real_root, root_path)} "
                                   f"({exc.strerror or exc})") from None  # fmt: skip
@@ -314,8 +340,13 @@ def _relative(path: str | os.PathLike, real_root: Path, shown_root: Path) -> str
 
 
 def _entry_problem(entry: os.DirEntry, real_root: Path) -> str | None:
+    """What is wrong with ``entry`` of a folder to reuse (``None``: nothing, or it is gone —
+    another process of the same run or sweep may rename its temporaries meanwhile)."""
     if entry.is_symlink():
-        target = os.readlink(entry.path)
+        try:
+            target = os.readlink(entry.path)
+        except FileNotFoundError:
+            return None
         try:
             real = Path(entry.path).resolve(strict=True)
         except RuntimeError:
@@ -329,6 +360,8 @@ def _entry_problem(entry: os.DirEntry, real_root: Path) -> str | None:
         return None
     try:
         mode = entry.stat(follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return None
     except OSError as exc:
         return f"cannot be examined ({exc.strerror or exc})"
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):

@@ -12,7 +12,7 @@ import html
 import re
 from typing import Any
 
-__all__ = ["csv_cell", "display_lines", "markdown_cell", "plain_text", "terminal_text"]
+__all__ = ["csv_cell", "csv_value", "display_lines", "markdown_cell", "plain_text", "terminal_text"]
 
 # C0, DEL and C1 control characters, and the Unicode bidi overrides that
 # make a string display in another order than it reads
@@ -57,3 +57,11 @@ def csv_cell(value: Any) -> Any:
         return value
     except ValueError:
         return "'" + value
+
+
+def csv_value(cell: str) -> str:
+    """What :func:`csv_cell` wrote, read back: the ``'`` it put before a formula-like string is
+    taken off again (so a parameter ``-aug`` is shown as ``-aug``, not ``'-aug``)."""
+    if cell.startswith("'") and csv_cell(cell[1:]) == cell:
+        return cell[1:]
+    return cell

@@ -19,7 +19,6 @@ import yaml
 
 from ..core.config import display_path
 from ..core.safe_files import ensure_folder, write_atomic
-from ..core.text_safety import csv_cell
 from .collect import collect_metrics, read_summary
 from .command import TrialJob, build_job, user_tokens
 from .executor import EXECUTORS, ExecutorOptions, TrialOutcome, default_threads, last_error_line
@@ -89,7 +88,7 @@ class _Run:
         """Refuse a trial whose folder holds a run the sweep file now sets differently."""
         before = self.table.previous.get(trial.id, {}).get("overrides")
         now = " ".join(user_tokens(trial))
-        if before and before not in (now, csv_cell(now)) and (job.run_dir.exists() or job.run_dir.is_symlink()):
+        if before and before != now and (job.run_dir.exists() or job.run_dir.is_symlink()):
             raise SweepSpecError(
                 f"trial {trial.id} in {display_path(self.sweep_dir)} was run with '{before}', but the sweep file now "
                 f"gives it '{now}'; nothing was changed. Use another --sweep-dir, or delete "

@@ -21,7 +21,7 @@ from typing import Any
 from ..core.config import display_path
 from ..core.errors import UsageError
 from ..core.safe_files import atomic_open, open_regular
-from ..core.text_safety import csv_cell
+from ..core.text_safety import csv_cell, csv_value
 
 __all__ = ["MAX_FIELD_CHARS", "MAX_FILE_BYTES", "STATUSES", "TrialsFileError", "TrialsTable", "number", "read_rows"]
 
@@ -97,7 +97,7 @@ def read_rows(sweep_dir: Path) -> list[dict[str, str]]:
 
 def _checked(row: dict[Any, Any], path: Path, line: int) -> dict[str, str]:
     """One row as plain strings, its ``trial``, ``status`` and ``seconds`` cells checked."""
-    clean = {str(k): "" if v is None else str(v) for k, v in row.items() if k is not None}
+    clean = {str(k): "" if v is None else csv_value(str(v)) for k, v in row.items() if k is not None}
     for key, value in clean.items():
         if len(value) > MAX_FIELD_CHARS:
             raise TrialsFileError(f"{display_path(path)} line {line}: column '{_shown(key)}' holds "

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ...core.errors import UsageError
+from ...core.safe_files import UnsafePathError, relative_name
 
 __all__ = [
     "BONAFIDE",
@@ -112,8 +113,17 @@ def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
                 yield number, fields
 
 
+def _name(name: str, what: str) -> str:
+    """A file name from a protocol or metadata file, as a ``ValueError`` (located and counted by
+    :func:`_collect`) when it would climb out of the audio folder."""
+    try:
+        return relative_name(name, what)
+    except UnsafePathError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _audio_path(audio_dir: Path, name: str, ext: str) -> Path:
-    candidate = audio_dir / name
+    candidate = audio_dir / _name(name, "file name")
     return candidate if candidate.suffix and ext in ("", candidate.suffix.lstrip(".")) else audio_dir / f"{name}.{ext}"
 
 
@@ -286,7 +296,7 @@ def read_in_the_wild(
                     raise ValueError("empty file name")
                 label = parse_label(row.get("label", ""))
                 attack = "-" if label == BONAFIDE else "spoof"
-                path = root / row["file"]
+                path = root / _name(row["file"], "file")
                 return Utterance(Path(row["file"]).stem, path, label, attack, row.get("speaker") or "-",
                                  f"{meta}:{number}")
 
