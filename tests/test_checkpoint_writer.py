@@ -79,7 +79,7 @@ def test_a_failed_commit_is_raised_at_wait_and_a_bad_folder_at_submit(tmp_path, 
     writer.wait()  # reported once
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(CheckpointError, match="writing a checkpoint failed.*File exists"):
+    with pytest.raises(CheckpointError, match="writing a checkpoint failed.*exists and is not a folder"):
         writer.submit(payload(2), blocker / "x.pt")
 
 

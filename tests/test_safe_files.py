@@ -208,3 +208,21 @@ def test_csv_value_takes_back_only_what_csv_cell_added():
 
     for value in ("-aug", "=x", "@y", "plain", "'quoted", "-0.5"):
         assert csv_value(str(csv_cell(value))) == value
+
+
+def test_open_append_on_a_fifo_neither_hangs_nor_writes(tmp_path):
+    os.mkfifo(tmp_path / "trial.log")
+    with pytest.raises(UnsafePathError):
+        open_append(tmp_path / "trial.log")
+
+
+def test_the_checkpoint_copy_fallback_never_writes_through_a_link(tmp_path, victim):
+    from modforge.train.checkpoint_commit import _copy_to_new
+
+    (tmp_path / "a.pt").write_bytes(b"weights")
+    (tmp_path / ".last.pt.link-1").symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        _copy_to_new(str(tmp_path / "a.pt"), str(tmp_path / ".last.pt.link-1"))
+    assert victim.read_text() == "precious\n"
+    _copy_to_new(str(tmp_path / "a.pt"), str(tmp_path / "b.pt"))
+    assert (tmp_path / "b.pt").read_bytes() == b"weights"

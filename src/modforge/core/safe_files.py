@@ -224,8 +224,14 @@ def _open_nofollow(path: str | os.PathLike, flags: int, perm: int = 0o644) -> in
 def open_append(path: str | os.PathLike, *, encoding: str = "utf-8", newline: str | None = None, binary: bool = False):
     """Open ``path`` to append (created if missing), never through a link and only when it is
     one plain regular file (a hard link to someone's file would be changed in place)."""
-    fd = _open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:  # non-blocking: a FIFO planted at the name cannot hang the open (no reader: an error)
+        fd = _open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NONBLOCK)
+    except OSError as exc:
+        raise UnsafePathError(f"{_shown(path)} cannot be opened to append ({exc.strerror or exc}); "
+                              "modforge appends only to plain files it made") from None  # fmt: skip
     _check_plain_file(fd, path, single_link=True)
+    if _NONBLOCK:
+        os.set_blocking(fd, True)
     if binary:
         return open(fd, "ab")
     return open(fd, "a", encoding=encoding, newline=newline)

@@ -168,7 +168,11 @@ class _Pin:
 
     def digest(self, file: Path) -> str:
         if file not in self.digests:
-            self.digests[file] = _digest(file)
+            try:
+                self.digests[file] = _digest(file)
+            except OSError as exc:
+                raise _fail(self.spec, f"cannot read {display_path(file)} to check its SHA-256 "
+                                       f"({exc.strerror or exc})", "path") from None  # fmt: skip
         return self.digests[file]
 
     def matches(self, file: Path) -> bool:

@@ -36,7 +36,7 @@ import torch
 
 from ..core.errors import UsageError
 from ..core.integrity import torch_zip_checksums
-from ..core.safe_files import ensure_folder
+from ..core.safe_files import UnsafePathError, ensure_folder
 from ..core.weight_formats import UnsafeFileError, WeightFormatError, read_torch_file
 from .checkpoint_commit import commit
 from .commit_helper import HELPER, CommitJob
@@ -155,7 +155,7 @@ class CheckpointWriter:
         helper = HELPER.ensure() if self.asynchronous else None
         try:
             tmp = write_temp(data, path, owners=() if helper is None else (helper,))
-        except OSError as exc:
+        except (OSError, UnsafePathError) as exc:
             raise CheckpointError(f"writing a checkpoint failed: {type(exc).__name__}: {exc}") from exc
         job = CommitJob(str(tmp), str(path), [str(Path(p).absolute()) for p in links],
                         [str(Path(p).absolute()) for p in prune])

@@ -67,12 +67,20 @@ def _place(source: str, target: str) -> None:
         try:
             os.link(source, staged)
         except OSError:  # no hard links here, or another file system: a synced copy
-            shutil.copyfile(source, staged)
+            _copy_to_new(source, staged)
             _fsync_file(staged)
         os.replace(staged, target)
     finally:
         if os.path.lexists(staged):
             os.unlink(staged)
+
+
+def _copy_to_new(source: str, staged: str) -> None:
+    """Copy ``source`` into the new file ``staged`` (``O_EXCL``: never through a link planted there)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(staged, flags, 0o644)
+    with open(fd, "wb") as out, open(source, "rb") as src:
+        shutil.copyfileobj(src, out, 1 << 20)
 
 
 def _staged_name(target: str) -> str:

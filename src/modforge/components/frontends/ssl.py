@@ -31,6 +31,7 @@ import torch.nn as nn
 
 from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_checkpoint_format, register_frontend
+from ...core.safe_files import write_atomic
 from ...core.weight_formats import CheckpointFormat, WeightFormatError, tensors_of
 from ..base import Frontend
 from ..layouts import Layout
@@ -219,7 +220,7 @@ class SSLFrontend(Frontend):
             "padding_value": 0.0,
             "return_attention_mask": False,
         }
-        (out / PREPROCESSOR_FILE).write_text(json.dumps(preprocessor, indent=2) + "\n")
+        write_atomic(out / PREPROCESSOR_FILE, json.dumps(preprocessor, indent=2) + "\n")
         return out
 
 

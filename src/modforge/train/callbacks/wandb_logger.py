@@ -9,6 +9,7 @@ from typing import Any, Literal, Optional
 
 from ...core.optional import import_extra
 from ...core.registries import register_callback
+from ...core.safe_files import write_via_temp
 from .tracker import Tracker
 
 WandbMode = Literal["auto", "offline", "online", "disabled"]
@@ -104,7 +105,7 @@ class WandbLogger(Tracker):
         files_dir = Path(self._run.dir)
         for path in files:  # copies, not links: the W&B run folder stays whole when the run folder moves
             target = files_dir / path.name
-            shutil.copyfile(path, target)
+            write_via_temp(target, lambda tmp, path=path: shutil.copyfile(path, tmp))  # never through a link
             self._run.save(str(target), base_path=str(files_dir), policy="now")
 
     def _close(self, failed: bool = False) -> None:
