@@ -244,7 +244,8 @@ def test_the_nproc_command_line_starts_no_process_that_imports_from_the_cwd():
     """What ``--nproc`` execs: torchrun and its workers' command both without the cwd on
     ``sys.path`` (``-P`` on Python 3.11+, a bootstrap dropping it on 3.10), workers run as
     given (``--no-python``), and every child gets ``PYTHONSAFEPATH=1``."""
-    from modforge.cli.commands.train_run import launch_command, safe_child_env
+    from modforge.cli.commands.train_run import launch_command
+    from modforge.core.child_process import safe_child_env
 
     command = launch_command(["tiny.yaml"], 2)
     no_python = command.index("--no-python")

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from modforge.core.child_process import SAFE_BOOTSTRAP
 from modforge.core.safe_files import UnsafePathError
 from modforge.sweep import SEARCHES, build_job, load_sweep, write_report
-from modforge.sweep.command import _BOOTSTRAP, modforge_command
+from modforge.sweep.command import modforge_command
 from modforge.sweep.local import start_trial
 from modforge.sweep.spec import SweepSpecError
 from modforge.sweep.table import TrialsTable
@@ -334,7 +335,7 @@ def test_the_trial_command_never_imports_from_the_cwd(tmp_path):
     subprocess.run([sys.executable, "-c", "import yaml"], cwd=cwd, capture_output=True)  # the plant works...
     assert marker.exists()
     marker.unlink()
-    for command in (modforge_command(), [sys.executable, "-c", _BOOTSTRAP]):  # ...and neither form imports it
+    for command in (modforge_command(), [sys.executable, "-c", SAFE_BOOTSTRAP.format(module="modforge")]):  # ...and neither form imports it
         res = subprocess.run([*command, "sweep", "--help"], cwd=cwd, capture_output=True, text=True, timeout=120)
         assert res.returncode == 0 and "SWEEP.yaml" in res.stdout, res.stderr
     assert not marker.exists()

@@ -21,10 +21,10 @@ import json
 import os
 import shlex
 import stat
-import sys
 from pathlib import Path, PurePath
 from typing import Any
 
+from ..core.child_process import safe_module_command
 from ..core.safe_files import UnsafePathError, inside, remove_tree
 from .spec import AUTO_KEYS, SweepSpec
 from .trial import Trial
@@ -33,21 +33,11 @@ __all__ = ["TrialJob", "build_job", "modforge_command", "override_tokens", "run_
 
 SUMMARY = "summary.json"
 
-_BOOTSTRAP = ("import sys, runpy; sys.path[:1] = [] if sys.path[:1] == [''] else sys.path[:1]; "
-              "runpy.run_module('modforge', run_name='__main__', alter_sys=True)")  # fmt: skip
-"""Python 3.10 has no ``-P``: ``-c`` puts ``''`` (the cwd) first on ``sys.path``, which this removes
-before anything is imported (``site`` ran earlier, with no cwd on the path)."""
-
-
 def modforge_command(executable: str | None = None) -> list[str]:
-    """``python -P -m modforge``: a child modforge process that never imports from the cwd.
-
-    ``-P`` exists from Python 3.11; on 3.10 a ``-c`` bootstrap drops the cwd entry itself.
-    Executors also set ``PYTHONSAFEPATH=1`` in the child's environment (its own children)."""
-    python = executable or sys.executable
-    if sys.version_info >= (3, 11):
-        return [python, "-P", "-m", "modforge"]
-    return [python, "-c", _BOOTSTRAP]
+    """``python -P -m modforge``: a child modforge process that never imports from the cwd
+    (:func:`~modforge.core.child_process.safe_module_command`). Executors also set
+    ``PYTHONSAFEPATH=1`` in the child's environment (for its own children)."""
+    return safe_module_command("modforge", executable=executable)
 
 
 _RUN_FILES = ("*.yaml", "*.csv", "*.json", "*.png", "*.txt", "*.log", "events.*")  # config, metrics, summary,

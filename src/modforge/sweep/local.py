@@ -20,6 +20,7 @@ import sys
 import time
 from datetime import datetime
 
+from ..core.child_process import safe_child_env
 from ..core.safe_files import ensure_folder, open_append
 from .command import TrialJob
 from .executor import ExecutorOptions, TrialOutcome, default_threads, register_executor
@@ -77,7 +78,7 @@ def start_trial(job: TrialJob, keep_fds: tuple[int, ...] = (), *, note: str = ""
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             pass_fds=keep_fds, preexec_fn=_child_setup(_prctl(), os.getpid()), cwd=cwd,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"},
+            env=safe_child_env(PYTHONUNBUFFERED="1"),
         )  # fmt: skip
 
 

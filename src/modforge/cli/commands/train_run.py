@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from ...core.child_process import safe_child_env, safe_module_command
 from ...core.config import display_path
 from ...core.errors import UsageError
 from ...core.safe_files import write_atomic
@@ -61,31 +62,13 @@ def _nproc(argv: list[str]) -> tuple[list[str], int | None]:
     return argv, None
 
 
-_SAFE_BOOT = "import sys, runpy; sys.path[:1] = [] if sys.path[:1] == [''] else sys.path[:1]; " \
-             "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"  # fmt: skip
-
-
-def safe_module_command(module: str) -> list[str]:
-    """``python -m MODULE`` that never imports from the current directory: ``-m`` puts the
-    cwd first on ``sys.path``, so a ``yaml.py`` or ``torch.py`` lying there would run.
-    Python 3.11+: ``-P``; 3.10 (no ``-P``): a bootstrap that drops the cwd entry first."""
-    if sys.version_info >= (3, 11):
-        return [sys.executable, "-P", "-u", "-m", module]
-    return [sys.executable, "-u", "-c", _SAFE_BOOT.format(module=module)]
-
-
-def safe_child_env() -> dict[str, str]:
-    """This process's environment with ``PYTHONSAFEPATH=1`` (Python 3.11+ then never puts
-    the cwd or a script's folder on ``sys.path`` in any process the children start)."""
-    return {**os.environ, "PYTHONSAFEPATH": "1"}
-
-
 def launch_command(argv: list[str], nproc: int) -> list[str]:
     """torchrun (standalone: one machine) running ``modforge train ARGV`` in ``nproc``
     processes; neither torchrun nor its workers import from the current directory (torchrun
     runs the workers' command as given, ``--no-python``: :func:`safe_module_command`)."""
-    return [*safe_module_command("torch.distributed.run"), "--standalone", f"--nproc-per-node={nproc}",
-            "--no-python", *safe_module_command("modforge"), "train", *argv]  # fmt: skip
+    return [*safe_module_command("torch.distributed.run", unbuffered=True), "--standalone",
+            f"--nproc-per-node={nproc}", "--no-python", *safe_module_command("modforge", unbuffered=True), "train",
+            *argv]  # fmt: skip
 
 
 def _launch(argv: list[str], nproc: int) -> int:
