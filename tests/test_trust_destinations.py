@@ -16,6 +16,7 @@ import http.server
 import json
 import os
 import shutil
+import sys
 import threading
 from pathlib import Path
 from unittest import mock
@@ -103,6 +104,8 @@ def tracker_env(tmp_path, monkeypatch):
         monkeypatch.setenv(key, str(value))
     with mock.patch.dict(os.environ):  # the mlflow callback may set MLFLOW_ALLOW_FILE_STORE
         yield
+    if "wandb" in sys.modules:  # W&B's service outlives a run with the settings it started with
+        sys.modules["wandb"].teardown()
 
 
 @pytest.fixture(scope="module")

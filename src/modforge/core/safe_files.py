@@ -41,6 +41,7 @@ __all__ = [
     "ensure_folder",
     "foreign_entry",
     "inside",
+    "is_relative_name",
     "relative_name",
     "open_append",
     "open_lock",
@@ -289,12 +290,20 @@ def relative_name(name: str, what: str = "path", root: str | os.PathLike = "its 
         UnsafePathError: naming ``what``.
     """
     text = str(name)
-    pure = PurePath(text)
-    if not text or "\x00" in text or pure.is_absolute() or text.startswith(("/", "\\")) or ".." in pure.parts \
-            or ".." in text.split("\\") or (len(text) > 1 and text[1] == ":"):  # fmt: skip
+    if not is_relative_name(text):
         raise UnsafePathError(f"{what} {text!r} is not a relative path inside {_shown(root)} "
                               "(absolute names and '..' are refused)")  # fmt: skip
     return text
+
+
+def is_relative_name(name: object) -> bool:
+    """Whether ``name`` is a non-empty string that, as written, stays inside the folder it is
+    joined to: not absolute, no drive, no ``..`` (``/`` or ``\\`` separated), no NUL, no ``~``."""
+    if not isinstance(name, str) or not name or "\x00" in name or name.startswith(("/", "\\", "~")):
+        return False
+    pure = PurePath(name)
+    return not pure.is_absolute() and ".." not in pure.parts and ".." not in name.split("\\") \
+        and not (len(name) > 1 and name[1] == ":")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- folders to reuse

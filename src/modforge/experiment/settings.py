@@ -11,7 +11,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field
@@ -22,6 +22,7 @@ from ..core.constraints import NonNegativeInt, PositiveFloat, PositiveInt
 from ..core.errors import ConfigValueError
 from ..core.origins import typed_here
 from ..core.registries import CALLBACKS, DATASETS, ENGINES, METRICS, OPTIMIZERS, SCHEDULERS
+from ..core.safe_files import is_relative_name
 from ..core.text_safety import plain_text
 from ..data.loader import LoaderSettings
 from ..train.distributed import DistributedSettings
@@ -294,14 +295,6 @@ class HeldDestination:
         return f"{self.type} {self.arg} {plain_text(repr(self.value))} (kept {self.instead})"
 
 
-def _relative_inside(name: Any) -> bool:
-    """Whether ``name`` is a relative path that stays inside the folder it is joined to."""
-    if not isinstance(name, str) or "\x00" in name or name.startswith(("/", "\\", "~")):
-        return False
-    pure = PurePath(name)
-    return not pure.is_absolute() and ".." not in pure.parts and not (len(name) > 1 and name[1] == ":")
-
-
 def sweep_folder_of(run_dir: Path | None) -> Path | None:
     """The sweep folder a run folder is a trial of (``SWEEP/trials/<id>`` with ``SWEEP/sweep.yaml``), else None."""
     if run_dir is None or Path(run_dir).parent.name != "trials":
@@ -395,9 +388,9 @@ class _StoredCallback:
                     self.hold("mode", "offline in the run folder's wandb/", "offline")
                 else:
                     args["mode"] = "offline"  # 'auto', offline today: the same, and never up to a later setting
-        elif self.kind == "tensorboard" and self.stored("subdir") and not _relative_inside(args["subdir"]):
+        elif self.kind == "tensorboard" and self.stored("subdir") and not (args["subdir"] == "" or is_relative_name(args["subdir"])):
             self.hold("subdir", "in the run folder", "")
-        elif self.kind == "csv_logger" and self.stored("filename") and not _relative_inside(args["filename"]):
+        elif self.kind == "csv_logger" and self.stored("filename") and not is_relative_name(args["filename"]):
             self.hold("filename", "as metrics.csv in the run folder", "metrics.csv")
         elif self.kind == "optuna_pruning" and self.stored("storage") and not _sqlite_inside(args["storage"], run_dir):
             self.held.append(HeldDestination(self.index, self.kind, "storage", args["storage"],

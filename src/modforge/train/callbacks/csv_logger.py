@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import csv
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 from ...core.registries import register_callback
-from ...core.safe_files import atomic_open, inside, open_append
+from ...core.safe_files import atomic_open, inside, is_relative_name, open_append
 from .base import Callback
 
 
@@ -25,8 +25,7 @@ class CSVLogger(Callback):
     rank_zero_only = True  # writes files / the terminal
 
     def __init__(self, filename: str = "metrics.csv"):
-        name = PurePath(filename)
-        if not filename or name.is_absolute() or ".." in name.parts:
+        if not is_relative_name(filename):
             raise ValueError(f"filename must be a file name inside the run folder, got {filename!r}")
         self.filename = filename
         self.columns: list[str] = []

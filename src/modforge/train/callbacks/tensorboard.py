@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 from ...core.errors import UsageError
 from ...core.registries import register_callback
-from ...core.safe_files import inside
+from ...core.safe_files import inside, is_relative_name
 from .base import Callback
 
 
@@ -32,8 +32,7 @@ class TensorBoard(Callback):
             raise UsageError(
                 'the tensorboard callback needs the tensorboard package: pip install "modforge[tensorboard]"'
             ) from exc
-        if not isinstance(subdir, str) or subdir.startswith(("/", "\\", "~")) or ".." in PurePath(subdir).parts \
-                or PurePath(subdir).is_absolute():  # fmt: skip
+        if not isinstance(subdir, str) or (subdir and not is_relative_name(subdir)):
             raise ValueError(f"subdir must be a folder inside the run folder (relative, without '..'), got {subdir!r}")
         self.subdir = subdir
         self._writer = None
