@@ -371,6 +371,53 @@ def test_a_sweep_files_ray_section_neither_switches_ray_on_nor_names_the_cluster
 
 
 @pytest.mark.slow
+def _descendants(root: int) -> set[int]:
+    """The ids of every process under ``root`` (Linux: from /proc/<pid>/stat)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields[1])
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _listening_beyond_loopback() -> list[str]:
+    """Every listening TCP socket of this process's descendants (the local Ray instance: GCS,
+    raylet, object manager, dashboard, agents) bound to an address other than loopback."""
+    inodes: dict[str, int] = {}
+    for pid in _descendants(os.getpid()):
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes[target[8:-1]] = pid
+        except OSError:
+            continue
+    exposed: list[str] = []
+    listening: list[str] = []
+    for table, size in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            address, port = fields[1].split(":")
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(address)
+            ip = ".".join(str(b) for b in raw[::-1]) if size == 8 else raw.hex()
+            # IPv6 as /proc writes it (four host-order words): ::1 and ::ffff:127.x.y.z
+            loopback = ip.startswith("127.") if size == 8 else raw == bytes(12) + b"\x01\x00\x00\x00" or (
+                raw[:12] == bytes(8) + b"\xff\xff\x00\x00" and raw[15] == 127)
+            (listening if loopback else exposed).append(f"{ip}:{int(port, 16)} (pid {inodes[fields[9]]})")
+    assert listening, "no listening socket of the Ray instance was found: the check would see nothing"
+    return exposed
+
+
 def test_a_ray_sweeps_local_instance_listens_on_loopback_and_its_workers_ignore_the_cwd(tmp_path, sweep_file,
                                                                                         monkeypatch):  # fmt: skip
     ray = pytest.importorskip("ray")
@@ -385,6 +432,8 @@ def test_a_ray_sweeps_local_instance_listens_on_loopback_and_its_workers_ignore_
     executor = RayExecutor(ExecutorOptions(workers=1, settings={"cpus_per_trial": 1.0}))
     try:
         assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+        exposed = _listening_beyond_loopback()
+        assert not exposed, f"Ray processes listen beyond loopback: {exposed}"
         job = build_job(spec, SEARCHES[spec.search](spec, tmp_path / "sw").ask(), tmp_path / "sw", threads=1)
         executor.submit(job)
         outcomes = []
