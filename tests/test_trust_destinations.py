@@ -24,28 +24,12 @@ from unittest import mock
 import pytest
 import yaml
 
-from modforge.cli.main import main
 from modforge.core.origins import CommandLineOrigin
 from modforge.experiment.settings import keep_destinations_local
-from registry_state import registries_restored
+from tiny_run import train_tiny
 
 pytestmark = pytest.mark.hostile
 
-TINY = """\
-seed: 1
-data: {type: synthetic_classification, args: {num_samples: 60, num_features: 8, num_classes: 3}, batch_size: 30}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [4]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 1
-  optimizer: {type: adam, args: {lr: 0.01}}
-  metrics: [accuracy, loss]
-  num_threads: 1
-  progress: never
-  async_checkpoints: false
-"""
 TOKEN = "the-users-own-secret-token"
 
 
@@ -111,11 +95,7 @@ def tracker_env(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """One tiny finished run without any tracker, copied by each test."""
-    base = tmp_path_factory.mktemp("trained")
-    (base / "tiny.yaml").write_text(TINY)
-    with registries_restored():
-        assert main(["train", str(base / "tiny.yaml"), "--run-dir", str(base / "run")]) == 0
-    return base / "run"
+    return train_tiny(tmp_path_factory.mktemp("trained"))
 
 
 @pytest.fixture

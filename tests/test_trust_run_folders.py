@@ -21,26 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from modforge.cli.main import main
-from registry_state import registries_restored
+from tiny_run import TINY, train_tiny
 
 pytestmark = pytest.mark.hostile
 
-TINY = """\
-seed: 1
-data: {type: synthetic_classification, args: {num_samples: 60, num_features: 8, num_classes: 3}, batch_size: 30}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [4]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 1
-  optimizer: {type: adam, args: {lr: 0.01}}
-  metrics: [accuracy, loss]
-  num_threads: 1
-  progress: never
-  async_checkpoints: false
-"""
 
 VICTIM = b"the user's own file: nothing from modforge may land here\n"
 
@@ -48,12 +32,9 @@ VICTIM = b"the user's own file: nothing from modforge may land here\n"
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """One tiny finished run (with an ``evaluations/`` folder), copied by each test."""
-    base = tmp_path_factory.mktemp("trained")
-    (base / "tiny.yaml").write_text(TINY)
-    with registries_restored():
-        assert main(["train", str(base / "tiny.yaml"), "--run-dir", str(base / "run")]) == 0
-    (base / "run" / "evaluations").mkdir()
-    return base / "run"
+    run = train_tiny(tmp_path_factory.mktemp("trained"))
+    (run / "evaluations").mkdir()
+    return run
 
 
 @pytest.fixture(autouse=True)

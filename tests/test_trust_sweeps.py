@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from distributed_helpers import children
 from modforge.core.child_process import SAFE_BOOTSTRAP
 from modforge.core.safe_files import UnsafePathError
 from modforge.sweep import SEARCHES, build_job, load_sweep, write_report
@@ -370,29 +371,11 @@ def test_a_sweep_files_ray_section_neither_switches_ray_on_nor_names_the_cluster
     assert cli("sweep-report", str(stored)).code == 0  # a stored address is never used: the report is written
 
 
-@pytest.mark.slow
-def _descendants(root: int) -> set[int]:
-    """The ids of every process under ``root`` (Linux: from /proc/<pid>/stat)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(fields[1])
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
 def _listening_beyond_loopback() -> list[str]:
     """Every listening TCP socket of this process's descendants (the local Ray instance: GCS,
     raylet, object manager, dashboard, agents) bound to an address other than loopback."""
     inodes: dict[str, int] = {}
-    for pid in _descendants(os.getpid()):
+    for pid in children(os.getpid()):
         try:
             for fd in Path(f"/proc/{pid}/fd").iterdir():
                 target = os.readlink(fd)
@@ -418,6 +401,7 @@ def _listening_beyond_loopback() -> list[str]:
     return exposed
 
 
+@pytest.mark.slow
 def test_a_ray_sweeps_local_instance_listens_on_loopback_and_its_workers_ignore_the_cwd(tmp_path, sweep_file,
                                                                                         monkeypatch):  # fmt: skip
     ray = pytest.importorskip("ray")
