@@ -119,16 +119,23 @@ def check(results: list[tuple[int, str]], before: dict, outside: Path) -> None:
 plantings = st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(TARGETS)), min_size=1, max_size=3)
 
 
+def hostile_copy(template: Path, base: Path, names: list[str], planted: list[tuple[int, str]]) -> tuple[Path, Path]:
+    """A copy of ``template`` in ``base`` with ``planted`` entries at names from ``names``, and the
+    folder outside it holding the victim file."""
+    folder, outside = base / template.name, base / "outside"
+    shutil.copytree(template, folder, symlinks=True)
+    outside.mkdir()
+    (outside / "victim.txt").write_text("precious\n")
+    for index, target in planted:
+        plant(folder, names[index % len(names)], target, outside)
+    return folder, outside
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(planted=plantings)
 def test_generated_run_folders(templates, tmp_path_factory, capsys, planted):
     base = tmp_path_factory.mktemp("case")
-    run, outside = base / "run", base / "outside"
-    shutil.copytree(templates["run"], run, symlinks=True)
-    outside.mkdir()
-    (outside / "victim.txt").write_text("precious\n")
-    for index, target in planted:
-        plant(run, RUN_NAMES[index % len(RUN_NAMES)], target, outside)
+    run, outside = hostile_copy(templates["run"], base, RUN_NAMES, planted)
     before = digest(outside)
     results = run_commands([["test", str(run)], ["export", str(run), "--engine", "torchscript", "--out",
                                                  str(base / "model.ts")], ["train", "--resume", str(run)]],
@@ -140,15 +147,9 @@ def test_generated_run_folders(templates, tmp_path_factory, capsys, planted):
 @given(planted=plantings)
 def test_generated_sweep_folders(templates, tmp_path_factory, capsys, planted):
     base = tmp_path_factory.mktemp("case")
-    sweep, outside = base / "sweep", base / "outside"
-    shutil.copytree(templates["sweep"], sweep, symlinks=True)
-    outside.mkdir()
-    (outside / "victim.txt").write_text("precious\n")
-    for index, target in planted:
-        plant(sweep, SWEEP_NAMES[index % len(SWEEP_NAMES)], target, outside)
+    sweep, outside = hostile_copy(templates["sweep"], base, SWEEP_NAMES, planted)
     before = digest(outside)
-    results = run_commands([["sweep-report", str(sweep)]], base, capsys)
-    check(results, before, outside)
+    check(run_commands([["sweep-report", str(sweep)]], base, capsys), before, outside)
 
 
 def test_untouched_folders_work_and_inside_links_are_fine(templates, tmp_path, capsys):
