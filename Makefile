@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 TORCH   ?= torch==2.13.0
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test hostile lint bench clean
+.PHONY: demo test hostile docs lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ test: $(STAMP)
 hostile: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile -m hostile
 
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks
 
@@ -33,4 +36,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/startup.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build site src/*.egg-info .pytest_cache .hypothesis

@@ -3,7 +3,7 @@ out, reading the FPN maps from the batch, writing UP's ``dt_bboxes`` in evaluati
 training — is one class in a plug-in file, wired into UP's ``net:`` list (``model.stages`` with ``prev``) after
 modforge's resnet18 and fpn, and trains, validates by COCO AP and tests through ``modforge train``.
 
-``CENTER_HEAD`` and ``CONFIG`` are the README's worked example ("From United Perception"), read from it."""
+``CENTER_HEAD`` and ``CONFIG`` are the porting guide's worked example (docs/porting/united-perception.md), read from it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from modforge.data.detection.shapes import make_shapes
-from test_porting_guide import FILES  # the README's blocks, as the guide's own test reads them
+from test_porting_guide import FILES  # the guide's blocks, as its own test reads them
 
 CENTER_HEAD = FILES["up"]["center_head.py"]
 CONFIG = FILES["up"]["center_head.yaml"] + "  num_threads: 1\n  progress: never\n"
@@ -22,7 +22,7 @@ CONFIG = FILES["up"]["center_head.yaml"] + "  num_threads: 1\n  progress: never\
 
 @pytest.fixture
 def port(tmp_path):
-    """The README's plug-in and config, and a tiny shapes set, in the test's folder."""
+    """The guide's plug-in and config, and a tiny shapes set, in the test's folder."""
     (tmp_path / "center_head.py").write_text(CENTER_HEAD)
     (tmp_path / "center_head.yaml").write_text(CONFIG)
     # what `modforge data make-shapes shapes --images 80 --size 64` writes

@@ -1,4 +1,4 @@
-"""The README's porting guide runs as written: every ``<!-- file: FRAMEWORK/NAME -->`` block is
+"""The porting guide (docs/porting/) runs as written: every ``<!-- file: FRAMEWORK/NAME -->`` block is
 written into a folder per seed framework and every line of its ``<!-- run: FRAMEWORK -->``
 block is run there (in-process), so the guide a DeepFense, Mammoth, UP or delira user
 follows cannot drift from the code. The mistakes its tables list are made too, and each
@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+GUIDE = sorted((Path(__file__).resolve().parents[1] / "docs" / "porting").glob("*.md"))
 _BLOCK = re.compile(r"<!-- (file|run): ([\w./-]+) -->\n```\w*\n(.*?)```", re.S)
 
 
 def guide_blocks() -> tuple[dict[str, dict[str, str]], dict[str, list[list[str]]]]:
-    """({framework: {file name: text}}, {framework: [command argv, ...]}) from the README."""
+    """({framework: {file name: text}}, {framework: [command argv, ...]}) from the guide's pages."""
     files: dict[str, dict[str, str]] = {}
     runs: dict[str, list[list[str]]] = {}
-    for kind, name, body in _BLOCK.findall(README.read_text()):
+    for kind, name, body in _BLOCK.findall("\n".join(page.read_text() for page in GUIDE)):
         if kind == "file":
             framework, _, file = name.partition("/")
             files.setdefault(framework, {})[file] = body
@@ -143,10 +143,11 @@ MISTAKES = {
 
 @pytest.mark.parametrize("mistake", sorted(MISTAKES))
 def test_a_porters_habit_gets_the_message_the_guide_promises(mistake, cli, tmp_path):
-    """Each habit of the guide's tables, made: one line (exit 2) with the text the README
+    """Each habit of the guide's tables, made: one line (exit 2) with the text the guide
     shows, and no run folder left behind."""
     model, command, promised = MISTAKES[mistake]
-    assert promised.split(" (in ")[0] in README.read_text().replace("…", ""), "the README's table must show the message"
+    guide = "\n".join(page.read_text() for page in GUIDE).replace("…", "")
+    assert promised.split(" (in ")[0] in guide, "the guide's table must show the message"
     (tmp_path / "parts.py").write_text(PORTER_PARTS)
     (tmp_path / "port.yaml").write_text(
         f"plugins: [parts.py]\ndata: {{type: digits, args: {{as_image: false}}}}\nmodel: {model}\ntrain: {{max_epochs: 1}}\n"

@@ -1,5 +1,5 @@
 """A run's life from the command line: made only once everything is built, resumed under any
-engine (the README's own float64 example), restarted when it never reached a checkpoint,
+engine (the documentation's own float64 example), restarted when it never reached a checkpoint,
 timed over all its sessions, evaluated without losing earlier results — and trained by a
 plug-in Trainer subclass (delira's closure / prepare_batch)."""
 
@@ -41,8 +41,9 @@ def tiny(write):
 
 
 def _readme_block(marker: str) -> str:
-    """The README's Python code block that contains ``marker``, as written there."""
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    """The documentation's Python code block that contains ``marker``, as written there."""
+    pages = "\n".join(page.read_text() for page in sorted((ROOT / "docs").rglob("*.md")))
+    blocks = re.findall(r"```python\n(.*?)```", pages, flags=re.S)
     (block,) = [b for b in blocks if marker in b]
     return block
 

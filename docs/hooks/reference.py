@@ -1,0 +1,83 @@
+"""MkDocs hook: the reference pages that are generated from the code, and the benchmark pages.
+
+- ``reference/parts.md``: every registered part of every kind, with its arguments (type,
+  default, help) and docstring summary — read from the registries, so it cannot go stale;
+- ``reference/cli.md``: every ``modforge`` command's ``--help``;
+- ``benchmarks/*.md``: the pages in ``benchmarks/`` (the overview from its README).
+
+``tests/test_docs.py`` compares the parts page with the registries and builds the site with ``--strict``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cell(text: object) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def parts_page() -> str:
+    """Markdown: one section per registry kind, one table row per argument of each part."""
+    from modforge.core.arguments import REQUIRED
+    from modforge.core.registries import REGISTRIES
+
+    lines = ["# Registered parts", "",
+             "Every part modforge registers, by kind, generated from the registries when the site is built "
+             "(`modforge list KIND` and `modforge describe KIND NAME` show the same on the command line).", ""]
+    for kind, registry in REGISTRIES.items():
+        names = registry.list()
+        lines += [f"## {kind}", "", f"{len(names)} registered: " + ", ".join(f"`{n}`" for n in names), ""]
+        for name in names:
+            entry = registry.entry(name)
+            sig = entry.signature
+            lines += [f"### `{name}` {{#{kind}-{name.replace('_', '-')}}}", ""]
+            if sig.summary:
+                lines += [_cell(sig.summary), ""]
+            args = [a for a in sig.args if not a.injected]
+            if args:
+                lines += ["| argument | type | default | help |", "|---|---|---|---|"]
+                for arg in args:
+                    default = "required" if arg.default is REQUIRED else f"`{arg.default!r}`"
+                    lines.append(f"| `{arg.name}` | `{_cell(arg.type_name)}` | {_cell(default)} | {_cell(arg.help)} |")
+                lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def cli_page() -> str:
+    """Markdown: the ``--help`` of every ``modforge`` command, as the command line prints it."""
+    from modforge.cli.main import COMMANDS, main
+
+    lines = ["# Commands", "", "Every `modforge` command's `--help`, generated when the site is built.", ""]
+    os.environ.setdefault("COLUMNS", "100")
+    for command in ["", *COMMANDS]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            main([command, "--help"] if command else ["--help"])
+        shown = f"modforge {command}".strip()
+        lines += [f"## `{shown}`", "", "```text", out.getvalue().rstrip(), "```", ""]
+    return "\n".join(lines) + "\n"
+
+
+def benchmark_pages() -> dict[str, str]:
+    """``benchmarks/<name>.md`` pages: each results page, and the overview (``index.md``)."""
+    pages = {"benchmarks/index.md": (ROOT / "benchmarks" / "README.md").read_text()}
+    for page in sorted((ROOT / "benchmarks").glob("*.md")):
+        if page.name != "README.md":
+            pages[f"benchmarks/{page.name}"] = page.read_text()
+    return pages
+
+
+def on_files(files, config):
+    """Add the generated pages to the site (mkdocs ≥ 1.6 ``File.generated``)."""
+    generated = {"reference/parts.md": parts_page(), "reference/cli.md": cli_page(), **benchmark_pages()}
+    for uri, content in generated.items():
+        files.append(File.generated(config, uri, content=content))
+    return files
