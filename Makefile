@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/modforge train configs/digits.yaml
 
 test: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks docs
 	$(PY) -m pytest -n 2 --dist loadfile
 
 hostile: $(STAMP)
@@ -30,7 +30,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks docs
 
 bench: $(STAMP)
 	$(PY) benchmarks/startup.py

@@ -3,7 +3,8 @@
 - ``reference/parts.md``: every registered part of every kind, with its arguments (type,
   default, help) and docstring summary — read from the registries, so it cannot go stale;
 - ``reference/cli.md``: every ``modforge`` command's ``--help``;
-- ``benchmarks/*.md``: the pages in ``benchmarks/`` (the overview from its README).
+- ``benchmarks/*.md``: the pages in ``benchmarks/`` (the overview from its README);
+- ``assets/first-run/*.png``: the plots of a short run of the demo, trained while the site is built.
 
 ``tests/test_docs.py`` compares the parts page with the registries and builds the site with ``--strict``.
 """
@@ -75,9 +76,27 @@ def benchmark_pages() -> dict[str, str]:
     return pages
 
 
+def first_run_pictures() -> dict[str, bytes]:
+    """The plots of the demo config trained for three epochs (a few seconds), for the getting-started page."""
+    import tempfile
+
+    from modforge.cli.main import main
+
+    with tempfile.TemporaryDirectory(prefix="modforge-docs-") as tmp:
+        run = Path(tmp) / "run"
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = main(["train", str(ROOT / "configs" / "digits.yaml"), "--run-dir", str(run), "train.max_epochs=3",
+                         "train.progress=never"])  # fmt: skip
+        if code != 0:
+            raise RuntimeError(f"the demo run for the getting-started page failed:\n{out.getvalue()}")
+        return {f"assets/first-run/{png.name}": png.read_bytes() for png in sorted(run.glob("*.png"))}
+
+
 def on_files(files, config):
     """Add the generated pages to the site (mkdocs ≥ 1.6 ``File.generated``)."""
-    generated = {"reference/parts.md": parts_page(), "reference/cli.md": cli_page(), **benchmark_pages()}
+    generated = {"reference/parts.md": parts_page(), "reference/cli.md": cli_page(), **benchmark_pages(),
+                 **first_run_pictures()}
     for uri, content in generated.items():
         files.append(File.generated(config, uri, content=content))
     return files
