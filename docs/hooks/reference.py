@@ -4,7 +4,8 @@
   default, help) and docstring summary — read from the registries, so it cannot go stale;
 - ``reference/cli.md``: every ``modforge`` command's ``--help``;
 - ``benchmarks/*.md``: the pages in ``benchmarks/`` (the overview from its README);
-- ``assets/first-run/*.png``: the plots of a short run of the demo, trained while the site is built.
+- ``assets/first-run/*.png``: the plots of a short run of the demo, trained while the site is built;
+- ``assets/model-flow/digits.svg``: the demo config's model flow (``modforge describe model CONFIG --diagram``).
 
 ``tests/test_docs.py`` compares the parts page with the registries and builds the site with ``--strict``.
 """
@@ -93,10 +94,25 @@ def first_run_pictures() -> dict[str, bytes]:
         return {f"assets/first-run/{png.name}": png.read_bytes() for png in sorted(run.glob("*.png"))}
 
 
+def model_flow_picture() -> dict[str, bytes]:
+    """The demo config's model-flow diagram, as ``modforge describe model configs/digits.yaml --diagram`` draws it."""
+    import tempfile
+
+    from modforge.cli.main import main
+
+    with tempfile.TemporaryDirectory(prefix="modforge-docs-") as tmp:
+        out, svg = io.StringIO(), Path(tmp) / "digits.svg"
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = main(["describe", "model", str(ROOT / "configs" / "digits.yaml"), "--diagram", str(svg)])
+        if code != 0:
+            raise RuntimeError(f"the model-flow diagram failed:\n{out.getvalue()}")
+        return {"assets/model-flow/digits.svg": svg.read_bytes()}
+
+
 def on_files(files, config):
     """Add the generated pages to the site (mkdocs ≥ 1.6 ``File.generated``)."""
     generated = {"reference/parts.md": parts_page(), "reference/cli.md": cli_page(), **benchmark_pages(),
-                 **first_run_pictures()}
+                 **first_run_pictures(), **model_flow_picture()}
     for uri, content in generated.items():
         files.append(File.generated(config, uri, content=content))
     return files

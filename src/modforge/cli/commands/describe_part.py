@@ -1,9 +1,14 @@
-"""``modforge describe KIND NAME`` — a part's arguments, docstring and origin."""
+"""``modforge describe KIND NAME`` — a part's arguments, docstring and origin;
+``modforge describe model CONFIG [--diagram OUT.svg]`` — the model a config builds: its stages,
+the batch keys between them and its losses, as a table and (``--diagram``) a picture."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ...components.layouts import Layout
 from ...core.arguments import REQUIRED, ArgSpec
+from ...core.errors import UsageError
 from ...core.registries import REGISTRIES, registry_for
 from ..common import CommandParser, add_plugins_option, load_cli_plugins
 from ..output import console, print_table
@@ -14,9 +19,45 @@ HELP = "show one part's arguments, types, defaults, help and where it is defined
 def _parser() -> CommandParser:
     parser = CommandParser("describe", description=HELP)
     parser.add_argument("kind", help=f"one of: {', '.join(REGISTRIES)}")
-    parser.add_argument("name", help="the registered name")
+    parser.add_argument("name", help="the registered name (for kind 'model': a registered model, or a config file)")
+    parser.add_argument("--diagram", metavar="OUT", help="with 'model CONFIG': also draw the model's flow to OUT "
+                        "(.svg, .png or .pdf)")  # fmt: skip
     add_plugins_option(parser)
     return parser
+
+
+def _is_config(kind: str, name: str) -> bool:
+    return kind == "model" and Path(name).suffix.lower() in (".yaml", ".yml")
+
+
+def describe_config_model(config: str, diagram: str | None) -> int:
+    """The model ``config`` builds (its data decides the input size and classes): stages and
+    losses as tables, and its flow drawn to ``diagram``."""
+    from ...core.config import display_path, load_config
+    from ...core.safe_files import save_figure
+    from ...experiment import validate_config
+    from ...experiment.runner import Experiment
+    from ...model.diagram import draw_model_flow, flow_edges
+
+    if diagram is not None and Path(diagram).suffix.lower() not in (".svg", ".png", ".pdf"):
+        raise UsageError(f"--diagram {diagram}: expected a file ending in .svg, .png or .pdf")
+    cfg = validate_config(load_config(config))
+    model = Experiment.build(cfg, init_weights=False).model
+    reads = {target: key for _, target, key in flow_edges(model)}
+    print_table(("stage", "kind", "type", "reads", "in", "out", "out_dim"),
+                [(s.name, s.kind, s.type, reads.get(s.name, ""), str(s.in_layout), str(s.out_layout), s.out_dim)
+                 for s in model.stage_info], title=f"model of {display_path(config)}")  # fmt: skip
+    if model.loss_info:
+        print_table(("loss", "type", "weight", "reads", "target"),
+                    [(i.key, i.type, i.weight, i.input_key, i.target_key) for i in model.loss_info])  # fmt: skip
+    if diagram is not None:
+        import matplotlib.pyplot as plt
+
+        figure = draw_model_flow(model, title=f"{display_path(config)}")
+        save_figure(figure, diagram)
+        plt.close(figure)
+        console().print(f"diagram: {display_path(diagram)}", markup=False)
+    return 0
 
 
 def _default(arg: ArgSpec) -> str:
@@ -48,6 +89,10 @@ def _part_contract(obj: object) -> list[str]:
 def run(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)
     load_cli_plugins(ns.plugins)
+    if _is_config(ns.kind, ns.name):
+        return describe_config_model(ns.name, ns.diagram)
+    if ns.diagram is not None:
+        raise UsageError("--diagram draws the model of a config: modforge describe model CONFIG --diagram OUT.svg")
     registry = registry_for(ns.kind)
     entry = registry.entry(ns.name)
     sig = entry.signature
