@@ -142,3 +142,115 @@ def test_the_python_blocks_register_what_they_say(tmp_path, monkeypatch):
         space: dict = {"__name__": "docs_example"}
         exec(flow, space)
         assert tuple(space["logits"].shape) == (4, 10) and len(space["layers"]) >= 3
+
+
+# --------------------------------------------------------------------------- the commands the pages show
+NOT_RUN_HERE = {  # commands the docs show that need what a test machine has not: each says why
+    "sweep-report": "needs a finished sweep folder (the sweep commands beside it run as --dry-run)",
+}
+REAL_DATA = ("/data/", "corpora/", "spoofing/", "detection/")  # configs and paths whose data this machine lacks
+
+
+def documented_commands() -> list[tuple[str, list[str]]]:
+    """Every ``modforge`` command line in a bash block of the README and the pages (the porting
+    guide's run blocks run in its own test), with where it was shown."""
+    found = []
+    for page in [README, *PAGES]:
+        if page.parent.name == "porting":
+            continue
+        for lang, body in FENCE.findall(page.read_text()):
+            if lang != "bash":
+                continue
+            for line in body.replace("\\\n", " ").splitlines():
+                for part in line.split(";"):
+                    argv = shlex.split(part, comments=True)
+                    if argv and argv[0] == "modforge":
+                        found.append((str(page.relative_to(ROOT)), argv[1:]))
+    return found
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """A folder where the docs' commands run: the repo's configs, the parts page's plug-in, a
+    finished one-epoch digits run named like the pages' ``<stamp>``, and inputs to predict."""
+    import numpy as np
+    from PIL import Image
+
+    from registry_state import registries_restored
+
+    home = tmp_path_factory.mktemp("docs-commands")
+    (home / "configs").symlink_to(ROOT / "configs")
+    parts = next(body for page, body in _blocks("python") if page.name == "parts.md")
+    (home / "my_parts.py").write_text(parts)
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(home)
+    try:
+        with registries_restored():
+            assert main(["train", "configs/digits.yaml", "--run-dir", "runs/digits/stamp", "train.max_epochs=1"]) == 0
+    finally:
+        os.chdir(cwd)
+    Image.fromarray((np.random.default_rng(0).random((8, 8)) * 255).astype("uint8")).save(home / "digit.png")
+    np.save(home / "samples.npy", np.random.default_rng(1).random((3, 1, 8, 8), dtype=np.float32))
+    return home
+
+
+def _runnable(argv: list[str]) -> list[str] | None:
+    """The command as the test runs it: one epoch where it trains on the bundled digits, only
+    checked (``--print-config``, ``--dry-run``) where it would need data or hours; None: not run."""
+    if argv[0] in NOT_RUN_HERE:
+        return None
+    argv = [a.replace("<stamp>", "stamp").replace("<timestamp>", "stamp") for a in argv]
+    if "--nproc" in argv:  # torchrun's processes: tests/test_distributed_runs.py; the rest of the line is checked
+        i = argv.index("--nproc")
+        argv = argv[:i] + argv[i + 2 :]
+    text = " ".join(argv)
+    if argv[0] == "sweep":
+        return [*argv, "--dry-run", "--sweep-dir", "runs/sweeps/docs"] if "--dry-run" not in argv else argv
+    if argv[0] in ("train", "kfold") or (argv[0] == "test" and argv[1].endswith(".yaml")):
+        if argv[0] == "kfold" or any(marker in text for marker in REAL_DATA):
+            return [*argv, "--print-config"]
+        if argv[0] != "train":
+            return argv
+        short = ["continual.epochs_per_task=1"] if "continual" in text else ["train.max_epochs=1"]
+        fresh = argv[1].endswith(".yaml") and "--run-dir" not in argv
+        target = Path("runs", Path(argv[1]).stem, "stamp")  # where the pages' <stamp> of this config points
+        return [*argv, *short, *(["--run-dir", str(target)] if fresh and not target.exists() else [])]
+    if argv[0] == "data":
+        return None if "--help" in argv else [argv[0], argv[1], "--help"]  # the makers: tests/test_*corpus*, shapes
+    return argv
+
+
+COMMANDS = documented_commands()
+
+
+@pytest.mark.slow
+def test_every_documented_command_runs(workspace, tmp_path, monkeypatch, capsys):
+    """Each ``modforge`` line of the docs, page by page in a fresh copy of the workspace, in
+    order (later lines use what earlier ones made: ``runs/long``, its exports): exit 0."""
+    import shutil
+
+    from registry_state import registries_restored
+
+    assert len(COMMANDS) >= 40
+    ran, skipped = 0, []
+    for n, page in enumerate(dict.fromkeys(where for where, _ in COMMANDS)):
+        shutil.copytree(workspace, tmp_path / str(n), symlinks=True)
+        monkeypatch.chdir(tmp_path / str(n))
+        for where, argv in COMMANDS:
+            args = _runnable(argv) if where == page else None
+            if args is None:
+                continue
+            reads = [a for i, a in enumerate(args) if i == 0 or args[i - 1] != "--run-dir"]
+            made_elsewhere = [a for a in reads if a.startswith("runs/") and "/stamp" in a and not Path(a).exists()]
+            if made_elsewhere:  # a run of a config whose data this machine lacks (trained above only as --print-config)
+                skipped.append(" ".join(args))
+                continue
+            with registries_restored():
+                code = main(args)
+            err = capsys.readouterr().err
+            assert code == 0, f"{where}: modforge {' '.join(args)}\n{err[-2000:]}"
+            ran += 1
+    assert all(any(f"runs/{Path(c).stem}/" in line for c in ("lfcc_lcnn", "shapes_fcos")) for line in skipped), skipped
+    assert ran >= len(COMMANDS) - len(skipped) - len(NOT_RUN_HERE) - 2
