@@ -46,7 +46,7 @@ def test_the_site_builds_strictly_offline(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    for page in ("index.html", "reference/parts/index.html", "reference/cli/index.html",
+    for page in ("index.html", "reference/parts/index.html", "reference/cli/index.html", "reference/config/index.html",
                  "reference/api/index.html", "benchmarks/detection/index.html", "porting/mammoth/index.html"):  # fmt: skip
         assert (tmp_path / "site" / page).is_file(), page
 
@@ -70,6 +70,19 @@ def test_the_command_reference_shows_every_command():
     page = _hooks().cli_page()
     for command in COMMANDS:
         assert f"## `modforge {command}`" in page and f"usage: modforge {command}" in page, command
+
+
+def test_the_config_reference_lists_every_section_slot_and_train_key():
+    pytest.importorskip("mkdocs")
+    from modforge.core.arguments import signature_of
+    from modforge.experiment.schema import PART_SLOTS, SECTIONS
+    from modforge.experiment.settings import TrainSettings
+
+    page = _hooks().config_page()
+    for name in (*SECTIONS, "continual", *(slot.path for slot in PART_SLOTS)):
+        assert f"| `{name}` |" in page, name
+    for arg in signature_of(TrainSettings).args:
+        assert f"| `{arg.name}` |" in page, arg.name
 
 
 def test_every_yaml_block_is_yaml_and_every_complete_config_validates(tmp_path):

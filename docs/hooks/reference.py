@@ -3,6 +3,7 @@
 - ``reference/parts.md``: every registered part of every kind, with its arguments (type,
   default, help) and docstring summary — read from the registries, so it cannot go stale;
 - ``reference/cli.md``: every ``modforge`` command's ``--help``;
+- ``reference/config.md``: the config's sections, the part slots and every ``train:``/``data:`` key;
 - ``benchmarks/*.md``: the pages in ``benchmarks/`` (the overview from its README);
 - ``assets/first-run/*.png``: the plots of a short run of the demo, trained while the site is built;
 - ``assets/model-flow/digits.svg``: the demo config's model flow (``modforge describe model CONFIG --diagram``).
@@ -68,6 +69,47 @@ def cli_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _argument_rows(cls) -> list[str]:
+    from modforge.core.arguments import REQUIRED, signature_of
+
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for arg in signature_of(cls).args:
+        default = "required" if arg.default is REQUIRED else f"`{arg.default!r}`"
+        rows.append(f"| `{arg.name}` | `{_cell(arg.type_name)}` | {_cell(default)} | {_cell(arg.help)} |")
+    return rows
+
+
+def config_page() -> str:
+    """Markdown: the top-level sections, the part slots and the ``train:``/``data:`` keys, read from the code."""
+    from modforge.data.loader import LoaderSettings
+    from modforge.experiment.schema import PART_SLOTS, SECTIONS
+    from modforge.experiment.settings import TrainSettings
+    from modforge.tasks.base import sectioned_tasks
+
+    owned = sectioned_tasks(reserved=SECTIONS)
+    lines = ["# Config schema", "",
+             "Generated from the code when the site is built. A config is YAML (safe loader) with these "
+             "top-level sections; anything else is an error naming the key and the closest valid one.", "",
+             "| section | what |", "|---|---|",
+             "| `plugins` | `.py` files and packages beside the config (or installed entry points) imported first |",
+             "| `seed` | the run's seed (data splits, initialisation, per-sample randomness) |",
+             "| `task` | a registered task (default: the dataset's, else classification) |",
+             "| `data` | `{type, args}` of a registered dataset plus the loader keys below |",
+             "| `model` | the stages (`frontend`, `backbone`, `neck`, `head`, or `stages:`), `losses`, `init` |",
+             "| `train` | how to train: the keys below |"]  # fmt: skip
+    lines += [f"| `{section}` | owned by the `{getattr(task, 'name', task.__name__)}` task |" for section, task in sorted(owned.items())]
+    lines += ["", "## Part slots", "", "Each names a registered part: a bare name, or `{type, args}`.", "",
+              "| path | kind | command-line flag | list | extra keys |", "|---|---|---|---|---|"]
+    for slot in PART_SLOTS:
+        flag = f"`--{slot.flag}`" if slot.flag else "—"
+        lines.append(f"| `{slot.path}` | [{slot.kind}](parts.md#{slot.kind}) | {flag} | {'yes' if slot.many else 'no'} | "
+                     f"{', '.join(f'`{e}`' for e in slot.extras) or '—'} |")  # fmt: skip
+    lines += ["", "## `train:`", "", *_argument_rows(TrainSettings), "",
+              "## `data:`", "", "`type` and `args` name the dataset ([its arguments](parts.md#dataset)); "
+              "the DataLoader keys sit beside them:", "", *_argument_rows(LoaderSettings), ""]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def benchmark_pages() -> dict[str, str]:
     """``benchmarks/<name>.md`` pages: each results page, and the overview (``index.md``)."""
     pages = {"benchmarks/index.md": (ROOT / "benchmarks" / "README.md").read_text()}
@@ -111,7 +153,8 @@ def model_flow_picture() -> dict[str, bytes]:
 
 def on_files(files, config):
     """Add the generated pages to the site (mkdocs ≥ 1.6 ``File.generated``)."""
-    generated = {"reference/parts.md": parts_page(), "reference/cli.md": cli_page(), **benchmark_pages(),
+    generated = {"reference/parts.md": parts_page(), "reference/cli.md": cli_page(),
+                 "reference/config.md": config_page(), **benchmark_pages(),
                  **first_run_pictures(), **model_flow_picture()}
     for uri, content in generated.items():
         files.append(File.generated(config, uri, content=content))
