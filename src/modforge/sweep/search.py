@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from .spec import RandomSpace, SweepSpec
+from .spec import RandomSpace, SweepSpec, is_number
 from .trial import Trial, assign_ids, format_value
 
 __all__ = ["SEARCHES", "ListSearch", "Search", "TrialResult", "draw_random", "grid_points", "register_search"]
@@ -85,7 +85,7 @@ def grid_points(spec: SweepSpec) -> list[tuple[dict[str, Any], dict[str, Any], t
         for axis, value in zip(spec.grid, combo, strict=True):
             params[axis.name] = value.label
             overrides.update(value.overrides)
-            plain = list(value.overrides) == [axis.name] and _numeric(value.label)
+            plain = list(value.overrides) == [axis.name] and is_number(value.label)
             parts.append(f"{_short(axis.name)}{value.label}" if plain else value.label)
         points.append((params, overrides, tuple(parts)))
     return points
@@ -149,10 +149,3 @@ def _short(key: str) -> str:
     """``train.optimizer.args.lr`` → ``lr``; ``--buffer-size`` → ``buffer-size``."""
     return key.lstrip("-").rpartition(".")[2]
 
-
-def _numeric(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True

@@ -425,7 +425,7 @@ class _Parser:
         if not key.startswith("--"):
             return
         for item in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(item, str) and item.startswith("-") and not _is_number(item):
+            if isinstance(item, str) and item.startswith("-") and not is_number(item):
                 raise self.fail(where, f"the value {item!r} of {key} starts with '-' and would read as another "
                                 "flag on the trial's command line; refused")  # fmt: skip
 
@@ -665,7 +665,8 @@ class _Parser:
         return ReportSpec(spec.get("title", f"Sweep {name}"), spec.get("description", "").strip())
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
+    """Whether ``text`` reads as a number (``-0.5``, ``1e-3``: a value, not a flag)."""
     try:
         float(text)
     except ValueError:
