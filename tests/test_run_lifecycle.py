@@ -81,7 +81,8 @@ def test_the_demo_config_runs_with_one_epoch(cli, tmp_path):
     res = cli("train", str(ROOT / "configs/digits.yaml"), "--epochs", "1", "--run-dir", "one",
               "model.backbone.args.channels=[4,8]", "train.callbacks=[lr_monitor]")  # fmt: skip
     assert res.code == 0, res.err
-    assert "warmup (2) is not shorter than the run (1)" in res.err and res.err.count("not shorter than the run") == 1
+    assert "warmup (2) is not shorter than the schedule (1 epochs or optimizer steps" in res.err
+    assert res.err.count("not shorter than the schedule") == 1 and "the whole schedule runs at the full rate" in res.err
     assert json.loads((tmp_path / "one/summary.json").read_text())["epochs"] == 1
     (row,) = csv.DictReader((tmp_path / "one/metrics.csv").open())
     assert float(row["lr"]) == pytest.approx(3.0e-3)  # the one epoch trains at the full rate, not 0
@@ -247,8 +248,10 @@ def test_a_warmup_as_long_as_the_run_is_shortened_so_the_run_reaches_the_full_ra
     config = ROOT / "configs" / "digits.yaml"
     res = cli("train", str(config), "--epochs", "2", "train.progress=never", "--run-dir", "two")
     assert res.code == 0, res.err
-    assert "warmup (2) is not shorter than the run (2); shortened to 1" in res.err
+    assert "warmup (2) is not shorter than the schedule (2 epochs" in res.err and "shortened to 1, so the rate rises " \
+        "from 0× over the first 1 and reaches the full rate only at the last" in res.err  # what the lr column shows
     rows = list(csv.DictReader((tmp_path / "two" / "metrics.csv").open()))
+    assert float(rows[0]["lr"]) == pytest.approx(0.0)  # the first epoch at start_factor × the rate, as said
     assert float(rows[-1]["lr"]) == pytest.approx(3e-3)  # the last epoch at the configured rate
 
 

@@ -45,7 +45,7 @@ _HELPS: dict[str, str] = {
     "kfold": "stratified k-fold cross-validation of a config",
     "export": "write a run's model as an engine artifact (onnx, torchscript, ...), checked against eager",
     "predict": "run an exported artifact on .npy arrays, pictures or audio files; class and score per input",
-    "data": "data utilities: make-spoof-corpus (a synthetic audio deepfake corpus)",
+    "data": "data utilities: make-spoof-corpus (a synthetic audio deepfake corpus), make-shapes (a synthetic COCO set)",
     "sweep": "run a config over a grid / random space and seeds (resumable, N workers); results table at the end",
     "sweep-report": "a sweep's results table: mean ± std over seeds per setting, best in bold, a plot",
 }

@@ -185,7 +185,8 @@ def build_model(
         if fitted is None:
             raise ModelBuildError(
                 f"{stage.kind} '{stage.spec['type']}' accepts {', '.join(str(a) for a in accepts)}, but "
-                f"{_producer(src_name, built)} produces {src_layout} and no adapter converts between them",
+                f"{_producer(src_name, built)} produces {src_layout} and no adapter converts between them"
+                f"{_fitting_parts_hint(registry, stage.kind, src_layout, src_dim)}",
                 path=stage.path,
                 source=where(stage.path),
             )
@@ -312,6 +313,17 @@ def _dict_io_output(returned: Any, batch: dict[str, Any], part: nn.Module, stage
             source=where(stage.path),
         )
     return batch[key]
+
+
+def _fitting_parts_hint(registry: Any, kind: str, layout: Layout, dim: Any) -> str:
+    """``; necks that take vector [B, D]: identity, … (e.g. --neck identity)`` — what would fit
+    instead (and, for a neck, that it may be left out)."""
+    fits = [name for name in registry.list() if fit_layout(layout, accepted_layouts(registry.get(name), kind), dim)]
+    if not fits:
+        return ""
+    shown = ", ".join(fits[:5]) + (", …" if len(fits) > 5 else "")
+    hint = f"; {kind}s that take {layout}: {shown} (e.g. --{kind} {fits[0]})"
+    return hint + (", or leave the neck out (model.neck=null)" if kind == "neck" else "")
 
 
 def _producer(name: str, built: list[tuple[StageInfo, nn.Module, Any]]) -> str:

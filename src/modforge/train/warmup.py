@@ -45,9 +45,13 @@ class WarmupCosine(LRScheduler):
         if total_steps < 1 or warmup < 0:
             raise ValueError(f"need warmup ({warmup}) >= 0 and total_steps ({total_steps}) >= 1")
         if warmup >= total_steps:  # the last step (or the only one) at the full rate
-            log.warning("warmup_cosine: warmup (%d) is not shorter than the run (%d); shortened to %d, so the run "
-                        "reaches the full learning rate", warmup, total_steps, total_steps - 1)  # fmt: skip
-            warmup = total_steps - 1
+            shortened = total_steps - 1
+            what = ("so the whole schedule runs at the full rate" if shortened == 0 else
+                    f"so the rate rises from {start_factor:g}× over the first {shortened} and reaches the full rate "
+                    "only at the last")  # fmt: skip
+            log.warning("warmup_cosine: warmup (%d) is not shorter than the schedule (%d epochs or optimizer steps, "
+                        "as train.scheduler.interval says); shortened to %d, %s", warmup, total_steps, shortened, what)  # fmt: skip
+            warmup = shortened
         if not 0.0 <= start_factor <= 1.0 or not 0.0 <= min_factor <= 1.0:
             raise ValueError("start_factor and min_factor must be in [0, 1]")
         self.total_steps, self.warmup = total_steps, warmup

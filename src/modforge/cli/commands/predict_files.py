@@ -64,8 +64,13 @@ def load_artifact(path: Path) -> tuple[Any, dict[str, Any]]:
     from ...engines.artifact import ARTIFACT_FORMAT
     from ...engines.base import EngineError
 
+    if path.is_dir():
+        path = artifact_of_run(path)
     if not path.is_file():
         raise EngineError(f"artifact not found: {path}")
+    if path.suffix.lower() in (".pt", ".pth") and path.parent.name == "checkpoints":
+        raise EngineError(f"{path} is a training checkpoint, not an artifact: export the run first "
+                          f"(modforge export {path.parent.parent} --engine onnx), then predict with the file it writes")  # fmt: skip
     if path.suffix.lower() == ".onnx":
         from ...engines.onnx_runtime import OnnxRunner
 
@@ -92,6 +97,24 @@ def load_artifact(path: Path) -> tuple[Any, dict[str, Any]]:
     if not isinstance(metadata, dict) or metadata.get("format") != ARTIFACT_FORMAT:
         raise EngineError(f"{path} is not a modforge artifact (no modforge metadata in it)")
     return runner, metadata
+
+
+def artifact_of_run(folder: Path) -> Path:
+    """The artifact ``modforge predict RUN`` means: the one file in ``RUN/exports/`` (several:
+    an error listing them; none: an error saying how to make one)."""
+    from ...engines.base import EngineError
+
+    exports = folder / "exports"
+    found = sorted(p for p in exports.iterdir() if p.is_file() and not p.name.startswith(".")) \
+        if exports.is_dir() else []  # fmt: skip
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise EngineError(f"{folder} holds {len(found)} exports ({', '.join(p.name for p in found)}); "
+                          f"name one: modforge predict {found[0]} ...")  # fmt: skip
+    what = "a run folder" if (folder / "config.yaml").is_file() else "a folder"
+    raise EngineError(f"{folder} is {what} without an exported artifact: make one with "
+                      f"modforge export {folder} --engine onnx (or eager, torchscript), then predict with it")
 
 
 def class_names(metadata: dict[str, Any], artifact: Path) -> list[str]:

@@ -670,7 +670,7 @@ def coco_dataset(
     """
     base = Path(root)
     if not base.is_dir():
-        raise UsageError(f"dataset root not found: {base}")
+        raise UsageError(f"dataset root not found: {base} (a synthetic set: modforge data make-shapes {base})")
     try:
         transforms = BoxTransforms(min_size=min_size, max_size=max_size, hflip=hflip, scale_jitter=tuple(scale_jitter),
                                    photometric=photometric, mean=tuple(mean), std=tuple(std))  # type: ignore[arg-type]  # fmt: skip
