@@ -43,3 +43,25 @@ def test_a_missing_shapes_set_names_the_command_that_makes_it(cli):
 def test_modforge_help_lists_both_data_makers(cli):
     res = cli("--help")
     assert "make-spoof-corpus" in res.out and "make-shapes" in res.out
+
+
+def test_a_finished_run_resumed_unchanged_says_so_and_trains_nothing(cli, tmp_path):
+    assert cli("train", DIGITS, "train.max_epochs=2", "--run-dir", "done").code == 0
+    before = (tmp_path / "done" / "metrics.csv").read_bytes()
+    res = cli("train", "--resume", "done")
+    assert res.code == 0 and "done is finished: it trained its 2 epoch(s); nothing was trained" in res.out
+    assert "train.max_epochs=12" in res.out and (tmp_path / "done" / "metrics.csv").read_bytes() == before
+
+
+def test_extending_an_early_stopped_run_starts_its_patience_again(cli, tmp_path):
+    import csv
+
+    stop = "train.callbacks=[{type: early_stopping, args: {patience: 2, min_delta: 1.0}}]"  # stops after epoch 3
+    assert cli("train", DIGITS, "train.max_epochs=30", stop, "--run-dir", "es").code == 0
+    assert len(list(csv.DictReader((tmp_path / "es" / "metrics.csv").open()))) == 3
+    res = cli("train", "--resume", "es")
+    assert res.code == 0 and "early stopping ended it at epoch 3; nothing was trained" in res.out
+    res = cli("train", "--resume", "es", "train.max_epochs=40")
+    assert res.code == 0 and "its patience starts again" in res.err
+    # two more epochs without an improvement of 1.0 (the whole patience again), not one (what was left of it)
+    assert len(list(csv.DictReader((tmp_path / "es" / "metrics.csv").open()))) == 5

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from ...core.arguments import signature_of
 from ...core.child_process import safe_child_env, safe_module_command
 from ...core.config import display_path
 from ...core.errors import UsageError
@@ -202,6 +203,37 @@ def _best_beside(payload: dict, path: Path) -> None:
             state["best_file"] = str(beside.resolve()) if beside.is_file() and not beside.is_symlink() else None
 
 
+def _max_epochs(config: dict | None) -> int:
+    from ...experiment.settings import TrainSettings
+
+    train = (config or {}).get("train") or {}
+    default = next(a.default for a in signature_of(TrainSettings).args if a.name == "max_epochs")
+    return int(train.get("max_epochs") or default)
+
+
+def _finished(payload: dict, cfg, path: Path) -> str | None:
+    """What ``--resume`` of a finished run does. A run that completed its epochs, or that early
+    stopping ended, and is resumed without a larger ``train.max_epochs`` is finished: one line
+    says so and how to train further, and nothing runs (None: there is training to do). Extending
+    an early-stopped run starts early stopping's patience again (else it would stop after one
+    epoch), with a note."""
+    before, now = _max_epochs(payload.get("config")), _max_epochs(cfg.data)
+    stopped = [s for s in (payload.get("callbacks") or {}).values() if isinstance(s, dict) and s.get("stopped_epoch")]
+    done = payload["batch_in_epoch"] == 0 and payload["epoch"] >= now
+    run = display_path(path.parent.parent if path.parent.name == "checkpoints" else path)
+    further = f"to train further: modforge train --resume {run} train.max_epochs={max(now, payload['epoch']) + 10}"
+    if stopped and now <= before:
+        return (f"{run} is finished: early stopping ended it at epoch {stopped[0]['stopped_epoch']}; nothing was "
+                f"trained ({further}, which also starts early stopping's patience again)")  # fmt: skip
+    if done:
+        return f"{run} is finished: it trained its {payload['epoch']} epoch(s); nothing was trained ({further})"
+    for state in stopped:  # extended: early stopping's spent patience starts again
+        log.warning("early stopping had ended this run at epoch %s; with train.max_epochs=%d its patience starts "
+                    "again", state["stopped_epoch"], now)  # fmt: skip
+        state["bad_evaluations"], state["stopped_epoch"] = 0, None
+    return None
+
+
 def _has_checkpoints(folder: Path) -> bool:
     """Whether a run folder holds any checkpoint file (usable or not): such a folder is never restarted."""
     directory = folder / "checkpoints"
@@ -276,6 +308,11 @@ def _train(argv: list[str]) -> int:
                 payload["batch_in_epoch"],
                 payload["global_step"],
             )
+        finished = _finished(payload, cfg, resume.path) if payload is not None and not ns.run_dir else None
+        if finished:
+            if main:
+                console().print(finished, markup=False, highlight=False)
+            return 0
     else:  # the folder is chosen and checked now, and made once data, model and trainer are built
         run_dir = plan_run_dir(cfg, ns.run_dir) if main else None
         run_dir = Path(distributed.broadcast_object(str(run_dir) if main else None, what="choosing the run folder"))
