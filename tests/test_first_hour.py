@@ -65,3 +65,52 @@ def test_extending_an_early_stopped_run_starts_its_patience_again(cli, tmp_path)
     assert res.code == 0 and "its patience starts again" in res.err
     # two more epochs without an improvement of 1.0 (the whole patience again), not one (what was left of it)
     assert len(list(csv.DictReader((tmp_path / "es" / "metrics.csv").open()))) == 5
+
+
+def test_without_a_terminal_a_long_epoch_prints_a_line_every_30_seconds(caplog):
+    """A fake clock: 200 steps of 1 s each give a line at 30, 60, ... s with the batch count and
+    the rate; a fast epoch gives none (only its end-of-epoch line)."""
+    import logging
+    import types
+
+    from modforge.train.callbacks.progress import Progress
+
+    now = [0.0]
+    progress = Progress(bar="never")
+    progress.clock = lambda: now[0]
+    trainer = types.SimpleNamespace(epoch=0, max_epochs=3, batch_in_epoch=0, steps_per_epoch=200, last_logged_loss=0.5)
+    with caplog.at_level(logging.INFO, logger="modforge.progress"):
+        progress.on_epoch_start(trainer)
+        for step in range(1, 201):
+            now[0], trainer.batch_in_epoch = float(step), step
+            progress.on_step_end(trainer)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 6 and lines[0] == "epoch 1/3 · batch 30/200 · 1.00 batches/s · loss 0.5", lines
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="modforge.progress"):
+        progress.on_epoch_start(trainer)
+        for _ in range(200):
+            now[0] += 0.01
+            progress.on_step_end(trainer)
+    assert caplog.records == []
+
+
+def test_a_heartbeat_speaks_every_30_seconds_of_counted_work(caplog):
+    import logging
+
+    from modforge.core.heartbeat import Heartbeat
+
+    now = [0.0]
+    beat = Heartbeat(logging.getLogger("modforge.test"), "rendering corpus", 1000, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="modforge.test"):
+        for done in range(1, 1001):
+            now[0] = done * 0.1  # 10 items a second: 100 s in all
+            beat.tick(done)
+    assert [r.getMessage() for r in caplog.records] == [
+        "rendering corpus: 300/1000 (10.0/s)", "rendering corpus: 600/1000 (10.0/s)", "rendering corpus: 900/1000 (10.0/s)"]
+
+
+def test_kfold_says_which_fold_it_is_on(cli):
+    res = cli("kfold", DIGITS, "--folds", "2", "train.max_epochs=1", "train.progress=never", "--run-dir", "cv")
+    assert res.code == 0, res.err
+    assert "fold 1/2: training on" in res.err and "fold 2/2: training on" in res.err

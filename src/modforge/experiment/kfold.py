@@ -88,6 +88,7 @@ def run_kfold(cfg: Config, folds: int, run_dir: Path) -> dict[str, Any]:
         )
         fold_dir = run_dir / f"fold{i}"
         fold_dir.mkdir(parents=True, exist_ok=False)
+        log.info("fold %d/%d: training on %d samples, validating on %d", i + 1, folds, len(train_idx), len(val_idx))
         summary = train_run(cfg, fold_dir, splits=fold_splits)
         row: dict[str, Any] = {"fold": i, "train_size": len(train_idx), "val_size": len(val_idx)}
         row.update({k: v for k, v in (summary.get("best") or {}).items() if k != "epoch"})

@@ -43,6 +43,7 @@ Design (recorded in meta.json as well):
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 import shutil
@@ -56,9 +57,12 @@ import numpy as np
 import soundfile as sf
 from scipy import signal
 
+from ...core.heartbeat import Heartbeat
 from ..generated_sets import SetKind, check_target, make_staging, publish, split_counts
 from . import speech_synth as ss
 from .spoof_attacks import ATTACKS
+
+log = logging.getLogger("modforge.data")
 
 GENERATOR = "modforge.data.audio.spoof_corpus"
 VERSION = "1.0"
@@ -311,15 +315,17 @@ def make_spoof_corpus(
             for utt_id, speaker, attack in rows[name]:
                 path = str(staging / "wav" / f"{utt_id}.wav")
                 jobs.append((len(jobs), speaker, attack, int(seed), n_samples, int(sample_rate), path))
+        beat = Heartbeat(log, f"rendering {out.name}", len(jobs))
         if workers == 1:
-            for job in jobs:
+            for done, job in enumerate(jobs, 1):
                 _render_job(job)
+                beat.tick(done)
         else:
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
             chunk = max(1, len(jobs) // (8 * workers))
             with multiprocessing.get_context(method).Pool(int(workers)) as pool:
-                for _ in pool.imap_unordered(_render_job, jobs, chunksize=chunk):
-                    pass
+                for done, _ in enumerate(pool.imap_unordered(_render_job, jobs, chunksize=chunk), 1):
+                    beat.tick(done)
         for name in SPLITS:
             lines = [
                 f"{spk.speaker_id} {utt_id} - {attack} {'bonafide' if attack == BONAFIDE else 'spoof'}\n"

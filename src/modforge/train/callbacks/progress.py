@@ -1,4 +1,6 @@
-"""``progress`` — a live rich progress bar on a terminal, one plain line per epoch otherwise."""
+"""``progress`` — a live rich progress bar on a terminal; otherwise one plain line per epoch,
+and within a long epoch a line every ``every_seconds`` (batch count, rate, loss), so a log
+never goes silent for minutes."""
 
 from __future__ import annotations
 
@@ -26,18 +28,28 @@ def _format(row: dict[str, Any]) -> str:
 @register_callback("progress")
 class Progress(Callback):
     """Shows training progress on stderr: a rich bar (steps, rate, loss every
-    ``log_every`` steps) when stderr is a terminal, else a log line per epoch.
+    ``log_every`` steps) when stderr is a terminal, else a log line per epoch — and, inside an
+    epoch that takes longer, a line every ``every_seconds`` (batches done of the epoch's, the
+    rate, the last logged loss).
 
     Args:
         bar: 'auto' (a bar only on a terminal), 'always' or 'never'.
+        every_seconds: without a bar, the most seconds of training without a line.
     """
 
     order = 60
     rank_zero_only = True  # writes files / the terminal
 
-    def __init__(self, bar: str = "auto"):
+    clock = staticmethod(time.monotonic)  # what "seconds" are measured with (tests put a fake clock here)
+
+    def __init__(self, bar: str = "auto", every_seconds: float = 30.0):
         if bar not in ("auto", "always", "never"):
             raise ValueError(f"bar must be 'auto', 'always' or 'never', got {bar!r}")
+        if not every_seconds > 0:
+            raise ValueError(f"every_seconds must be above 0, got {every_seconds!r}")
+        self.every_seconds = float(every_seconds)
+        self._line_due = 0.0
+        self._line_from: tuple[float, int] = (0.0, 0)
         self.bar = bar == "always" or (bar == "auto" and sys.stderr.isatty())
         if self.bar:  # imported while setting up, not while training
             import rich.progress  # noqa: F401
@@ -65,6 +77,8 @@ class Progress(Callback):
     def on_epoch_start(self, trainer) -> None:
         self._started = time.perf_counter()
         if self._progress is None:
+            now = self.clock()
+            self._line_due, self._line_from = now + self.every_seconds, (now, trainer.batch_in_epoch)
             return
         description = f"epoch {trainer.epoch + 1}/{trainer.max_epochs}"
         if self._task is None:
@@ -90,10 +104,25 @@ class Progress(Callback):
         return True
 
     def on_step_end(self, trainer) -> None:
-        if self._progress is None or not self._due():
+        if self._progress is None:
+            self._heartbeat(trainer)
+            return
+        if not self._due():
             return
         info = f"loss {trainer.last_logged_loss:.4g}" if trainer.last_logged_loss is not None else ""
         self._progress.update(self._task, completed=trainer.batch_in_epoch, info=info, refresh=True)
+
+    def _heartbeat(self, trainer) -> None:
+        """Without a bar: a line when ``every_seconds`` passed since the epoch began or the last line."""
+        now = self.clock()
+        if now < self._line_due:
+            return
+        since, batches = self._line_from
+        rate = (trainer.batch_in_epoch - batches) / max(now - since, 1e-9)
+        loss = f" · loss {trainer.last_logged_loss:.4g}" if trainer.last_logged_loss is not None else ""
+        log.info("epoch %d/%d · batch %d/%s · %.2f batches/s%s", trainer.epoch + 1, trainer.max_epochs,
+                 trainer.batch_in_epoch, trainer.steps_per_epoch or "?", rate, loss)  # fmt: skip
+        self._line_due, self._line_from = now + self.every_seconds, (now, trainer.batch_in_epoch)
 
     def on_epoch_end(self, trainer, row: dict[str, Any]) -> None:
         seconds = time.perf_counter() - self._started
