@@ -66,11 +66,27 @@ def test_torchscript_scripts_what_it_can_and_says_what_tracing_loses():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a scriptable model: no warning at all
         build_engine("torchscript").prepare(model, {"input": x})
-    model, x = model_for("resnet18")  # documented as not scriptable (a tensor-or-list output)
-    with pytest.warns(UserWarning, match="traced it instead — a trace records one run"):
+    model, x = model_for("resnet18")  # documented as not scriptable (a tensor-or-list output): traced, no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         build_engine("torchscript").prepare(model, {"input": x})
     with pytest.raises(EngineError, match="stage 'backbone' .* cannot be scripted"):
         build_engine({"type": "torchscript", "args": {"strategy": "script"}}).prepare(model, {"input": x})
+
+    @mf.register_backbone("lambda_mlp")
+    class LambdaMLP(torch.nn.Module):  # a part of one's own that TorchScript cannot compile, saying nothing
+        def __init__(self, in_dim: int):
+            super().__init__()
+            self.lin, self.out_dim = torch.nn.Linear(in_dim, 16), 16
+
+        def forward(self, x):
+            act = lambda t: torch.relu(self.lin(t))  # noqa: E731 - the point: no lambdas in TorchScript
+            return act(x)
+
+    model = mf.build_model({"backbone": "lambda_mlp", "head": "linear", "losses": ["cross_entropy"]}, in_dim=64,
+                           num_classes=10)  # fmt: skip
+    with pytest.warns(UserWarning, match="traced it instead — a trace records one run"):
+        build_engine("torchscript").prepare(model, {"input": torch.randn(4, 64)})
 
 
 def train_losses(engine: str | dict | Engine | None, epochs: int = 2) -> tuple[list, dict]:

@@ -114,3 +114,11 @@ def test_kfold_says_which_fold_it_is_on(cli):
     res = cli("kfold", DIGITS, "--folds", "2", "train.max_epochs=1", "train.progress=never", "--run-dir", "cv")
     assert res.code == 0, res.err
     assert "fold 1/2: training on" in res.err and "fold 2/2: training on" in res.err
+
+
+def test_a_long_path_in_a_table_title_is_never_folded(capsys):
+    from modforge.cli.output import print_table
+
+    path = "/runs/" + "/".join(["a-rather-long-folder-name"] * 12) + "/checkpoints/best.pt"
+    print_table(("metric", "value"), [("accuracy", "0.99")], title=f"test of {path}")
+    assert f"test of {path}\n" in capsys.readouterr().out

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..core.text_safety import terminal_text
+from ..core.text_safety import plain_text, terminal_text
 
 __all__ = ["console", "print_table"]
 
@@ -43,15 +43,12 @@ def print_table(
     from rich import box
     from rich.table import Table
 
-    table = Table(
-        title=None if title is None else terminal_text(title),
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        title_justify="left",
-        pad_edge=False,
-    )
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for col in columns:
         table.add_column(terminal_text(col), overflow="fold")
     for row in rows:
         table.add_row(*(terminal_text(c) for c in row))
-    console(stderr).print(table)
+    out = console(stderr)
+    if title is not None:  # its own line, never folded to the table's width (a path stays whole)
+        out.print(plain_text(title), markup=False, soft_wrap=True)
+    out.print(table)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -30,6 +31,16 @@ from .base import Capabilities, Engine, EngineError, first_sentence
 from .common import LogitsOnly, example_from_metadata, example_input, isolated, stage_inputs, training_mode
 
 METADATA_FILE = "modforge.json"
+log = logging.getLogger("modforge.engines")
+
+NOT_SCRIPTABLE_NOTE = "Not scriptable by ``torch.jit.script``"
+"""What a zoo part's docstring says when it is traced on purpose (and why): no warning then."""
+
+
+def _says_it_is_traced(part: Any) -> bool:
+    return any(NOT_SCRIPTABLE_NOTE in (cls.__doc__ or "") for cls in type(part).__mro__)
+
+
 TRACING_LOSES = (
     "a trace records one run on the example batch: Python control flow and data-dependent branches are "
     "frozen to the path that run took, and arguments other than the input tensor (e.g. returnt) cannot change"
@@ -84,7 +95,10 @@ class TorchScript(Engine):
                 inputs = stage_inputs(model, _example_batch(example))
             compiled[info.name] = self._trace(part, inputs[info.name], train)
             traced.append(info.name)
-            if self.strategy == "auto":
+            if self.strategy == "auto" and _says_it_is_traced(part):  # expected, and its docstring says why
+                log.debug("torchscript: stage '%s' (%s '%s') traced, as its documentation says", info.name, info.kind,
+                          info.type)  # fmt: skip
+            elif self.strategy == "auto":
                 warnings.warn(
                     f"torchscript: stage '{info.name}' ({info.kind} '{info.type}') could not be scripted "
                     f"({reason}); traced it instead — {TRACING_LOSES}",
