@@ -217,6 +217,10 @@ def _finished(payload: dict, cfg, path: Path) -> str | None:
     says so and how to train further, and nothing runs (None: there is training to do). Extending
     an early-stopped run starts early stopping's patience again (else it would stop after one
     epoch), with a note."""
+    from ...experiment.schema import SECTIONS
+
+    if any(key not in SECTIONS for key in cfg.data):
+        return None  # a task with a section of its own (continual: epochs per task) counts its progress itself
     before, now = _max_epochs(payload.get("config")), _max_epochs(cfg.data)
     stopped = [s for s in (payload.get("callbacks") or {}).values() if isinstance(s, dict) and s.get("stopped_epoch")]
     done = payload["batch_in_epoch"] == 0 and payload["epoch"] >= now
