@@ -145,10 +145,8 @@ def test_the_python_blocks_register_what_they_say(tmp_path, monkeypatch):
     import modforge as mf
     from registry_state import registries_restored
 
-    pages = dict.fromkeys(p for p, _ in PYTHON_BLOCKS)
     parts = next(body for page, body in PYTHON_BLOCKS if page.name == "parts.md")
     flow = next(body for page, body in PYTHON_BLOCKS if page.name == "model-flow.md")
-    assert pages
     with registries_restored():
         exec(parts, {"__name__": "docs_example"})
         net = mf.BACKBONES.build({"type": "wide_mlp", "args": {"width": 2}}, in_dim=5)

@@ -224,7 +224,9 @@ def _finished(payload: dict, cfg, path: Path) -> str | None:
     before, now = _max_epochs(payload.get("config")), _max_epochs(cfg.data)
     stopped = [s for s in (payload.get("callbacks") or {}).values() if isinstance(s, dict) and s.get("stopped_epoch")]
     done = payload["batch_in_epoch"] == 0 and payload["epoch"] >= now
-    run = display_path(path.parent.parent if path.parent.name == "checkpoints" else path)
+    from ...experiment.runner import run_folder_of
+
+    run = display_path(run_folder_of(path) or path)
     further = f"to train further: modforge train --resume {run} train.max_epochs={max(now, payload['epoch']) + 10}"
     if stopped and now <= before:
         return (f"{run} is finished: early stopping ended it at epoch {stopped[0]['stopped_epoch']}; nothing was "
