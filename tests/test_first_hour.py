@@ -122,3 +122,11 @@ def test_a_long_path_in_a_table_title_is_never_folded(capsys):
     path = "/runs/" + "/".join(["a-rather-long-folder-name"] * 12) + "/checkpoints/best.pt"
     print_table(("metric", "value"), [("accuracy", "0.99")], title=f"test of {path}")
     assert f"test of {path}\n" in capsys.readouterr().out
+
+
+def test_a_run_killed_after_its_last_epoch_but_before_its_test_is_tested_on_resume(cli, tmp_path):
+    """Not 'finished': its summary.json was never written (a sweep's retried trial is this case)."""
+    assert cli("train", DIGITS, "train.max_epochs=1", "--run-dir", "cut").code == 0
+    (tmp_path / "cut" / "summary.json").unlink()
+    res = cli("train", "--resume", "cut")
+    assert res.code == 0 and "is finished" not in res.out and (tmp_path / "cut" / "summary.json").is_file()

@@ -213,20 +213,23 @@ def _max_epochs(config: dict | None) -> int:
 
 def _finished(payload: dict, cfg, path: Path) -> str | None:
     """What ``--resume`` of a finished run does. A run that completed its epochs, or that early
-    stopping ended, and is resumed without a larger ``train.max_epochs`` is finished: one line
+    stopping ended, wrote its ``summary.json`` and is resumed without a larger
+    ``train.max_epochs`` is finished: one line
     says so and how to train further, and nothing runs (None: there is training to do). Extending
     an early-stopped run starts early stopping's patience again (else it would stop after one
     epoch), with a note."""
+    from ...experiment.runner import run_folder_of
     from ...experiment.schema import SECTIONS
 
     if any(key not in SECTIONS for key in cfg.data):
         return None  # a task with a section of its own (continual: epochs per task) counts its progress itself
+    folder = run_folder_of(path)
+    if folder is None or not (folder / "summary.json").is_file():
+        return None  # killed after its last epoch, before its test: resuming tests it and writes the summary
     before, now = _max_epochs(payload.get("config")), _max_epochs(cfg.data)
     stopped = [s for s in (payload.get("callbacks") or {}).values() if isinstance(s, dict) and s.get("stopped_epoch")]
     done = payload["batch_in_epoch"] == 0 and payload["epoch"] >= now
-    from ...experiment.runner import run_folder_of
-
-    run = display_path(run_folder_of(path) or path)
+    run = display_path(folder)
     further = f"to train further: modforge train --resume {run} train.max_epochs={max(now, payload['epoch']) + 10}"
     if stopped and now <= before:
         return (f"{run} is finished: early stopping ended it at epoch {stopped[0]['stopped_epoch']}; nothing was "
