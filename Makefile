@@ -4,7 +4,7 @@
 PYTHON  ?= python3
 VENV    := .venv
 PY      := $(VENV)/bin/python
-TORCH   ?= torch==2.13.0
+TORCH   ?= torch==2.14.1 torchvision==0.29.1
 STAMP   := $(VENV)/.installed
 
 .PHONY: demo test hostile docs lint bench clean
@@ -12,8 +12,8 @@ STAMP   := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]" "$(TORCH)"
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]" $(TORCH)
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -100,21 +100,67 @@ class ShardedSequentialSampler(Sampler[int]):
         return iter(range(self.rank, self.n, self.num_replicas))
 
 
+class EpochTaggedBatches(BatchSampler):
+    """A BatchSampler whose batches carry the epoch they belong to (``batch.epoch``).
+
+    The epoch is read from the dataset's ``epoch`` when an epoch's iteration starts (in the
+    training process, after the trainer's ``set_epoch``): worker processes — persistent ones
+    too, which keep the dataset copy they started with — take a batch's epoch from its tag.
+
+    Args:
+        sampler, batch_size, drop_last: as ``BatchSampler``'s.
+        dataset: whose ``epoch`` tags the batches (None: batches are not tagged).
+        seed_draw: the generator a DataLoader draws its workers' base seed from when it makes
+            a new iterator — which a DataLoader with persistent workers does only once. Given,
+            the draw is made here at the start of every epoch instead (the loader then draws
+            from a private generator), so the data order is the same with persistent workers
+            as without.
+    """
+
+    def __init__(self, sampler: Sampler[int], batch_size: int, drop_last: bool, *, dataset: Dataset | None = None,
+                 seed_draw: torch.Generator | None = None):  # fmt: skip
+        super().__init__(sampler, batch_size, drop_last=drop_last)
+        self._dataset, self._seed_draw = dataset, seed_draw
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if self._seed_draw is not None:  # what DataLoader's new iterator draws (dataloader.py, _base_seed)
+            torch.empty((), dtype=torch.int64).random_(generator=self._seed_draw)
+        if self._dataset is None:
+            yield from super().__iter__()
+            return
+        from .images.dataset import EpochBatch
+
+        epoch = int(getattr(self._dataset, "epoch", 0))
+        for batch in super().__iter__():
+            yield EpochBatch(batch, epoch)
+
+
 @dataclasses.dataclass
 class LoaderSettings:
-    """DataLoader options from the config's ``data:`` section."""
+    """DataLoader options from the config's ``data:`` section.
+
+    ``num_workers`` processes decode and augment batches while the model trains;
+    ``persistent_workers`` keeps them alive between epochs (no start-up cost per epoch);
+    ``prefetch_factor`` batches are loaded ahead per worker; ``pin_memory`` puts batches in
+    page-locked memory so copies to a CUDA device overlap computation (the trainer copies
+    with ``non_blocking``). Results do not depend on any of them.
+    """
 
     batch_size: int = 64
     eval_batch_size: int | None = None
     num_workers: int = 0
     pin_memory: bool = False
     drop_last: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or (self.eval_batch_size is not None and self.eval_batch_size < 1):
             raise ValueError("batch sizes must be at least 1")
         if self.num_workers < 0:
             raise ValueError("num_workers must not be negative")
+        if self.prefetch_factor is not None and self.prefetch_factor < 1:
+            raise ValueError("prefetch_factor must be at least 1")
 
 
 def make_loader(
@@ -146,13 +192,18 @@ def make_loader(
     if not drop_last:
         # no batch holds more than the split: torch pre-allocates a list of batch_size entries
         batch_size = max(1, min(batch_size, len(sampler)))
-    batches = BatchSampler(sampler, batch_size, drop_last=drop_last)
+    workers = settings.num_workers
+    persistent = settings.persistent_workers and workers > 0
+    seed_draw = generator if persistent and generator is not None else None
+    batches = EpochTaggedBatches(sampler, batch_size, drop_last, seed_draw=seed_draw,
+                                 dataset=dataset if train and hasattr(dataset, "set_epoch") else None)  # fmt: skip
     return DataLoader(
         dataset,
         batch_sampler=batches,
-        num_workers=settings.num_workers,
-        pin_memory=settings.pin_memory,
+        num_workers=workers,
+        pin_memory=settings.pin_memory and torch.cuda.is_available(),
         collate_fn=collate,
-        generator=generator,
-        persistent_workers=False,
+        generator=torch.Generator() if seed_draw is not None else generator,
+        persistent_workers=persistent,
+        prefetch_factor=settings.prefetch_factor if workers > 0 else None,
     )

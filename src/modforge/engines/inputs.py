@@ -227,6 +227,10 @@ def _picture(path: Path, image: dict[str, Any] | None, shape: tuple[int, ...]) -
     values = values * float(image.get("scale", 1.0))
     if values.ndim == 3:
         values = values.transpose(2, 0, 1)  # H×W×C → C×H×W
+    if image.get("mean") is not None:  # per-channel normalisation of the picture datasets
+        mean = np.asarray(image["mean"], dtype=np.float32).reshape(-1, 1, 1)
+        std = np.asarray(image["std"], dtype=np.float32).reshape(-1, 1, 1)
+        values = (values.reshape(-1, *values.shape[-2:]) - mean) / std
     if values.size != int(np.prod(shape)):
         raise InputError(f"{path}: the picture gives {values.size} values, the model takes {list(shape)}")
     return values.reshape(1, *shape)

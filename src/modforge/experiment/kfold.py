@@ -16,15 +16,13 @@ from typing import Any
 
 from ..core.config import Config, display_path
 from ..core.errors import UsageError
-from ..core.registries import DATASETS
 from ..core.safe_files import write_atomic
 from ..data.base import DataSplits
 from ..data.splits import sklearn_seed
 from ..tasks.base import get_task
 from .run_plugins import check_signing_key
-from .runner import configured_task, train_run
+from .runner import build_splits, configured_task, train_run
 from .runs import write_json
-from .settings import LOADER_KEYS
 
 __all__ = ["check_folds", "run_kfold"]
 
@@ -32,11 +30,7 @@ log = logging.getLogger("modforge.experiment")
 
 
 def _splits(cfg: Config) -> DataSplits:
-    data = {k: v for k, v in (cfg.data.get("data") or {}).items() if k not in LOADER_KEYS}
-    seed = int(cfg.data.get("seed") or 0)
-    return DATASETS.build(
-        data, path="data", origin_of=cfg.where, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), seed=seed
-    )
+    return build_splits(cfg, int(cfg.data.get("seed") or 0))
 
 
 def check_folds(folds: int, flag: str = "--folds") -> None:

@@ -40,6 +40,32 @@ __all__ = ["Experiment", "check_run_folder", "checkpoint_digest", "evaluate_chec
            "require_a_loss", "run_folder_of", "start_run_folder", "train_run"]
 
 log = logging.getLogger("modforge.experiment")
+
+
+def _check_soft_targets(cfg: Config, splits: DataSplits, model: Any) -> None:
+    """Mixed training batches (MixUp/CutMix) carry class probabilities as labels: every loss
+    reading the labels must take them (``soft_targets = True``, e.g. ``cross_entropy``)."""
+    if getattr(splits.train, "mixing", None) is None:
+        return
+    for info in getattr(model, "loss_info", []):
+        fn = model.loss_fns[info.key]
+        if info.target_key == "label" and not getattr(fn, "soft_targets", False):
+            raise ConfigError(f"loss {info.type!r} takes class indices, but data.transforms.mix makes the training "
+                              "labels class probabilities; use cross_entropy (or leave mix out)",
+                              path="data.transforms.mix", source=cfg.where("data.transforms.mix"))  # fmt: skip
+
+
+def build_splits(cfg: Config, seed: int) -> DataSplits:
+    """The dataset ``data:`` names, built with the config's seed and its ``data.transforms``
+    (handed to datasets that take them; for others, validation has refused them)."""
+    data = {k: v for k, v in (cfg.data.get("data") or {}).items() if k not in LOADER_KEYS}
+    context: dict[str, Any] = {"seed": seed}
+    transforms = data.pop("transforms", None)
+    if transforms is not None:
+        context["transforms"] = transforms
+    return DATASETS.build(
+        data, path="data", origin_of=cfg.where, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), **context
+    )
 _DEFAULT_CALLBACKS = ("csv_logger", "progress", "checkpoint", "nan_guard")
 
 
@@ -90,14 +116,7 @@ class Experiment:
         except ValueError as exc:
             raise ConfigError(str(exc), path="data", source=cfg.where("data")) from None
         if splits is None:
-            splits = DATASETS.build(
-                data,
-                path="data",
-                origin_of=cfg.where,
-                allowed_modules=cfg.plugins,
-                base_dir=str(cfg.base_dir),
-                seed=seed,
-            )
+            splits = build_splits(cfg, seed)
         task = _task(cfg, splits)
         model = build_model(
             cfg,
@@ -112,6 +131,7 @@ class Experiment:
         )
         if model.init_records:
             _record_init(cfg, model.init_records)
+        _check_soft_targets(cfg, splits, model)
         if distributed.rank() > 0:  # same weights everywhere (DDP starts from rank 0's), own randomness
             seed_everything(seed + distributed.rank())  # dropout masks, augmentation drawn from torch's RNG
         metric_specs = settings.metrics

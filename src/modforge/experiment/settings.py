@@ -19,7 +19,7 @@ from pydantic import Field
 from ..core.arguments import signature_of
 from ..core.config import Config
 from ..core.constraints import NonNegativeInt, PositiveFloat, PositiveInt
-from ..core.errors import ConfigValueError
+from ..core.errors import ConfigError, ConfigValueError
 from ..core.origins import typed_here
 from ..core.registries import CALLBACKS, DATASETS, ENGINES, METRICS, OPTIMIZERS, SCHEDULERS
 from ..core.safe_files import is_relative_name
@@ -37,6 +37,8 @@ __all__ = ["LOADER_KEYS", "HeldDestination", "TrainSettings", "check_device", "h
            "keep_destinations_local", "sweep_folder_of", "validate_data_section", "validate_train_section"]
 
 LOADER_KEYS = tuple(a.name for a in signature_of(LoaderSettings).args)
+DATA_KEYS = (*LOADER_KEYS, "transforms")
+"""What ``data:`` holds besides the dataset's ``type``/``args``: loader settings and image transforms."""
 BatchSize = Annotated[int, Field(gt=0, le=sys.maxsize)]
 """A batch size: at least 1, and no more than a sequence can hold (``sys.maxsize``)."""
 
@@ -245,12 +247,34 @@ def validate_data_section(cfg: Config) -> dict[str, Any] | None:
         return None
     where = cfg.where
     spec = DATASETS.validate(
-        value, path="data", extras=LOADER_KEYS, origin_of=where, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir)
+        value, path="data", extras=DATA_KEYS, origin_of=where, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir)
     )
+    transforms = spec.pop("transforms", None)
     loader = {k: spec.pop(k) for k in LOADER_KEYS if k in spec}
     spec.update(signature_of(LoaderSettings).validate(loader, path="data", origin_of=where, plain=True))
     check_ranges(_LoaderRanges, spec, path="data", origin_of=where)
+    if transforms is not None:
+        check_data_transforms(spec["type"], transforms, cfg)
+        spec["transforms"] = transforms
     return spec
+
+
+def check_data_transforms(dataset: str, transforms: Any, cfg: Config) -> None:
+    """``data.transforms`` is for datasets that take it (the image corpora), and its names and
+    arguments build: errors name the key."""
+    import inspect
+
+    from ..data.images.splits import check_transforms_section
+
+    target = DATASETS.get(dataset) if dataset in DATASETS else None  # a plug-in object path: checked at build
+    if target is not None and "transforms" not in inspect.signature(target).parameters:
+        raise ConfigValueError(f"dataset {dataset!r} takes no image transforms (data.transforms is for picture "
+                               "datasets: mnist, cifar10, image_folder, …)", path="data.transforms",
+                               source=cfg.where("data.transforms"))  # fmt: skip
+    try:
+        check_transforms_section(transforms)
+    except ConfigError as exc:
+        raise exc.located(source=cfg.where("data.transforms")) from None
 
 
 class _LoaderRanges:

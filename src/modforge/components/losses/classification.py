@@ -50,6 +50,9 @@ class CrossEntropy(Loss):
             code writes to its score files, so their EERs are reproduced exactly).
     """
 
+    soft_targets = True
+    """Labels may also be class probabilities ``[B, C]`` (MixUp/CutMix batches)."""
+
     def __init__(
         self,
         num_classes: Optional[int] = None,

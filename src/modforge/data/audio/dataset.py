@@ -219,6 +219,7 @@ class AudioDataset(Dataset):
         return {"input": torch.from_numpy(wave), "label": self.labels[index], "index": torch.tensor(index)}
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        self.epoch = getattr(indices, "epoch", self.epoch)  # a training batch says its epoch (persistent workers)
         indices = [int(i) for i in indices]
         waves = [self.waveform(i) for i in indices]
         label = self.labels[indices]

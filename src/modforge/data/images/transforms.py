@@ -1,0 +1,257 @@
+"""Image transforms chosen by name in YAML, built from torchvision's ``transforms.v2``.
+
+A config names the transforms of each split (``data.transforms``)::
+
+    data:
+      type: cifar10
+      args: {root: data/cifar}
+      transforms:
+        train: [{type: random_crop, args: {size: 32, padding: 4}}, random_horizontal_flip]
+        eval: []
+        mix: {mixup_alpha: 0.8, cutmix_alpha: 1.0}
+
+Every name maps to one v2 class (:data:`TRANSFORMS`; the v2 class name itself works too);
+nothing else can be built, so a config never names code. A sample goes through
+``[transforms on uint8 pictures] → float in [0, 1] → normalise → [transforms on float
+tensors]``: the dataset's normalisation (its mean/std, recorded for export and predict) is
+placed before the first transform that needs float values (``random_erasing``,
+``gaussian_noise``), or where the list names ``normalize`` itself (which then replaces it).
+
+Randomness: v2 transforms draw from torch's default CPU generator. :class:`SampleRandomness`
+seeds that generator for each sample from ``(seed, epoch, sample index)`` and gives its state
+back afterwards, so an augmented sample is a pure function of those three numbers — the same
+in any worker, for any number of workers, after any resume — and the training process's own
+random stream (dropout, …) is untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from ...core.errors import ConfigError
+
+__all__ = [
+    "FLOAT_TRANSFORMS",
+    "TRANSFORMS",
+    "ImagePipeline",
+    "SampleRandomness",
+    "build_transforms",
+    "sample_seed",
+]
+
+TRANSFORMS: dict[str, str] = {
+    "random_crop": "RandomCrop",
+    "random_resized_crop": "RandomResizedCrop",
+    "resize": "Resize",
+    "center_crop": "CenterCrop",
+    "pad": "Pad",
+    "random_horizontal_flip": "RandomHorizontalFlip",
+    "random_vertical_flip": "RandomVerticalFlip",
+    "random_rotation": "RandomRotation",
+    "random_affine": "RandomAffine",
+    "random_perspective": "RandomPerspective",
+    "random_zoom_out": "RandomZoomOut",
+    "elastic": "ElasticTransform",
+    "color_jitter": "ColorJitter",
+    "grayscale": "Grayscale",
+    "random_grayscale": "RandomGrayscale",
+    "random_equalize": "RandomEqualize",
+    "random_invert": "RandomInvert",
+    "random_posterize": "RandomPosterize",
+    "random_solarize": "RandomSolarize",
+    "random_autocontrast": "RandomAutocontrast",
+    "random_adjust_sharpness": "RandomAdjustSharpness",
+    "random_photometric_distort": "RandomPhotometricDistort",
+    "gaussian_blur": "GaussianBlur",
+    "auto_augment": "AutoAugment",
+    "rand_augment": "RandAugment",
+    "trivial_augment": "TrivialAugmentWide",
+    "augmix": "AugMix",
+    "random_erasing": "RandomErasing",
+    "gaussian_noise": "GaussianNoise",
+    "normalize": "Normalize",
+}
+"""modforge name → ``torchvision.transforms.v2`` class (the class name is accepted as well)."""
+
+FLOAT_TRANSFORMS = frozenset({"RandomErasing", "GaussianNoise", "Normalize"})
+"""v2 classes that work on float tensors: the sample is converted (and normalised) before them."""
+
+_ENUM_ARGS = {"interpolation": "InterpolationMode", "policy": "AutoAugmentPolicy"}
+"""Arguments given as strings in YAML that v2 takes as enums (``interpolation: bicubic``)."""
+
+
+def _v2() -> Any:
+    from torchvision.transforms import v2
+
+    return v2
+
+
+def _class_name(name: str, path: str) -> str:
+    if name in TRANSFORMS:
+        return TRANSFORMS[name]
+    if name in TRANSFORMS.values():
+        return name
+    import difflib
+
+    close = difflib.get_close_matches(name, [*TRANSFORMS, *TRANSFORMS.values()], n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise ConfigError(f"unknown image transform {name!r}{hint} (known: {', '.join(TRANSFORMS)})", path=path)
+
+
+def _enum_value(arg: str, value: Any, path: str) -> Any:
+    if not isinstance(value, str):
+        return value
+    import torchvision.transforms as tv
+
+    enum = getattr(tv, _ENUM_ARGS[arg])
+    for member in enum:
+        if value.lower() in (member.name.lower(), str(member.value).lower()):
+            return member
+    choices = ", ".join(m.name.lower() for m in enum)
+    raise ConfigError(f"{value!r} is not a valid {arg} (expected one of: {choices})", path=f"{path}.args.{arg}")
+
+
+def _spec(entry: Any, path: str) -> tuple[str, dict[str, Any]]:
+    if isinstance(entry, str):
+        return entry, {}
+    if isinstance(entry, dict) and isinstance(entry.get("type"), str) and set(entry) <= {"type", "args"}:
+        args = entry.get("args") or {}
+        if not isinstance(args, dict):
+            raise ConfigError(f"args must be a mapping, got {type(args).__name__}", path=f"{path}.args")
+        return entry["type"], dict(args)
+    raise ConfigError(
+        f"expected a transform name or {{type: NAME, args: {{...}}}}, got {entry!r}", path=path
+    )
+
+
+def build_transform(entry: Any, path: str) -> Any:
+    """One v2 transform from a config entry (a name, or ``{type, args}``); errors name ``path``."""
+    name, args = _spec(entry, path)
+    cls_name = _class_name(name, path)
+    cls = getattr(_v2(), cls_name, None)
+    if cls is None:  # an older torchvision without this class
+        raise ConfigError(f"image transform {name!r} needs a newer torchvision (no v2.{cls_name} here)", path=path)
+    args = {k: (_enum_value(k, v, path) if k in _ENUM_ARGS else v) for k, v in args.items()}
+    for key in ("size", "fill", "mean", "std", "kernel_size", "sigma", "scale", "ratio", "degrees", "translate"):
+        if isinstance(args.get(key), list):
+            args[key] = tuple(args[key]) if key not in ("mean", "std", "size") else list(args[key])
+    try:
+        inspect.signature(cls).bind(**args)
+        return cls(**args)
+    except TypeError as exc:
+        raise ConfigError(f"image transform {name!r}: {exc} (its arguments: {_arguments(cls)})", path=path) from None
+    except ValueError as exc:
+        raise ConfigError(f"image transform {name!r}: {exc}", path=path) from None
+
+
+def _arguments(cls: type) -> str:
+    return ", ".join(p for p in inspect.signature(cls).parameters if p not in ("self",)) or "none"
+
+
+def build_transforms(entries: Sequence[Any] | None, path: str) -> list[Any]:
+    """The v2 transforms a config list names, in order."""
+    if entries is None:
+        return []
+    if not isinstance(entries, (list, tuple)):
+        raise ConfigError(f"expected a list of transforms, got {type(entries).__name__}", path=path)
+    return [build_transform(entry, f"{path}.{i}") for i, entry in enumerate(entries)]
+
+
+def sample_seed(seed: int, epoch: int, index: int, stream: int = 0) -> int:
+    """A 63-bit seed that is a pure function of its four integers (SplitMix64 mixing): one
+    sample's randomness in one epoch (``stream`` separates independent draws, e.g. a sample's
+    transforms from its batch's mixing)."""
+    mask = (1 << 64) - 1
+    state = 0
+    for value in (seed, epoch, index, stream):
+        state = (state + (int(value) & mask) + 0x9E3779B97F4A7C15) & mask
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        state = z ^ (z >> 31)
+    return state >> 1
+
+
+class SampleRandomness:
+    """Seeds torch's default CPU generator per sample and restores it afterwards (see the module doc)."""
+
+    @staticmethod
+    @contextlib.contextmanager
+    def kept() -> Iterator[None]:
+        """While open, :meth:`seed` may be called freely; the generator's state comes back on exit."""
+        generator = torch.default_generator
+        state = generator.get_state()
+        try:
+            yield
+        finally:
+            generator.set_state(state)
+
+    @staticmethod
+    def seed(value: int) -> None:
+        torch.default_generator.manual_seed(value)
+
+
+class ImagePipeline:
+    """What happens to one picture (a uint8 ``[C, H, W]`` tensor) on its way to the model.
+
+    Args:
+        before: v2 transforms on the uint8 picture (crops, flips, colour, auto-augment policies).
+        mean, std: per-channel normalisation after scaling to [0, 1] (None: none).
+        after: v2 transforms on the normalised float tensor (random erasing, noise).
+    """
+
+    def __init__(self, before: Sequence[Any], mean: Sequence[float] | None, std: Sequence[float] | None,
+                 after: Sequence[Any] = ()):  # fmt: skip
+        self.before, self.after = list(before), list(after)
+        self.mean = None if mean is None else torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
+        self.std = None if std is None else torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
+
+    @property
+    def random(self) -> bool:
+        """True when a sample's result depends on the random stream (any transform at all is
+        treated as possibly random: Resize is not, but costs nothing to seed)."""
+        return bool(self.before or self.after)
+
+    def to_float(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 pictures (one ``[C, H, W]`` or a batch ``[B, C, H, W]``) as normalised float32."""
+        out = images.to(torch.float32).div_(255.0)
+        if self.mean is not None:
+            out = out.sub_(self.mean).div_(self.std)
+        return out
+
+    def __call__(self, picture: torch.Tensor) -> torch.Tensor:
+        for transform in self.before:
+            picture = transform(picture)
+        picture = self.to_float(picture)
+        for transform in self.after:
+            picture = transform(picture)
+        return picture
+
+
+def make_pipeline(
+    entries: Sequence[Any] | None, path: str, mean: Sequence[float] | None, std: Sequence[float] | None
+) -> tuple[ImagePipeline, list[float] | None, list[float] | None]:
+    """The pipeline a config list describes, and the mean/std it normalises with (the list's own
+    ``normalize`` when it names one, else the dataset's ``mean``/``std``)."""
+    built = build_transforms(entries, path)
+    split = next((i for i, t in enumerate(built) if type(t).__name__ in FLOAT_TRANSFORMS), len(built))
+    before, after = built[:split], built[split:]
+    if after and type(after[0]).__name__ == "Normalize":
+        mean, std = list(after[0].mean), list(after[0].std)
+        after = after[1:]
+    for i, transform in enumerate(after):
+        if type(transform).__name__ == "Normalize":
+            raise ConfigError("normalize may appear once, before random_erasing/gaussian_noise",
+                              path=f"{path}.{split + 1 + i}")  # fmt: skip
+    mean = None if mean is None else [float(v) for v in mean]
+    std = None if std is None else [float(v) for v in std]
+    if mean is not None and std is not None and len(mean) != len(std):
+        raise ConfigError(f"normalize: mean has {len(mean)} values, std {len(std)}", path=path)
+    if std is not None and any(v <= 0 for v in std):
+        raise ConfigError(f"normalize: every std must be positive, got {std}", path=path)
+    return ImagePipeline(before, mean, std, after), mean, std
