@@ -160,7 +160,7 @@ def test_the_python_blocks_register_what_they_say(tmp_path, monkeypatch):
 NOT_RUN_HERE = {  # commands the docs show that need what a test machine has not: each says why
     "sweep-report": "needs a finished sweep folder (the sweep commands beside it run as --dry-run)",
 }
-REAL_DATA = ("/data/", "corpora/", "spoofing/", "detection/")  # configs and paths whose data this machine lacks
+REAL_DATA = ("/data/", "corpora/", "spoofing/", "detection/", "vision/")  # configs and paths whose data this machine lacks
 
 
 def documented_commands() -> list[tuple[str, list[str]]]:

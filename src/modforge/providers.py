@@ -16,7 +16,7 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "head": ("modforge.components.heads",),
     "loss": ("modforge.components.losses",),
     "dataset": ("modforge.data.digits", "modforge.data.synthetic", "modforge.data.audio.datasets", "modforge.continual.benchmarks",
-                "modforge.data.detection.coco"),
+                "modforge.data.detection.coco", "modforge.data.images.corpora"),
     "metric": ("modforge.train.metrics", "modforge.tasks.spoofing.metrics", "modforge.tasks.detection.metrics"),
     "callback": ("modforge.train.callbacks",),
     "optimizer": ("modforge.train.optimizers",),

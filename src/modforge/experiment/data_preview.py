@@ -73,7 +73,7 @@ def show_samples(cfg: Config, split: str, count: int, out: Path, *, epoch: int =
         ax.axis("off")
         if k >= len(positions):
             continue
-        picture = pictures[k]
+        picture = pictures[k].numpy()
         ax.imshow(picture[..., 0] if picture.shape[-1] == 1 else picture, cmap="gray" if picture.shape[-1] == 1 else None,
                   vmin=0, vmax=1, interpolation="nearest")  # fmt: skip
         titles.append(_title(batch["label"][k], splits.class_names))

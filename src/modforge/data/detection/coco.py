@@ -42,20 +42,17 @@ continues exactly; the trainer calls :meth:`CocoDetection.set_epoch` at the star
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
 import struct
-import threading
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Optional
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch.utils.data import Dataset
 
 from ...core.errors import UsageError
@@ -64,6 +61,7 @@ from ...core.layouts import Layout
 from ...core.registries import register_dataset
 from ...core.safe_files import inside
 from ..base import DataSplits
+from ..pictures import IMAGE_FORMATS, PIXEL_MARGIN, PictureBombError, open_picture, pixel_limit
 from .batching import collate_detection, padded_size
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, BoxTransforms, resized_shape
 
@@ -116,11 +114,8 @@ MAX_ID = 2**63 - 1
 MAX_LISTED_PIXELS = 2**28
 """Largest listed image (width × height, e.g. 16,384 × 16,384): decoded as RGB it takes 768 MiB."""
 
-PIXEL_MARGIN = 1.25
-"""Pillow's decompression-bomb limit while an image is opened: its listed pixels times this."""
-
-IMAGE_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "TIFF", "WEBP")
-"""Picture formats decoded (never EPS, which runs Ghostscript, nor Pillow's other plug-ins)."""
+# PIXEL_MARGIN (listed pixels times this: Pillow's limit while an image is opened), IMAGE_FORMATS (the
+# picture formats decoded) and pixel_limit live in modforge.data.pictures, shared with the image readers.
 
 Verify = Literal["header", "exists"]
 
@@ -217,43 +212,14 @@ def _id_text(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-_PIL_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def pixel_limit(pixels: int) -> Iterator[None]:
-    """While open: Pillow's ``Image.MAX_IMAGE_PIXELS`` is ``pixels`` and its
-    ``DecompressionBombWarning`` is an error (raised from ``Image.open``, before anything is decoded).
-
-    The setting is scoped: the earlier value comes back on exit, and a lock keeps threads from
-    seeing each other's limit. Keep only ``Image.open`` (and header reads) inside it."""
-    with _PIL_LOCK, warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
-        saved = Image.MAX_IMAGE_PIXELS
-        Image.MAX_IMAGE_PIXELS = max(1, int(pixels))
-        try:
-            yield
-        finally:
-            Image.MAX_IMAGE_PIXELS = saved
-
-
 def _open_image(file: Path, width: int, height: int) -> Image.Image:
     """``file`` opened (header only) under a decompression-bomb limit set from its listed size,
     and checked to be that size; ValueError naming the file otherwise."""
     try:
-        with pixel_limit(int(width * height * PIXEL_MARGIN)):
-            image = Image.open(file, formats=IMAGE_FORMATS)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        pixels = next((w for w in str(exc).replace("(", " ").split() if w.isdigit()), "more")
-        raise ValueError(f"image file {file} holds {pixels} pixels, far more than the {width}×{height} the file "
+        image = open_picture(file, max_pixels=int(width * height * PIXEL_MARGIN), formats=IMAGE_FORMATS)
+    except PictureBombError as exc:
+        raise ValueError(f"image file {file} holds {exc.pixels} pixels, far more than the {width}×{height} the file "
                          "lists; refused as a possible decompression bomb") from None  # fmt: skip
-    except FileNotFoundError:
-        raise ValueError(f"image file not found: {file}") from None
-    except UnidentifiedImageError:
-        raise ValueError(f"image file {file} is not a readable image (expected one of "
-                         f"{', '.join(IMAGE_FORMATS)})") from None  # fmt: skip
-    except (OSError, ValueError, EOFError, SyntaxError, struct.error) as exc:
-        raise ValueError(f"image file {file} is not a readable image ({str(exc)[:200]})") from None
     if image.size != (width, height):
         size = image.size
         image.close()

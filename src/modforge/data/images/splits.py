@@ -50,12 +50,18 @@ def check_transforms_section(transforms: Any, path: str = "data.transforms") -> 
 
 def stratified_positions(labels: torch.Tensor, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(kept, held-out) positions: ``fraction`` of the samples held out with each class's
-    share (scikit-learn's splitter, seeded), both sorted."""
+    share (scikit-learn's splitter, seeded; a plain seeded draw when the data is too small to
+    give every class a place on both sides), both sorted."""
+    import math
+
     from sklearn.model_selection import train_test_split
 
     positions = torch.arange(len(labels))
     counts = torch.bincount(labels)
-    stratify = labels.numpy() if int(counts[counts > 0].min()) >= 2 else None  # a class of one cannot be split
+    classes, held = int((counts > 0).sum()), math.ceil(fraction * len(labels))
+    # stratified when it can be: every class twice or more, and room for each class on both sides
+    stratifiable = int(counts[counts > 0].min()) >= 2 and min(held, len(labels) - held) >= classes
+    stratify = labels.numpy() if stratifiable else None
     kept, held = train_test_split(positions.numpy(), test_size=fraction, stratify=stratify,
                                   random_state=sklearn_seed(seed))  # fmt: skip
     return torch.as_tensor(sorted(kept)), torch.as_tensor(sorted(held))
