@@ -203,3 +203,42 @@ def test_predict_normalises_a_picture_as_the_training_data_was(tmp_path):
     expected = (pixels.transpose(2, 0, 1) - np.array([0.5, 0.4, 0.3]).reshape(3, 1, 1)) / np.array(
         [0.2, 0.25, 0.5]).reshape(3, 1, 1)  # fmt: skip
     assert names == ["p.png"] and np.allclose(batch[0], expected, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_picture_folder_run_exports_and_predicts_a_picture_like_its_test_split(cli, write, tmp_path):
+    """Train one epoch on a folder of pictures, export to ONNX, predict one of the test pictures:
+    the artifact's probabilities equal the model's on that sample as the test split serves it."""
+    pytest.importorskip("onnxruntime")
+    write_image_folder(tmp_path / "train", {"cat": 6, "dog": 6}, size=(12, 10))
+    files = write_image_folder(tmp_path / "test", {"cat": 1, "dog": 1}, size=(12, 10), seed=70)
+    cfg = write("folder.yaml", """
+        seed: 0
+        data:
+          type: image_folder
+          args: {root: train, test_root: test, val_fraction: 0.0}
+          batch_size: 4
+          transforms: {train: [random_horizontal_flip]}
+        model: {backbone: {type: cnn, args: {channels: [4]}}, neck: global_avg_pool, head: linear,
+                losses: [cross_entropy]}
+        train: {max_epochs: 1, progress: never}
+    """)
+    assert cli("train", str(cfg), "--run-dir", "run").code == 0
+    assert cli("export", "run", "--engine", "onnx", "--out", "model.onnx").code == 0
+    result = cli("predict", "model.onnx", str(files[0]))
+    assert result.code == 0 and files[0].name in result.out, result.err
+    from modforge.cli.commands.predict_files import load_artifact
+    from modforge.cli.config_args import resolve_config_from_cli
+    from modforge.engines.inputs import read_input
+    from modforge.experiment.runner import Experiment
+
+    runner, metadata = load_artifact(tmp_path / "model.onnx")
+    assert metadata["input"]["image"]["mean"] == [0.485, 0.456, 0.406]  # ImageNet's, for a colour folder
+    batch, _ = read_input(files[0], metadata)
+    logits = np.asarray(runner({"input": batch})["logits"])
+    exp = Experiment.build(resolve_config_from_cli("train", [str(cfg)]).config, init_weights=False)
+    exp.model.load_state_dict(torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)["model"])
+    exp.model.eval()
+    with torch.no_grad():  # the same picture as the test split serves it
+        expected = exp.model(exp.splits.test.__getitems__([0])["input"]).numpy()
+    assert np.allclose(logits, expected, atol=1e-4)
