@@ -4,6 +4,7 @@ training samples and padded batches."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -20,7 +21,7 @@ from modforge.core.registries import DATASETS
 from modforge.data.detection.batching import collate_detection, padded_size
 from modforge.data.detection.coco import AnnotationError, SkipReport, coco_dataset, read_instances
 from modforge.data.detection.shapes import SPLITS, ShapeSettings, make_shapes, render_image
-from modforge.data.detection.transforms import BoxTransforms, resize_scale
+from modforge.data.detection.transforms import BoxTransforms, hflip, resize_scale
 from modforge.data.loader import LoaderSettings, make_loader
 
 TINY = {"images": 12, "seed": 5, "size": 64, "min_object": 6.0, "max_object": 32.0, "max_objects": 4}
@@ -411,6 +412,43 @@ def test_hflip_keeps_the_box_tight_around_the_coloured_pixels():
     assert out.flipped and out.scale == 1.0
     assert out.boxes.tolist() == [[23.0, 7.0, 35.0, 12.0]]
     assert red_bounds(out.input, 0.5) == [23, 7, 35, 12]
+
+
+def reference_hflip(image: Image.Image, boxes: np.ndarray) -> tuple[Image.Image, np.ndarray]:
+    """modforge's own flip before torchvision.transforms.v2's kernels replaced it: the reference they must equal."""
+    width = image.width
+    flipped = boxes.copy()
+    flipped[:, 0] = width - boxes[:, 2]
+    flipped[:, 2] = width - boxes[:, 0]
+    return image.transpose(Image.FLIP_LEFT_RIGHT), flipped
+
+
+def random_picture_and_boxes(rng: np.random.Generator, count: int) -> tuple[Image.Image, np.ndarray]:
+    height, width = (int(v) for v in rng.integers(5, 90, 2))
+    x1, y1 = rng.uniform(0, width - 1, count), rng.uniform(0, height - 1, count)
+    boxes = np.stack([x1, y1, rng.uniform(x1, width), rng.uniform(y1, height)], 1).reshape(-1, 4)
+    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)), boxes
+
+
+def test_the_v2_flip_equals_modforges_former_flip_bit_for_bit():
+    rng = np.random.default_rng(0)
+    for count in (0, 1, 7, 3, 12):
+        image, boxes = random_picture_and_boxes(rng, count)
+        before = boxes.copy()
+        new_image, new_boxes = hflip(image, boxes)
+        old_image, old_boxes = reference_hflip(image, boxes)
+        assert np.array_equal(np.asarray(new_image), np.asarray(old_image)) and new_image.size == old_image.size
+        assert new_boxes.dtype == np.float64 and new_boxes.shape == (count, 4)
+        assert new_boxes.tobytes() == old_boxes.tobytes() and np.array_equal(boxes, before)  # input left alone
+    # the whole training pipeline: a flip drawn by BoxTransforms equals the former flip applied before it
+    flip = BoxTransforms(min_size=48, max_size=80, hflip=1.0, scale_jitter=(0.7, 1.4), photometric=0.3)
+    keep = dataclasses.replace(flip, hflip=0.0)  # same five draws, the flip never taken
+    for seed in range(4):
+        image, boxes = random_picture_and_boxes(rng, 5)
+        new = flip.apply(image, boxes, train=True, rng=np.random.default_rng(seed))
+        old = keep.apply(*reference_hflip(image, boxes), train=True, rng=np.random.default_rng(seed))
+        assert new.flipped and new.scale == old.scale and new.boxes.tobytes() == old.boxes.tobytes()
+        assert new.input.shape == old.input.shape and torch.equal(new.input, old.input)
 
 
 def test_a_flipped_training_sample_from_disk_keeps_its_box_on_its_pixels(tmp_path):

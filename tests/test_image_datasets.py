@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -242,3 +243,22 @@ def test_a_picture_folder_run_exports_and_predicts_a_picture_like_its_test_split
     with torch.no_grad():  # the same picture as the test split serves it
         expected = exp.model(exp.splits.test.__getitems__([0])["input"]).numpy()
     assert np.allclose(logits, expected, atol=1e-4)
+
+
+def test_kfold_pools_and_resplits_a_picture_dataset(cli, write, tmp_path):
+    write_cifar_python(tmp_path / "cifar", "cifar10", n_train=40, n_test=10)
+    cfg = write("kfold.yaml", """
+        seed: 0
+        data:
+          type: cifar10
+          args: {root: cifar, val_fraction: 0.25}
+          batch_size: 8
+          transforms: {train: [random_horizontal_flip]}
+        model: {backbone: {type: cnn, args: {channels: [4]}}, neck: global_avg_pool, head: linear,
+                losses: [cross_entropy]}
+        train: {max_epochs: 1, progress: never}
+    """)
+    result = cli("kfold", str(cfg), "--folds", "2", "--run-dir", "folds")
+    assert result.code == 0, result.err
+    summary = json.loads((tmp_path / "folds" / "kfold.json").read_text())
+    assert len(summary["folds"]) == 2

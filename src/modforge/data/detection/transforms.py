@@ -15,6 +15,23 @@ means. With that convention every transform is exact:
 :class:`BoxTransforms` chains them (flip → resize with jitter → photometric → normalise) and draws every random
 number from the generator it is handed — the dataset seeds it with ``(seed, epoch, index)`` so a run, and a
 resumed run, sees the same samples. Evaluation applies only the resize (no jitter) and the normalisation.
+Zero-padding to the size divisor happens when a batch is assembled (:mod:`.batching`), not here.
+
+What ``torchvision.transforms.v2`` does for us, and what it does not (each checked against modforge's former
+code in ``tests/test_detection_data.py``). Only v2's functional kernels are called, with parameters drawn from
+the generator above: v2's random classes draw from torch's global generator, which would break exact resume.
+
+* The flip is v2's (``horizontal_flip`` of the PIL image and of ``tv_tensors.BoundingBoxes``): bit-identical.
+* The resize size and box scaling stay ours: v2 truncates the long side (``int``) where Detectron's rule rounds,
+  and scales boxes by each side's rounded size ratio instead of the one ``scale`` that ``boxes / scale`` undoes;
+  the pixels are Pillow's bilinear resize either way (v2's PIL kernel is the same call), kept as the direct call
+  that the predictor (:mod:`modforge.tasks.detection.predict`) makes too.
+* The photometric jitter stays ours: v2 clamps after each of brightness, contrast and saturation and weighs red
+  0.2989 (ours: one clamp at the end, 0.299): pixels move by up to tens of levels, which would change the
+  training samples of the shipped FCOS config (``photometric: 0.2``) and so its documented mAP.
+* The normalisation stays ours: v2's ``(x / 255 - mean) / std`` rounds differently from ``x * (1 / 255 / std) -
+  mean / std`` (by ~1e-7), which breaks the predictor's bit-for-bit parity with the dataset, and runs in torch's
+  thread pool (see :func:`normalise`).
 """
 
 from __future__ import annotations
@@ -66,12 +83,17 @@ def resize(image: Image.Image, boxes: np.ndarray, scale: float) -> tuple[Image.I
 
 
 def hflip(image: Image.Image, boxes: np.ndarray) -> tuple[Image.Image, np.ndarray]:
-    """The image mirrored left-right and the boxes with it."""
-    width = image.width
-    flipped = boxes.copy()
-    flipped[:, 0] = width - boxes[:, 2]
-    flipped[:, 2] = width - boxes[:, 0]
-    return image.transpose(Image.FLIP_LEFT_RIGHT), flipped
+    """The image mirrored left-right and the ``[N, 4]`` boxes with it (``x1, x2 → W - x2, W - x1``, float64):
+    torchvision.transforms.v2's flip kernels — Pillow's mirror and the same subtraction, so bit-identical to
+    doing it by hand."""
+    from torchvision import tv_tensors  # imported here: importing modforge must not load torchvision
+    from torchvision.transforms.v2 import functional as F
+
+    canvas = (image.height, image.width)
+    moved = F.horizontal_flip(
+        tv_tensors.BoundingBoxes(torch.tensor(boxes, dtype=torch.float64), format="XYXY", canvas_size=canvas)
+    )
+    return F.horizontal_flip(image), moved.as_subclass(torch.Tensor).numpy()
 
 
 def photometric(pixels: np.ndarray, brightness: float, contrast: float, saturation: float) -> np.ndarray:
