@@ -1,0 +1,230 @@
+"""GPU readiness: modforge's Trainer vs a hand-written loop with the same settings, on a GPU.
+
+1. **CIFAR-shaped ResNet-18 training** (3×32×32 uint8 pictures in memory, 4-pixel padded
+   crops and flips through modforge's image pipeline, batch 256, SGD with momentum) in
+   images/s, for each setting: fp32; AMP fp16 with a GradScaler; bf16 autocast; bf16 with
+   channels_last; bf16 + channels_last + torch.compile. Both contenders read the same dataset
+   through DataLoaders with the same workers and pinned memory, copy batches with
+   ``non_blocking``, build the same model (``resnet18``, cifar stem, + linear head) from the
+   same seed; the loop is what one would write by hand (autocast, scaler, ``channels_last``
+   inputs, ``torch.compile``). Goal: modforge ≥ 0.97× the loop in every setting.
+2. **AASIST training steps/s** (batch 8, 64,600 samples): modforge's ``aasist`` + ``linear``
+   vs the authors' layout rebuilt in ``benchmarks/aasist.py``, with the same weights.
+
+Each timing: one warm-up epoch (compilation, cuDNN autotuning, worker start-up), then the
+median of ``--runs`` timed epochs, contenders alternating (A B B A …). Without a CUDA device
+the script runs only as a smoke test (``--smoke``: tiny sizes on the CPU, settings the CPU
+has, nothing recorded) — CI runs it that way; GPU figures are recorded with ``--write``.
+
+    python benchmarks/gpu.py [--runs 3] [--workers 8] [--write]      # on a GPU machine
+    python benchmarks/gpu.py --smoke                                 # anywhere
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+TARGET = 0.97
+SETTINGS = {  # name: (precision, memory format, compiled)
+    "fp32": ("32", "contiguous", False),
+    "AMP fp16 + GradScaler": ("16", "contiguous", False),
+    "bf16": ("bf16", "contiguous", False),
+    "bf16 + channels_last": ("bf16", "channels_last", False),
+    "bf16 + channels_last + compile": ("bf16", "channels_last", True),
+}
+
+
+def cifar_shaped(n: int, seed: int = 0):
+    """Splits of ``n`` random CIFAR-shaped pictures with the standard crop + flip training pipeline."""
+    import torch
+
+    from modforge.data.images.dataset import TensorPictures
+    from modforge.data.images.splits import picture_splits
+
+    g = torch.Generator().manual_seed(seed)
+    pictures = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=g)
+    labels = torch.randint(0, 10, (n,), generator=g)
+    transforms = {"train": [{"type": "random_crop", "args": {"size": 32, "padding": 4}}, "random_horizontal_flip"]}
+    return picture_splits(train=(TensorPictures(pictures), labels), test=None, class_names=[str(i) for i in range(10)],
+                          seed=seed, val_fraction=0.0, transforms=transforms, mean=[0.49, 0.48, 0.45],
+                          std=[0.25, 0.24, 0.26], described="random")  # fmt: skip
+
+
+WIDTH = [1.0]
+"""ResNet-18's channel multiplier (1: the real network; the smoke test uses 1/8)."""
+
+
+def resnet18():
+    import modforge as mf
+
+    backbone = {"type": "resnet18", "args": {"stem": "cifar", "width": WIDTH[0]}}
+    return mf.build_model({"backbone": backbone, "neck": "global_avg_pool",
+                           "head": "linear", "losses": ["cross_entropy"]}, in_dim=3, num_classes=10)  # fmt: skip
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def modforge_epoch(splits, setting: tuple, device, batch: int, workers: int):
+    """A callable training one epoch with modforge's Trainer (its engine, precision, loaders)."""
+    import torch
+
+    from modforge.data.loader import LoaderSettings, make_loader
+    from modforge.engines import build_engine
+    from modforge.train.trainer import Trainer
+
+    precision, memory_format, compiled = setting
+    torch.manual_seed(0)
+    model = resnet18()
+    engine = build_engine({"type": "compile" if compiled else "eager", "args": {"memory_format": memory_format}})
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    settings = LoaderSettings(batch_size=batch, num_workers=workers, persistent_workers=workers > 0,
+                              pin_memory=device.type == "cuda")  # fmt: skip
+    loader = make_loader(splits.train, settings, train=True, generator=torch.Generator().manual_seed(0))
+    trainer = Trainer(model, optimizer, max_epochs=1, device=device, precision=precision, engine=engine)
+    epochs = [0]
+
+    def run() -> None:
+        epochs[0] += 1
+        trainer.max_epochs = epochs[0]
+        trainer.fit(loader)
+        _sync(device)
+
+    return run
+
+
+def loop_epoch(splits, setting: tuple, device, batch: int, workers: int):
+    """The same epoch, written by hand: plain DataLoader, autocast, GradScaler, channels_last, compile."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader
+
+    from modforge.data.base import collate
+
+    precision, memory_format, compiled = setting
+    torch.manual_seed(0)
+    model = resnet18().to(device)
+    if memory_format == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
+    step_model = torch.compile(model) if compiled else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    scaler = torch.amp.GradScaler(device.type) if precision == "16" else None
+    dtype = {"16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    loader = DataLoader(splits.train, batch_size=batch, shuffle=True, num_workers=workers, collate_fn=collate,
+                        persistent_workers=workers > 0, pin_memory=device.type == "cuda",
+                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    # the dataset serves whole batches through __getitems__; DataLoader's batch sampler hands them over
+
+    def run() -> None:
+        model.train()
+        for batch_ in loader:
+            x = batch_["input"].to(device, non_blocking=True)
+            y = batch_["label"].to(device, non_blocking=True)
+            if memory_format == "channels_last":
+                x = x.contiguous(memory_format=torch.channels_last)
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                loss = F.cross_entropy(step_model(x), y)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+        _sync(device)
+
+    return run
+
+
+def alternate(calls: dict, runs: int) -> dict[str, float]:
+    """Median seconds per call; one untimed warm-up call each, then A B B A … order."""
+    for call in calls.values():
+        call()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    names = list(calls)
+    for r in range(runs):
+        for name in names if r % 2 == 0 else names[::-1]:
+            start = time.perf_counter()
+            calls[name]()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def aasist_steps(device, runs: int, samples: int, batch: int) -> dict[str, float]:
+    """Training steps/s of modforge's AASIST and the authors' layout, same weights, on ``device``."""
+    import torch
+    from aasist import _train, build_pair
+
+    reference, ours = build_pair()
+    reference, ours = reference.to(device), ours.to(device)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, samples, generator=g).to(device)
+    y = torch.randint(0, 2, (batch,), generator=g).to(device)
+    steps = {"modforge": _train(ours, x, y), "reference": _train(reference, x, y)}
+
+    def synced(step):
+        def call():
+            step()
+            _sync(device)
+        return call
+
+    seconds = alternate({name: synced(step) for name, step in steps.items()}, runs)
+    return {name: 1.0 / s for name, s in seconds.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--write", action="store_true", help="record the figures in benchmarks/README.md")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on whatever device there is; nothing recorded")
+    ns = parser.parse_args()
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if not cuda and not ns.smoke:
+        print("no CUDA device here: run on a GPU machine, or --smoke for the CPU smoke test")
+        return 2
+    device = torch.device("cuda" if cuda else "cpu")
+    n, batch, workers = (64, 32, 0) if ns.smoke else (20_000, 256, ns.workers)
+    WIDTH[0] = 0.125 if ns.smoke else 1.0
+    settings = SETTINGS if cuda else {k: v for k, v in SETTINGS.items() if not v[2]}  # compiling costs minutes on a CPU
+    splits = cifar_shaped(n)
+    rows = []
+    for name, setting in settings.items():
+        seconds = alternate({"modforge": modforge_epoch(splits, setting, device, batch, workers),
+                             "loop": loop_epoch(splits, setting, device, batch, workers)}, max(1, ns.runs))  # fmt: skip
+        ratio = seconds["loop"] / seconds["modforge"]
+        rows.append(f"| {name} | {n / seconds['modforge']:,.0f} | {n / seconds['loop']:,.0f} | **{ratio:.2f}×** |")
+    aasist = aasist_steps(device, max(1, ns.runs), 4_000 if ns.smoke else 64_600, 2 if ns.smoke else 8)
+    name = torch.cuda.get_device_name(device) if cuda else "CPU (smoke test)"
+    table = (
+        f"{name}; ResNet-18 on {n:,} CIFAR-shaped pictures, batch {batch}, {workers} workers"
+        f"{', pinned memory' if cuda else ' (smoke figures are not measurements)'}; "
+        f"medians of {ns.runs} epochs after a warm-up.\n\n"
+        "| setting | modforge images/s | hand-written loop images/s | modforge / loop |\n|---|---|---|---|\n"
+        + "\n".join(rows)
+        + f"\n\nAASIST training steps/s: modforge {aasist['modforge']:.2f}, authors' layout {aasist['reference']:.2f} "
+        f"(**{aasist['modforge'] / aasist['reference']:.2f}×**). Goal: ≥ {TARGET}× the loop in every setting.\n"
+    )
+    print(table)
+    if ns.write and cuda:
+        from _report import update_readme
+
+        update_readme("gpu", table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
