@@ -262,3 +262,22 @@ def test_kfold_pools_and_resplits_a_picture_dataset(cli, write, tmp_path):
     assert result.code == 0, result.err
     summary = json.loads((tmp_path / "folds" / "kfold.json").read_text())
     assert len(summary["folds"]) == 2
+
+
+def test_predict_repeats_the_evaluation_resize_and_crop_on_a_picture_file(tmp_path):
+    """A folder set evaluated at 'resize the shorter side to 20, centre-crop 16': the artifact
+    records the steps and predict's picture is the test split's sample, pixel for pixel."""
+    from modforge.engines.inputs import read_input
+
+    write_image_folder(tmp_path / "train", {"a": 3, "b": 3}, size=(40, 30))
+    files = write_image_folder(tmp_path / "test", {"a": 2, "b": 2}, size=(40, 30), seed=9)
+    transforms = {"train": [{"type": "random_resized_crop", "args": {"size": 16}}],
+                  "eval": [{"type": "resize", "args": {"size": 20}}, {"type": "center_crop", "args": {"size": 16}}]}  # fmt: skip
+    splits = DATASETS.build({"type": "image_folder", "args": {"root": str(tmp_path / "train"), "val_fraction": 0.0,
+                                                              "test_root": str(tmp_path / "test")}},
+                            transforms=transforms)  # fmt: skip
+    assert splits.image["steps"] == [["resize", [20]], ["center_crop", [16, 16]]]
+    metadata = {"input": {"shape": list(splits.input_shape), "layout": "image", "image": splits.image}}
+    for i, file in enumerate(files):
+        batch, _ = read_input(file, metadata)
+        assert np.allclose(batch, splits.test.__getitems__([i])["input"].numpy(), atol=1e-6)

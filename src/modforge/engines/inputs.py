@@ -210,8 +210,10 @@ def _picture(path: Path, image: dict[str, Any] | None, shape: tuple[int, ...]) -
                     raise _too_large(path, f"{width}×{height} = {width * height} pixels", size)
                 if width * height == 0:
                     raise InputError(f"{path}: a picture of {width}×{height} pixels has no pixels")
-                grey = picture.convert("L" if image.get("channels", 1) == 1 else "RGB")
-                grey = grey.resize((int(image["width"]), int(image["height"])), Image.Resampling.LANCZOS)
+                grey = _evaluation_steps(picture.convert("L" if image.get("channels", 1) == 1 else "RGB"),
+                                         image.get("steps") or [])  # fmt: skip
+                if grey.size != (int(image["width"]), int(image["height"])):
+                    grey = grey.resize((int(image["width"]), int(image["height"])), Image.Resampling.LANCZOS)
                 values = np.asarray(grey, dtype=np.float32) / 255.0
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         pixels = next((w for w in str(exc).replace("(", " ").split() if w.isdigit()), None)
@@ -234,6 +236,28 @@ def _picture(path: Path, image: dict[str, Any] | None, shape: tuple[int, ...]) -
     if values.size != int(np.prod(shape)):
         raise InputError(f"{path}: the picture gives {values.size} values, the model takes {list(shape)}")
     return values.reshape(1, *shape)
+
+
+def _evaluation_steps(picture: Any, steps: list) -> Any:
+    """The picture resized and cropped as the evaluation split's transforms did (recorded in the
+    artifact's ``input.image.steps``): torchvision's rules — an int size matches the shorter side
+    keeping the aspect ratio, a centre crop starts at ``round((side - size) / 2)`` — with Pillow's
+    bilinear resampling, of which torchvision's antialiased kernel is a port (the tests find the
+    same pixels)."""
+    from PIL import Image
+
+    for kind, size in steps:
+        width, height = picture.size
+        if kind == "resize":
+            if len(size) == 1:
+                short, long = (width, height) if width <= height else (height, width)
+                new_short, new_long = int(size[0]), int(int(size[0]) * long / short)
+                size = [new_long, new_short] if width <= height else [new_short, new_long]
+            picture = picture.resize((int(size[1]), int(size[0])), Image.Resampling.BILINEAR)
+        elif kind == "center_crop":
+            top, left = int(round((height - size[0]) / 2.0)), int(round((width - size[1]) / 2.0))
+            picture = picture.crop((left, top, left + int(size[1]), top + int(size[0])))
+    return picture
 
 
 def _too_large(path: Path, what: str, size: str) -> InputError:

@@ -48,6 +48,22 @@ def check_transforms_section(transforms: Any, path: str = "data.transforms") -> 
     mixing_from_config(section.get("mix"), 2, f"{path}.mix")
 
 
+def _picture_steps(pipeline) -> list[list[Any]] | None:
+    """The evaluation pipeline's geometry as steps ``modforge predict`` repeats on a picture file
+    without torch: ``["resize", [shorter side] | [h, w]]`` and ``["center_crop", [h, w]]``. None
+    when the list holds anything else (predict then resizes the picture to the model's size)."""
+    steps: list[list[Any]] = []
+    for transform in [*pipeline.before, *pipeline.after]:
+        kind = type(transform).__name__
+        if kind == "Resize" and getattr(transform, "max_size", None) is None:
+            steps.append(["resize", [int(v) for v in transform.size]])
+        elif kind == "CenterCrop":
+            steps.append(["center_crop", [int(v) for v in transform.size]])
+        else:
+            return None
+    return steps
+
+
 def stratified_positions(labels: torch.Tensor, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(kept, held-out) positions: ``fraction`` of the samples held out with each class's
     share (scikit-learn's splitter, seeded; a plain seeded draw when the data is too small to
@@ -128,6 +144,9 @@ def picture_splits(
     image = {"height": height, "width": width, "channels": channels, "ink": "light", "scale": 1.0}
     if mean is not None:
         image.update(mean=list(mean), std=list(std or []))
+    steps = _picture_steps(eval_pipe)
+    if steps:
+        image["steps"] = steps
     return DataSplits(
         pool, val_set, test_set, num_classes=len(class_names), in_dim=channels, layout=Layout.IMAGE,
         input_shape=(channels, height, width), class_names=list(class_names), normalisation=normalisation,
