@@ -281,3 +281,19 @@ def test_predict_repeats_the_evaluation_resize_and_crop_on_a_picture_file(tmp_pa
     for i, file in enumerate(files):
         batch, _ = read_input(file, metadata)
         assert np.allclose(batch, splits.test.__getitems__([i])["input"].numpy(), atol=1e-6)
+
+
+def test_a_damaged_picture_read_by_a_loader_worker_is_one_line_naming_it(cli, write, tmp_path):
+    write_image_folder(tmp_path / "train", {"a": 4, "b": 4}, size=(12, 10))
+    (tmp_path / "train" / "b" / "img_3.png").write_bytes(b"not a png at all")  # not among the pictures probed
+    cfg = write("bad.yaml", """
+        data: {type: image_folder, args: {root: train, val_fraction: 0.25}, batch_size: 2, num_workers: 2}
+        model: {backbone: {type: cnn, args: {channels: [4]}}, neck: global_avg_pool, head: linear,
+                losses: [cross_entropy]}
+        train: {max_epochs: 1, progress: never}
+    """)
+    result = cli("train", str(cfg), "--run-dir", "run")
+    assert result.code == 2, result.err
+    assert result.err.strip().endswith("not a readable image (expected one of PNG, JPEG, BMP, GIF, TIFF, WEBP, PPM)")
+    assert "img_3.png" in result.err and "Traceback" not in result.err
+    assert [line for line in result.err.splitlines() if line.startswith("error:")] == result.err.splitlines()[-1:]

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -157,6 +158,24 @@ def _fail(message: str) -> None:
     sys.stderr.flush()
 
 
+_WORKER = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.\nOriginal Traceback", re.S)
+
+
+def worker_message(exc: BaseException) -> str:
+    """The message of an error raised in a DataLoader worker, without the traceback torch folds
+    into it when it re-raises the error in the training process (a bad picture file read by a
+    worker is one line, as it is when read in the training process)."""
+    text = str(exc)
+    if not _WORKER.match(text):
+        return text
+    name = type(exc).__name__
+    for line in reversed(text.rstrip().splitlines()):
+        head, sep, rest = line.partition(": ")
+        if sep and head.rsplit(".", 1)[-1] == name:
+            return rest.strip()
+    return text.rstrip().splitlines()[-1]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (never raises for user errors)."""
     argv, debug_flag = _take_debug(list(sys.argv[1:] if argv is None else argv))
@@ -184,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exc:  # a command's --help
             return exc.code if isinstance(exc.code, int) else 0
     except UsageError as exc:
-        _fail(str(exc))
+        _fail(worker_message(exc))
         return 2
     except ModforgeError as exc:
         _fail(str(exc))
@@ -203,5 +222,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one line, traceback on request
         if debug:
             raise
-        _fail(f"unexpected {type(exc).__name__}: {exc} ({DEBUG_HINT})")
+        _fail(f"unexpected {type(exc).__name__}: {worker_message(exc)} ({DEBUG_HINT})")
         return 1

@@ -30,6 +30,8 @@ from typing import Literal
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from ..core.errors import UsageError
+
 __all__ = [
     "IMAGE_FORMATS",
     "MAX_PICTURE_PIXELS",
@@ -58,7 +60,7 @@ MAX_PICTURE_PIXELS = 2**28
 _PIL_LOCK = threading.Lock()
 
 
-class PictureError(ValueError):
+class PictureError(UsageError, ValueError):
     """A picture file that cannot be used: missing, not a picture of an allowed format, unreadable."""
 
 
