@@ -21,6 +21,7 @@ HEAVY = (
     "lightning",
     "torchvision",
     "torchaudio",
+    "timm",
 )
 
 PROBE = """

@@ -18,6 +18,8 @@ error inside torch at the first training step.
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +28,7 @@ import torch.nn as nn
 
 from ..components.layouts import Layout, example_input, infer_layout, out_dim_of
 from ..core.config import Config
+from ..core.downloads import no_downloads
 from ..core.errors import ConfigError
 from ..core.plugins import load_config_plugins
 from ..core.registries import LOSSES, REGISTRIES
@@ -150,12 +153,23 @@ def build_model(
         label_shape: one sample's label shape for the losses' dry runs: ``()`` for a class
             index, ``(H, W)`` for a per-pixel mask (a segmentation task).
         init_weights: load the weights ``model.init`` names (:mod:`.init`); False when a
-            checkpoint's weights replace them anyway (testing, resuming). What was loaded is
-            in the model's ``init_records``.
+            checkpoint's weights replace them anyway (testing, resuming): parts then build
+            without downloading anything (:func:`~modforge.core.downloads.no_downloads`). What
+            was loaded is in the model's ``init_records``.
 
     Raises:
         ConfigError: any problem, naming the stage (``model.head``...) and the cause.
     """
+    with contextlib.nullcontext() if init_weights else no_downloads():
+        return _assemble(model_cfg, in_dim=in_dim, num_classes=num_classes, layout=layout, input_shape=input_shape,
+                         plugins=plugins, base_dir=base_dir, sample_rate=sample_rate, scores=scores,
+                         init_weights=init_weights, label_shape=label_shape)  # fmt: skip
+
+
+def _assemble(model_cfg: Any, *, in_dim: int | Sequence[int], num_classes: int | None, layout: Layout | str | None,
+              input_shape: Sequence[int] | None, plugins: Iterable[str], base_dir: str | None, sample_rate: int | None,
+              scores: bool, init_weights: bool, label_shape: tuple[int, ...]) -> ModularModel:  # fmt: skip
+    """:func:`build_model`'s work."""
     section, where, cfg_plugins, cfg_base, sources = _section(model_cfg)
     allowed = [*cfg_plugins, *plugins]
     base_dir = base_dir or cfg_base

@@ -13,5 +13,7 @@ from . import (  # noqa: F401 - registration
     rawnet2,
     resnet,
     tcm_conformer,
+    timm_models,
+    torchvision_models,
     vit,
 )

@@ -8,13 +8,26 @@
   ``rawnet2`` + ``linear``.
 * ``torchvision_resnet`` — a torchvision ``resnet18``/``resnet34`` ``state_dict`` into
   ``resnet18``/``resnet34`` (``stem: imagenet``) + ``linear``.
+* ``timm`` — a timm model's own ``state_dict`` (``model.safetensors`` / ``pytorch_model.bin``
+  from the hub's ``timm/…`` repositories, or ``torch.save(model.state_dict())``) into the
+  ``timm`` backbone of the same name; its classifier into a ``linear`` head, or left out.
+* ``torchvision`` — any torchvision classification ``state_dict`` (``resnet50-11ad3fa6.pth``,
+  ``convnext_tiny-983f1562.pth`` …) into the ``torchvision`` backbone of the same name; its
+  classifier into a ``linear`` head, or left out. (``torchvision_resnet`` stays the format for
+  modforge's own ``resnet18``/``resnet34``.)
+
+The ``timm`` and ``torchvision`` formats are named, never guessed (``format: auto`` does not
+pick them): the same file — a ResNet's — is a timm one and a torchvision one alike.
 
 The key maps themselves live with their family (:func:`.aasist.official_aasist_state_dict`,
-:func:`.rawnet2.reference_state_dict`, :func:`.resnet.torchvision_resnet_state_dict`); this file makes them ``model.init`` formats.
+:func:`.rawnet2.reference_state_dict`, :func:`.resnet.torchvision_resnet_state_dict`,
+:func:`.timm_models.timm_state_dict`, :func:`.torchvision_models.torchvision_state_dict`); this
+file makes them ``model.init`` formats.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -23,8 +36,12 @@ from ...core.weight_formats import CheckpointFormat, WeightFormatError, tensors_
 from .aasist import official_aasist_state_dict
 from .rawnet2 import reference_state_dict as rawnet2_state_dict
 from .resnet import torchvision_resnet_state_dict
+from .timm_models import timm_state_dict
+from .torchvision_models import torchvision_state_dict
 
-__all__ = ["BaselineRawNet2", "OfficialAASIST", "TorchvisionResNet"]
+__all__ = ["BaselineRawNet2", "OfficialAASIST", "TimmWeights", "TorchvisionResNet", "TorchvisionWeights"]
+
+log = logging.getLogger("modforge.model")
 
 
 def _restaged(state: dict[str, Any], backbone: str, head: Optional[str]) -> dict[str, Any]:
@@ -119,3 +136,100 @@ class TorchvisionResNet(CheckpointFormat):
         except ValueError as exc:
             raise WeightFormatError(f"{path}: {exc}") from None
         return _restaged(converted, self.backbone, self.head)
+
+
+def _left_out(path: Path, left: list[str], what: str) -> None:
+    if left:
+        log.info("%s: left out the %d tensors of %s's classifier (%s); head: <stage> loads it into a linear head",
+                 path, len(left), what, ", ".join(sorted({k.rpartition(".")[0] for k in left})))  # fmt: skip
+
+
+_HUB_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+@register_checkpoint_format("timm")
+class TimmWeights(CheckpointFormat):
+    """A timm model's own ``state_dict`` into the ``timm`` backbone built with the same ``name``:
+    a ``.safetensors`` file, a ``.pth``/``.bin`` read with ``torch.load(weights_only=True)``, or a
+    folder downloaded from the hub's ``timm/<model>`` repository (its ``model.safetensors``, else
+    ``pytorch_model.bin``).
+
+    Each tensor goes to ``parts.<backbone>.model.<timm key>``; the classifier's go to a
+    ``linear`` head (``head``) or are left out with a log line (the default: a new head for
+    other classes). A ``features_only`` backbone keeps only the layers its maps need, so the
+    file's later ones (a final norm, a conv head, unused stages) are reported by ``model.init``
+    as keys the model does not have; leave them out with ``exclude`` (e.g.
+    ``exclude: ["parts.backbone.model.head.*"]`` for a ConvNeXt — the message lists them).
+    Named only: ``format: auto`` never picks it.
+
+    Args:
+        backbone: the model's timm stage.
+        head: the linear head stage for the file's classifier, or None to leave it out.
+        classifier: the file's classifier modules (timm's pretrained_cfg['classifier'], e.g.
+            [head.fc]); None: the modules of the file named as timm names classifiers (fc,
+            head, head.fc, classifier, head_dist …).
+    """
+
+    def __init__(self, backbone: str = "backbone", head: Optional[str] = None,
+                 classifier: Optional[list[str]] = None):  # fmt: skip
+        self.backbone, self.head = backbone, head
+        self.classifier = tuple(classifier) if classifier is not None else None
+
+    def locate(self, path: Path) -> Path:
+        return _hub_file(path)
+
+    def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
+        state = tensors_of(loaded, what=f"the state dict in {path}")
+        try:
+            converted, left = timm_state_dict(state, backbone_prefix=f"parts.{self.backbone}.model.",
+                                              head_prefix=f"parts.{self.head}." if self.head else None,
+                                              classifier=self.classifier)  # fmt: skip
+        except ValueError as exc:
+            raise WeightFormatError(f"{path}: {exc}") from None
+        _left_out(path, left, "timm")
+        return converted
+
+
+@register_checkpoint_format("torchvision")
+class TorchvisionWeights(CheckpointFormat):
+    """A torchvision classification model's ``state_dict`` (``resnet50-11ad3fa6.pth``,
+    ``efficientnet_b0_rwightman-7f5810bc.pth`` …, read with ``torch.load(weights_only=True)``;
+    or a ``.safetensors`` file) into the ``torchvision`` backbone built with the same ``name``.
+
+    Each tensor goes to ``parts.<backbone>.model.<torchvision key>``; the classifier's (the last
+    linear layer: ``fc``, ``classifier.N``, ``head``, ``heads.head``) go to a ``linear`` head
+    (``head``) or are left out with a log line (the default). A ``features_only`` backbone keeps
+    only the layers its maps need: the file's later ones are reported by ``model.init`` as keys
+    the model does not have (leave them out with ``exclude``). Generalises ``torchvision_resnet``,
+    which stays the format for modforge's own ``resnet18``/``resnet34``. Named only: ``format:
+    auto`` never picks it.
+
+    Args:
+        backbone: the model's torchvision stage.
+        head: the linear head stage for the file's classifier, or None to leave it out.
+        classifier: the file's classifier module (e.g. classifier.3); None: told from the file.
+    """
+
+    def __init__(self, backbone: str = "backbone", head: Optional[str] = None, classifier: Optional[str] = None):
+        self.backbone, self.head, self.classifier = backbone, head, classifier
+
+    def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
+        state = tensors_of(loaded, what=f"the state dict in {path}")
+        try:
+            converted, left = torchvision_state_dict(state, backbone_prefix=f"parts.{self.backbone}.model.",
+                                                     head_prefix=f"parts.{self.head}." if self.head else None,
+                                                     classifier=self.classifier)  # fmt: skip
+        except ValueError as exc:
+            raise WeightFormatError(f"{path}: {exc}") from None
+        _left_out(path, left, "torchvision")
+        return converted
+
+
+def _hub_file(path: Path) -> Path:
+    """A file as it is; in a folder (a hub download), its ``model.safetensors`` or ``pytorch_model.bin``."""
+    if not path.is_dir():
+        return path
+    found = next((path / name for name in _HUB_FILES if (path / name).is_file()), None)
+    if found is None:
+        raise WeightFormatError(f"{path} is a folder without {' or '.join(_HUB_FILES)}")
+    return found
