@@ -19,7 +19,6 @@ error inside torch at the first training step.
 from __future__ import annotations
 
 import contextlib
-
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
