@@ -74,10 +74,12 @@ def test_image_folder_streams_files_as_torchvisions_image_folder_reads_them(tmp_
 
 @pytest.mark.parametrize("path", sorted(p for p in VISION.glob("*.yaml") if p.stem != "base"), ids=lambda p: p.stem)
 def test_every_vision_config_validates(cli, path):
-    result = cli("config", str(path))
+    init = (yaml.safe_load(path.read_text()).get("model") or {}).get("init")
+    absent = init is not None and not (path.parent / init["path"]).is_file()  # published weights the user fetches
+    result = cli("config", str(path), *(["model.init=null"] if absent else []))
     assert result.code == 0, result.err
     data = yaml.safe_load(result.out)["data"]
-    assert data["type"] == path.stem and {"root", "manifest"} & set(data["args"])
+    assert path.stem.startswith(data["type"]) and {"root", "manifest"} & set(data["args"])
 
 
 def test_transforms_for_a_dataset_without_pictures_is_one_error(cli, write):
