@@ -12,11 +12,20 @@ can re-split a pool into training and evaluation parts. A sample's randomness is
 (:class:`EpochBatch`, tagged by the loader in the training process) so persistent workers,
 which never see :meth:`ImageDataset.set_epoch`, still draw the right epoch's augmentation.
 Without any per-sample transform an in-memory batch is converted in one tensor operation.
+
+A split may also carry two *fixed* transforms (the same for every sample and epoch, no randomness):
+``picture_transform`` on the uint8 pictures before the pipeline and ``tensor_transform`` on the
+float tensors after it — what a continual benchmark's task does to its inputs (a rotation of the
+pictures, a permutation or flattening of the pixels; :mod:`modforge.continual.benchmarks`). Both
+take a batch (``[B, ...]``) and must be picklable (they travel to the loader's workers).
+:meth:`ImageDataset.relabelled` renumbers the classes; :meth:`ImageDataset.concat` of parts whose
+pipelines or fixed transforms differ (the tasks of a domain-incremental sequence) is a
+:class:`JoinedImageDataset`, which serves each sample as its own part does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -26,7 +35,7 @@ from torch.utils.data import Dataset
 from .mixing import BatchMixing
 from .transforms import ImagePipeline, SampleRandomness, sample_seed
 
-__all__ = ["EpochBatch", "FilePictures", "ImageDataset", "TensorPictures"]
+__all__ = ["EpochBatch", "FilePictures", "ImageDataset", "JoinedImageDataset", "TensorPictures"]
 
 MAX_PICTURE_PIXELS = 2**26
 """Largest picture a folder dataset decodes (e.g. 8,192 × 8,192); bigger files are refused as
@@ -117,17 +126,23 @@ class ImageDataset(Dataset):
         seed: seeds every sample's randomness with the epoch and the sample's id.
         mixing: MixUp/CutMix of training batches (None: none).
         ids: each sample's id (default ``0..N-1``): kept through subsets and folds.
+        picture_transform: a fixed transform of the uint8 pictures ``[B, C, H, W]`` before the
+            pipeline (None: none), e.g. a task's rotation.
+        tensor_transform: a fixed transform of the float tensors ``[B, ...]`` after the pipeline
+            (None: none), e.g. a task's pixel permutation, or flattening for an MLP.
     """
 
     def __init__(self, source: Source, labels: torch.Tensor, *, train_pipeline: ImagePipeline,
                  eval_pipeline: ImagePipeline, train: bool, seed: int = 0, mixing: BatchMixing | None = None,
-                 ids: torch.Tensor | None = None):  # fmt: skip
+                 ids: torch.Tensor | None = None, picture_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 tensor_transform: Callable[[torch.Tensor], torch.Tensor] | None = None):  # fmt: skip
         if len(source) != len(labels):
             raise ValueError(f"{len(source)} pictures but {len(labels)} labels")
         self.source, self.labels = source, labels.to(torch.long)
         self.train_pipeline, self.eval_pipeline = train_pipeline, eval_pipeline
         self.train, self.seed, self.mixing = train, int(seed), mixing
         self.ids = ids if ids is not None else torch.arange(len(labels))
+        self.picture_transform, self.tensor_transform = picture_transform, tensor_transform
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -142,10 +157,28 @@ class ImageDataset(Dataset):
         :class:`EpochBatch` carry their own epoch)."""
         self.epoch = int(epoch)
 
-    def _like(self, source: Source, labels: torch.Tensor, ids: torch.Tensor, train: bool) -> ImageDataset:
-        part = ImageDataset(source, labels, train_pipeline=self.train_pipeline, eval_pipeline=self.eval_pipeline,
-                            train=train, seed=self.seed, mixing=self.mixing, ids=ids)  # fmt: skip
-        return part
+    def _like(self, source: Source, labels: torch.Tensor, ids: torch.Tensor, train: bool, **changes) -> ImageDataset:
+        settings = {"train_pipeline": self.train_pipeline, "eval_pipeline": self.eval_pipeline, "seed": self.seed,
+                    "mixing": self.mixing, "picture_transform": self.picture_transform,
+                    "tensor_transform": self.tensor_transform, **changes}  # fmt: skip
+        return ImageDataset(source, labels, train=train, ids=ids, **settings)
+
+    def relabelled(self, mapping: torch.Tensor) -> ImageDataset:
+        """The same samples with each label ``y`` renumbered to ``mapping[y]``."""
+        return self._like(self.source, torch.as_tensor(mapping, dtype=torch.long)[self.labels], self.ids, self.train)
+
+    def with_fixed_transforms(self, *, picture: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                              tensor: Callable[[torch.Tensor], torch.Tensor] | None = None) -> ImageDataset:
+        """The same samples with these fixed transforms (replacing this split's; None: none)."""
+        return self._like(self.source, self.labels, self.ids, self.train, picture_transform=picture,
+                          tensor_transform=tensor)  # fmt: skip
+
+    def _same_serving(self, other: ImageDataset) -> bool:
+        """Whether ``other``'s samples go through exactly what this split's go through."""
+        return (type(self.source) is type(other.source) and self.train_pipeline is other.train_pipeline
+                and self.eval_pipeline is other.eval_pipeline and self.mixing is other.mixing
+                and self.seed == other.seed and self.picture_transform is other.picture_transform
+                and self.tensor_transform is other.tensor_transform)  # fmt: skip
 
     def subset(self, positions: Sequence[int] | torch.Tensor, *, train: bool | None = None) -> ImageDataset:
         """The samples at ``positions`` (keeping their ids), as a training or evaluation split
@@ -154,18 +187,105 @@ class ImageDataset(Dataset):
         return self._like(self.source.take(idx), self.labels[idx], self.ids[idx], self.train if train is None else train)
 
     @staticmethod
-    def concat(parts: Sequence[ImageDataset]) -> ImageDataset:
-        """Every part's samples in order, with the first part's pipelines and flag."""
+    def concat(parts: Sequence[ImageDataset]) -> ImageDataset | JoinedImageDataset:
+        """Every part's samples in order. Parts served alike (the same pipelines, mixing and fixed
+        transforms: subsets of one split) become one split with the first part's flag; parts served
+        differently (the tasks of a domain-incremental sequence) a :class:`JoinedImageDataset`."""
         first = parts[0]
+        if not all(first._same_serving(p) for p in parts[1:]):
+            return JoinedImageDataset(parts)
         source = type(first.source).join([p.source for p in parts])  # type: ignore[arg-type]
         return first._like(source, torch.cat([p.labels for p in parts]), torch.cat([p.ids for p in parts]), first.train)
 
     def picture(self, position: int, epoch: int | None = None) -> torch.Tensor:
-        """Sample ``position`` after its pipeline (float ``[C, H, W]``), as epoch ``epoch`` draws it."""
+        """Sample ``position`` after its pipeline and fixed transforms (float ``[C, H, W]``, or what
+        ``tensor_transform`` makes of it), as epoch ``epoch`` draws it."""
         pipeline = self.pipeline
+        raw = self.source.read(position)
+        if self.picture_transform is not None:
+            raw = self.picture_transform(raw.unsqueeze(0))[0]
         with SampleRandomness.kept():
             SampleRandomness.seed(sample_seed(self.seed, self.epoch if epoch is None else epoch, int(self.ids[position])))
-            return pipeline(self.source.read(position))
+            image = pipeline(raw)
+        return image if self.tensor_transform is None else self.tensor_transform(image.unsqueeze(0))[0]
+
+    def __getitem__(self, position: int) -> dict[str, torch.Tensor]:
+        return {"input": self.picture(position), "label": self.labels[position], "index": self.ids[position]}
+
+    def images(self, positions: torch.Tensor, epoch: int) -> torch.Tensor:
+        """The samples at ``positions`` as the model receives them (before batch mixing)."""
+        pipeline = self.pipeline
+        if not pipeline.random and isinstance(self.source, TensorPictures):
+            raw = self.source.read_many(positions)
+            if self.picture_transform is not None:
+                raw = self.picture_transform(raw)
+            images = pipeline.to_float(raw)
+            return images if self.tensor_transform is None else self.tensor_transform(images)
+        return torch.stack([self.picture(int(p), epoch) for p in positions])
+
+    def __getitems__(self, positions: Sequence[int]) -> dict[str, torch.Tensor]:
+        epoch = getattr(positions, "epoch", self.epoch)
+        idx = torch.as_tensor(list(positions), dtype=torch.long)
+        images = self.images(idx, epoch)
+        labels = self.labels[idx]
+        if self.train and self.mixing is not None:
+            with SampleRandomness.kept():
+                SampleRandomness.seed(sample_seed(self.seed, epoch, int(self.ids[idx[0]]), stream=1))
+                images, labels = self.mixing(images, labels)
+        return {"input": images, "label": labels, "index": self.ids[idx]}
+
+
+class JoinedImageDataset(Dataset):
+    """Picture splits served one after another, each sample as its own part serves it (its pipeline
+    and fixed transforms; see the module doc) — the tasks of a domain-incremental sequence joined.
+    Batch mixing, when the first part mixes, mixes the joined batch (seeded as :class:`ImageDataset`
+    seeds it). ``labels`` and ``ids`` are the parts' in order.
+
+    Args:
+        parts: the splits, in order (a joined part's own parts are taken in its place).
+    """
+
+    def __init__(self, parts: Sequence[ImageDataset | JoinedImageDataset]):
+        flat: list[ImageDataset] = []
+        for part in parts:
+            flat.extend(part.parts if isinstance(part, JoinedImageDataset) else [part])
+        if not flat:
+            raise ValueError("nothing to join")
+        self.parts = flat
+        self.labels = torch.cat([p.labels for p in flat])
+        self.ids = torch.cat([p.ids for p in flat])
+        self.train, self.seed, self.mixing = flat[0].train, flat[0].seed, flat[0].mixing
+        self._starts = torch.tensor([0, *torch.tensor([len(p) for p in flat]).cumsum(0).tolist()])
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+        for part in self.parts:
+            part.set_epoch(epoch)
+
+    def _locate(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(positions) and (int(positions.min()) < 0 or int(positions.max()) >= len(self)):
+            raise IndexError(f"position out of range for {len(self)} samples")
+        part = torch.bucketize(positions, self._starts[1:], right=True)
+        return part, positions - self._starts[part]
+
+    def subset(self, positions: Sequence[int] | torch.Tensor, *, train: bool | None = None) -> JoinedImageDataset:
+        """The samples at ``positions``, in that order (each served as before)."""
+        idx = torch.as_tensor(positions, dtype=torch.long)
+        part, local = self._locate(idx)
+        runs, start = [], 0
+        for end in [*(torch.nonzero(part[1:] != part[:-1]).reshape(-1) + 1).tolist(), len(idx)]:
+            if end > start:
+                runs.append(self.parts[int(part[start])].subset(local[start:end], train=train))
+            start = end
+        return JoinedImageDataset(runs)
+
+    def picture(self, position: int, epoch: int | None = None) -> torch.Tensor:
+        part, local = self._locate(torch.tensor([position]))
+        return self.parts[int(part)].picture(int(local), self.epoch if epoch is None else epoch)
 
     def __getitem__(self, position: int) -> dict[str, torch.Tensor]:
         return {"input": self.picture(position), "label": self.labels[position], "index": self.ids[position]}
@@ -173,14 +293,16 @@ class ImageDataset(Dataset):
     def __getitems__(self, positions: Sequence[int]) -> dict[str, torch.Tensor]:
         epoch = getattr(positions, "epoch", self.epoch)
         idx = torch.as_tensor(list(positions), dtype=torch.long)
-        pipeline = self.pipeline
-        if not pipeline.random and isinstance(self.source, TensorPictures):
-            images = pipeline.to_float(self.source.read_many(idx))
-        else:
-            images = torch.stack([self.picture(int(p), epoch) for p in idx])
-        labels = self.labels[idx]
+        part, local = self._locate(idx)
+        images: list[torch.Tensor | None] = [None] * len(idx)
+        for k in part.unique().tolist():
+            where = torch.nonzero(part == k).reshape(-1)
+            served = self.parts[k].images(local[where], epoch)
+            for i, image in zip(where.tolist(), served, strict=True):
+                images[i] = image
+        batch, labels = torch.stack(images), self.labels[idx]  # type: ignore[arg-type]
         if self.train and self.mixing is not None:
             with SampleRandomness.kept():
                 SampleRandomness.seed(sample_seed(self.seed, epoch, int(self.ids[idx[0]]), stream=1))
-                images, labels = self.mixing(images, labels)
-        return {"input": images, "label": labels, "index": self.ids[idx]}
+                batch, labels = self.mixing(batch, labels)
+        return {"input": batch, "label": labels, "index": self.ids[idx]}

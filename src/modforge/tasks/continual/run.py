@@ -58,7 +58,8 @@ def continual_run(
     exp = routines.build(cfg, splits, init_weights=resume is None)
     tasks = getattr(exp.splits, "tasks", None)
     if not tasks:
-        raise ConfigError("a continual run needs a task-sequence dataset (seq_digits, perm_digits, rot_digits)",
+        raise ConfigError("a continual run needs a task-sequence dataset (seq, perm, rot over any classification "
+                          "dataset; seq_digits, seq_mnist, seq_cifar10, … — modforge list dataset)",
                           path="data.type", source=cfg.where("data.type"))
     settings = continual_settings(cfg)
     algorithm = ALGORITHMS.build(settings.algorithm, path="continual.algorithm", origin_of=cfg.where,
@@ -205,9 +206,9 @@ def evaluate_continual(exp: Any, payload: dict[str, Any], split: str = "test") -
 def _train_loader(exp: Any, tasks: list, index: int, *, cumulative: bool):
     """Task ``index``'s training loader (its own seeded order); with ``cumulative``, over the
     data of tasks 0..index (JOINT)."""
-    from ...data.base import ArrayDataset
+    from ...continual.benchmarks import concat_splits
 
-    data = ArrayDataset.concat([t.train for t in tasks[: index + 1]]) if cumulative else tasks[index].train
+    data = concat_splits([t.train for t in tasks[: index + 1]]) if cumulative else tasks[index].train
     generator = torch.Generator().manual_seed((exp.seed * 1_000_003 + index) % (1 << 63))
     return make_loader(data, exp.loader, train=True, generator=generator)
 
