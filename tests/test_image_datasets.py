@@ -299,3 +299,11 @@ def test_a_damaged_picture_read_by_a_loader_worker_is_one_line_naming_it(cli, wr
     assert result.err.strip().endswith("not a readable image (expected one of PNG, JPEG, BMP, GIF, TIFF, WEBP, PPM)")
     assert "img_3.png" in result.err and "Traceback" not in result.err
     assert [line for line in result.err.splitlines() if line.startswith("error:")] == result.err.splitlines()[-1:]
+
+
+def test_data_show_lays_flattened_inputs_out_as_pictures(cli, tmp_path):
+    write_mnist_family(tmp_path / "data" / "mnist", 40, 10)
+    config = Path(__file__).resolve().parents[1] / "configs" / "continual" / "mammoth" / "seq_mnist.yaml"
+    result = cli("data", "show", str(config), "data.args.root=data/mnist", "-n", "4", "--out", "seq.png")
+    assert result.code == 0, result.err
+    assert (tmp_path / "seq.png").stat().st_size > 0

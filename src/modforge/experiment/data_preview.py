@@ -32,10 +32,13 @@ def _title(label: torch.Tensor, names: list[str]) -> str:
     return " / ".join(parts)
 
 
-def _displayable(images: torch.Tensor, normalisation: dict[str, Any]) -> torch.Tensor:
-    """Model inputs back to [0, 1] pictures ``[N, H, W, C]`` (the normalisation undone)."""
+def _displayable(images: torch.Tensor, normalisation: dict[str, Any], image: dict[str, Any]) -> torch.Tensor:
+    """Model inputs back to [0, 1] pictures ``[N, H, W, C]`` (the normalisation undone; inputs
+    flattened for an MLP, ``[N, C·H·W]``, are laid out as the pictures they were)."""
     mean, std = normalisation.get("mean"), normalisation.get("std")
     out = images.detach().float()
+    if out.dim() != 4:
+        out = out.reshape(len(out), int(image["channels"]), int(image["height"]), int(image["width"]))
     if mean is not None and std is not None:
         out = out * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)
     return out.clamp(0, 1).permute(0, 2, 3, 1)
@@ -64,7 +67,7 @@ def show_samples(cfg: Config, split: str, count: int, out: Path, *, epoch: int =
     if hasattr(data, "set_epoch"):
         data.set_epoch(epoch)
     batch = data.__getitems__(positions)
-    pictures = _displayable(batch["input"], splits.normalisation)
+    pictures = _displayable(batch["input"], splits.normalisation, splits.image)
     columns = math.ceil(math.sqrt(len(positions)))
     rows = math.ceil(len(positions) / columns)
     figure, axes = plt.subplots(rows, columns, figsize=(1.9 * columns, 2.1 * rows), squeeze=False)
