@@ -307,3 +307,38 @@ def test_data_show_lays_flattened_inputs_out_as_pictures(cli, tmp_path):
     result = cli("data", "show", str(config), "data.args.root=data/mnist", "-n", "4", "--out", "seq.png")
     assert result.code == 0, result.err
     assert (tmp_path / "seq.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_resuming_a_persistent_worker_run_from_checkpoints_of_later_epochs_equals_the_run_without_workers(
+    write, tmp_path, monkeypatch
+):
+    """Deterministic companion of the SIGKILL test: the data-order generator a persistent-worker run
+    saves is the one a run without workers saves, and resuming from checkpoints in epochs 1–3
+    ends where the run without workers ends (a persistent loader once saved a generator that
+    stopped moving after the first epoch, so only resumes into epoch 0 were exact)."""
+    import shutil
+
+    import modforge as mf
+    from modforge.experiment.runner import train_run
+    from modforge.experiment.schema import validate_config
+    from modforge.train.checkpoint import load_checkpoint
+
+    write_cifar_python(tmp_path / "cifar", "cifar10", n_train=96, n_test=16)
+    text = RESUMABLE.replace("keep_last: 2", "keep_last: 100")
+    configs = {w: write(f"w{w}.yaml", text.replace("WORKERS", w)) for w in ("0", "2")}
+    runs = {w: tmp_path / f"full{w}" for w in configs}
+    monkeypatch.chdir(tmp_path)
+    for w, run in runs.items():
+        run.mkdir()
+        train_run(validate_config(mf.load_config(configs[w])), run)
+    reference = load_checkpoint(runs["0"] / "checkpoints" / "last.pt")["model"]
+    for name in ("epoch0001-step0000012", "epoch0002-step0000018", "epoch0003-step0000033"):
+        ours, theirs = (load_checkpoint(runs[w] / "checkpoints" / f"{name}.pt") for w in ("2", "0"))
+        assert torch.equal(ours["loader_generator"], theirs["loader_generator"]), name
+        run = tmp_path / f"from-{name}"
+        (run / "checkpoints").mkdir(parents=True)
+        shutil.copy(runs["2"] / "checkpoints" / f"{name}.pt", run / "checkpoints")
+        train_run(validate_config(mf.load_config(configs["2"])), run, resume=ours)
+        model = load_checkpoint(run / "checkpoints" / "last.pt")["model"]
+        assert all(torch.equal(model[k], reference[k]) for k in reference), name

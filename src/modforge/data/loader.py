@@ -111,20 +111,24 @@ class EpochTaggedBatches(BatchSampler):
         sampler, batch_size, drop_last: as ``BatchSampler``'s.
         dataset: whose ``epoch`` tags the batches (None: batches are not tagged).
         seed_draw: the generator a DataLoader draws its workers' base seed from when it makes
-            a new iterator — which a DataLoader with persistent workers does only once. Given,
-            the draw is made here at the start of every epoch instead (the loader then draws
-            from a private generator), so the data order is the same with persistent workers
-            as without.
+            a new iterator — which a DataLoader with persistent workers does only for its first
+            iteration, reusing the iterator afterwards. Given, the draw the reused iterator skips
+            is made here at the start of every later iteration, so the data generator's stream —
+            and the data order, and what a checkpoint saves of it — is the same with persistent
+            workers as without.
     """
 
     def __init__(self, sampler: Sampler[int], batch_size: int, drop_last: bool, *, dataset: Dataset | None = None,
                  seed_draw: torch.Generator | None = None):  # fmt: skip
         super().__init__(sampler, batch_size, drop_last=drop_last)
         self._dataset, self._seed_draw = dataset, seed_draw
+        self._iterations = 0
 
     def __iter__(self) -> Iterator[list[int]]:
-        if self._seed_draw is not None:  # what DataLoader's new iterator draws (dataloader.py, _base_seed)
+        # counted when iteration really starts (DataLoader makes, and drops, an unstarted one first)
+        if self._seed_draw is not None and self._iterations > 0:  # what a new iterator would draw (_base_seed)
             torch.empty((), dtype=torch.int64).random_(generator=self._seed_draw)
+        self._iterations += 1
         if self._dataset is None:
             yield from super().__iter__()
             return
@@ -203,7 +207,7 @@ def make_loader(
         num_workers=workers,
         pin_memory=settings.pin_memory and torch.cuda.is_available(),
         collate_fn=collate,
-        generator=torch.Generator() if seed_draw is not None else generator,
+        generator=generator,
         persistent_workers=persistent,
         prefetch_factor=settings.prefetch_factor if workers > 0 else None,
     )
