@@ -263,10 +263,12 @@ def test_every_published_hyper_parameter_set_is_a_shipped_config(cli):
                     assert args.get(key) == values.get(key), (stem, method, buffer, key)
         base = _resolved(cli, MAMMOTH_CONFIGS / f"{stem}.yaml")
         assert base["data"]["type"] == stem and base["model"]["head"]["type"] == "linear"
-        if "mnist" in stem:
-            assert base["model"]["backbone"] == {"type": "mlp", "args": {"hidden_dims": [100, 100]}}
-        else:
-            assert base["model"]["backbone"]["type"] == "resnet18"
+        if "mnist" in stem:  # MNISTMLP: Xavier-uniform linear layers, classifier included
+            assert base["model"]["backbone"] == {"type": "mlp", "args": {"hidden_dims": [100, 100],
+                                                                         "weight_init": "xavier_uniform"}}  # fmt: skip
+            assert base["model"]["head"]["args"] == {"weight_init": "xavier_uniform"}
+        else:  # ResNet18 with PyTorch's default initialisation
+            assert base["model"]["backbone"] == {"type": "resnet18", "args": {"conv_init": "pytorch"}}
         joint = _resolved(cli, MAMMOTH_CONFIGS / f"{stem}_joint.yaml")
         assert joint["continual"]["algorithm"]["type"] == "joint" and joint["train"] == base["train"]
     cifar100 = _resolved(cli, MAMMOTH_CONFIGS / "seq_cifar100.yaml")

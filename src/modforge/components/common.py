@@ -14,6 +14,22 @@ __all__ = ["Activation", "Norm", "SqueezeExcitation", "activation", "frame_layou
 
 Activation = Literal["relu", "gelu", "silu", "tanh", "leaky_relu"]
 Norm = Literal["none", "batch", "layer"]
+WeightInit = Literal["pytorch", "xavier_uniform"]
+"""How a part's linear layers start: PyTorch's default, or Xavier-uniform weights with zero
+biases (Mammoth's ``xavier`` for its MNIST MLP and classifiers)."""
+
+
+def init_linear_layers(module: nn.Module, how: WeightInit) -> None:
+    """Re-initialise every ``nn.Linear`` in ``module`` as ``how`` says (in place; 'pytorch': leave them)."""
+    if how == "pytorch":
+        return
+    if how != "xavier_uniform":
+        raise ValueError(f"weight_init must be 'pytorch' or 'xavier_uniform', got {how!r}")
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            nn.init.xavier_uniform_(layer.weight)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU, "tanh": nn.Tanh, "leaky_relu": nn.LeakyReLU}
 

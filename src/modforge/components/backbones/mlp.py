@@ -7,7 +7,7 @@ import torch
 from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_backbone
 from ..base import Backbone
-from ..common import Activation, Norm, mlp_layers
+from ..common import Activation, Norm, WeightInit, init_linear_layers, mlp_layers
 from ..layouts import Layout
 
 
@@ -21,6 +21,8 @@ class MLP(Backbone):
         activation: non-linearity after each layer.
         dropout: dropout probability after each activation.
         norm: normalisation after each linear layer.
+        weight_init: 'pytorch' (PyTorch's default) or 'xavier_uniform' (Xavier-uniform weights,
+            zero biases: Mammoth's MNIST MLP).
     """
 
     accepts = (Layout.VECTOR,)
@@ -34,6 +36,7 @@ class MLP(Backbone):
         activation: Activation = "relu",
         dropout: Probability = 0.0,
         norm: Norm = "none",
+        weight_init: WeightInit = "pytorch",
     ):
         super().__init__()
         if any(h <= 0 for h in hidden_dims):
@@ -41,6 +44,7 @@ class MLP(Backbone):
         for i, block in enumerate(mlp_layers(in_dim, hidden_dims, activation, dropout, norm)):
             self.add_module(f"layer{i + 1}", block)
         self.out_dim = hidden_dims[-1] if hidden_dims else in_dim
+        init_linear_layers(self, weight_init)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.children():  # the blocks in order (registration order; TorchScript can script this)

@@ -39,6 +39,7 @@ from ..layouts import Layout
 __all__ = ["BasicBlock", "ResNet", "ResNet18", "ResNet34", "torchvision_resnet_state_dict", "widths"]
 
 Stem = Literal["cifar", "imagenet"]
+ConvInit = Literal["kaiming_fan_out", "pytorch"]
 DEPTHS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
 
 
@@ -104,6 +105,7 @@ class ResNet(Backbone):
         width: PositiveFloat = 1.0,
         features_only: bool = False,
         zero_init_residual: bool = False,
+        conv_init: ConvInit = "kaiming_fan_out",
     ):
         super().__init__()
         planes = widths(width)
@@ -125,7 +127,7 @@ class ResNet(Backbone):
         else:
             self.out_dim = planes[-1]
         for m in self.modules():
-            if isinstance(m, nn.Conv2d):
+            if isinstance(m, nn.Conv2d) and conv_init == "kaiming_fan_out":
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
             if zero_init_residual and isinstance(m, BasicBlock):
                 nn.init.zeros_(m.bn2.weight)
@@ -147,6 +149,8 @@ _DOC_ARGS = """
         width: multiplier on the 64-128-256-512 channel plan.
         features_only: return the four stages' maps as a multiscale list.
         zero_init_residual: start each block's last BatchNorm at zero (an identity block).
+        conv_init: 'kaiming_fan_out' (torchvision's) or 'pytorch' (PyTorch's default, as Mammoth's
+            ResNet-18 leaves its convolutions).
     """
 
 
@@ -161,8 +165,9 @@ def _variant(name: str, blocks: tuple[int, int, int, int], summary: str) -> type
             width: PositiveFloat = 1.0,
             features_only: bool = False,
             zero_init_residual: bool = False,
+            conv_init: ConvInit = "kaiming_fan_out",
         ):
-            super().__init__(in_dim, blocks, stem, width, features_only, zero_init_residual)
+            super().__init__(in_dim, blocks, stem, width, features_only, zero_init_residual, conv_init)
 
     class_name = name.replace("resnet", "ResNet")
     Variant.__name__ = Variant.__qualname__ = class_name
