@@ -59,7 +59,7 @@ def test_the_shipped_config_scores_files_as_the_authors_code_does(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     where = asvspoof_folder(tmp_path / "LA")
     code = main(["test", str(CONFIG), f"data.args.root={tmp_path / 'LA'}", "data.args.eval_audio=ASVspoof2019_LA_eval/wav",
-                 "data.args.ext=wav", "--run-dir", "official"])  # fmt: skip
+                 "data.args.ext=wav", f"model.init.path={WEIGHTS / 'AASIST.pth'}", "--run-dir", "official"])  # fmt: skip
     assert code == 0
     recorded = json.loads((WEIGHTS / "aasist_reference_outputs.json").read_text())["models"]["AASIST"]
     scores = {}

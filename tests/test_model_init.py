@@ -143,7 +143,7 @@ def test_files_that_would_run_code_or_are_damaged_are_refused(tmp_path, monkeypa
 
 def test_config_validation_names_the_file_and_line_of_a_bad_init(write):
     path = write("c.yaml", "model:\n  backbone: mlp\n  init: {path: nowhere.pt}\n")
-    with pytest.raises(ConfigError, match=r"model.init.path: weights not found: .*nowhere.pt \(in .*c.yaml:3\)"):
+    with pytest.raises(ConfigError, match=r"model.init.path: weights not found: .*nowhere.pt; give another file with model.init.path=PATH \(in .*c.yaml:3\)"):
         validate_config(load_config(path))
     write("w.pt", "")
     path = write("d.yaml", "model:\n  backbone: mlp\n  init: {path: w.pt, format: state_dct, strictt: true}\n")
@@ -273,3 +273,11 @@ def test_the_2021_baseline_rawnet2_file_is_a_recognised_format(tmp_path):
     assert model.init_records[0]["format"] == "rawnet2_baseline"
     expected = reference_state_dict(state)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in expected.items())
+
+
+def test_a_missing_published_weights_file_names_where_the_format_comes_from(write):
+    from modforge.core.errors import ConfigError
+
+    path = write("p.yaml", "model:\n  backbone: aasist\n  head: linear\n  init: {path: weights/AASIST.pth, format: aasist_official}\n")
+    with pytest.raises(ConfigError, match=r"weights not found: .*AASIST.pth \(format aasist_official reads .*github.com/clovaai/aasist"):
+        validate_config(mf.load_config(path))

@@ -114,6 +114,9 @@ class CheckpointFormat:
     """A source of weights. Subclasses override :meth:`convert`, usually :meth:`recognises`,
     and :meth:`locate`/:meth:`recognises_folder` when the source can be a folder."""
 
+    published: str | None = None
+    """Where the published files this format reads come from (named when ``model.init.path`` is missing)."""
+
     def locate(self, path: Path) -> Path:
         """The file to read for ``path`` (a folder's weights file, for formats that take folders)."""
         if path.is_dir():

@@ -97,6 +97,15 @@ def parse_init(
     return specs
 
 
+def _where_to_get(fmt: Any) -> str:
+    """`` (published at …)`` when the named format says where its files come from, else nothing."""
+    name = fmt.get("type") if isinstance(fmt, dict) else fmt
+    if not isinstance(name, str) or name not in CHECKPOINT_FORMATS:
+        return ""
+    published = getattr(CHECKPOINT_FORMATS.get(name), "published", None)
+    return f" (format {name} reads {published})" if published else ""
+
+
 def _spec(entry: dict[str, Any], at: str, where: Callable[[str], str | None], base_dir: Any) -> InitSpec:
     def bad(key: str, expected: str) -> ConfigValueError:
         return ConfigValueError(f"expected {expected}, got {entry.get(key)!r}", path=f"{at}.{key}",
@@ -112,7 +121,8 @@ def _spec(entry: dict[str, Any], at: str, where: Callable[[str], str | None], ba
         path = folder / path
     path = path.resolve()
     if not path.exists():
-        raise ModelInitError(f"weights not found: {display_path(path)}", path=f"{at}.path", source=where(f"{at}.path"))
+        raise ModelInitError(f"weights not found: {display_path(path)}{_where_to_get(entry.get('format'))}; give "
+                             f"another file with {at}.path=PATH", path=f"{at}.path", source=where(f"{at}.path"))  # fmt: skip
     if not isinstance(entry.get("strict", True), bool):
         raise bad("strict", "true or false")
     exclude = entry.get("exclude") or []

@@ -68,6 +68,8 @@ class OfficialAASIST(CheckpointFormat):
             leave the reference classifier out (e.g. a new head for other classes).
     """
 
+    published = "the authors' AASIST.pth / AASIST-L.pth: https://github.com/clovaai/aasist/tree/main/models/weights"
+
     def __init__(self, backbone: str = "backbone", head: Optional[str] = "head"):
         self.backbone, self.head = backbone, head
 
@@ -91,6 +93,8 @@ class BaselineRawNet2(CheckpointFormat):
         backbone: the model's ``rawnet2`` stage.
         head: the ``linear`` head stage for the reference's ``fc2_gru``, or None to leave it out.
     """
+
+    published = "pre_trained_DF_RawNet2.pth of the ASVspoof 2021 baseline: https://www.asvspoof.org/asvspoof2021/pre_trained_DF_RawNet2.zip"
 
     def __init__(self, backbone: str = "backbone", head: Optional[str] = "head"):
         self.backbone, self.head = backbone, head
@@ -118,6 +122,8 @@ class TorchvisionResNet(CheckpointFormat):
         head: the ``linear`` head stage for torchvision's ``fc``, or None to leave ``fc`` out
             (a new head for other classes).
     """
+
+    published = "torchvision's resnet18-f37072fd.pth / resnet34-b627a593.pth: https://download.pytorch.org/models/"
 
     def __init__(self, depth: Optional[Literal[18, 34]] = None, backbone: str = "backbone",
                  head: Optional[str] = "head"):  # fmt: skip
@@ -170,6 +176,8 @@ class TimmWeights(CheckpointFormat):
             head, head.fc, classifier, head_dist …).
     """
 
+    published = "a timm model's model.safetensors: https://huggingface.co/timm/<model name>"
+
     def __init__(self, backbone: str = "backbone", head: Optional[str] = None,
                  classifier: Optional[list[str]] = None):  # fmt: skip
         self.backbone, self.head = backbone, head
@@ -209,6 +217,8 @@ class TorchvisionWeights(CheckpointFormat):
         head: the linear head stage for the file's classifier, or None to leave it out.
         classifier: the file's classifier module (e.g. classifier.3); None: told from the file.
     """
+
+    published = "a torchvision weights file (torchvision.models.get_weight('<NAME>_Weights.DEFAULT').url): https://download.pytorch.org/models/"
 
     def __init__(self, backbone: str = "backbone", head: Optional[str] = None, classifier: Optional[str] = None):
         self.backbone, self.head, self.classifier = backbone, head, classifier
