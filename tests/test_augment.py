@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -350,3 +351,16 @@ def test_bad_specs_give_one_clear_located_error():
         build_augmentations([bad_p], SR)
     with pytest.raises(ValueError, match=r"must be in \[0, 1\]"):
         Step(build("gain"), p=-0.1)
+
+
+def test_add_noise_never_reads_a_link_leading_out_of_its_folder(tmp_path):
+    outside = tmp_path / "private"
+    outside.mkdir()
+    soundfile.write(outside / "secret.wav", np.zeros(800), 8000)
+    folder = tmp_path / "noises"
+    folder.mkdir()
+    soundfile.write(folder / "hum.wav", np.random.default_rng(0).standard_normal(800) * 0.1, 8000)
+    (folder / "link.wav").symlink_to(outside / "secret.wav")
+    (folder / "linked_dir").symlink_to(outside, target_is_directory=True)
+    aug = build("add_noise", noise_type="file", noise_dir=str(folder))
+    assert [os.path.basename(f) for f in aug._folder.files] == ["hum.wav"]

@@ -187,3 +187,18 @@ def test_bootstrap_errors():
         bs.eer_mindcf_ci(scores, labels, n=10, level=95)
     with pytest.raises(ValueError, match="statistic"):
         bs.bootstrap_ci(scores, labels, "auc")
+
+
+def test_every_spoofing_report_carries_seeded_bootstrap_intervals():
+    from modforge.tasks.spoofing.scores import ScoreTable
+    from modforge.tasks.spoofing.task import detection_report
+
+    rng = np.random.default_rng(3)
+    labels = np.r_[np.ones(300, dtype=int), np.zeros(300, dtype=int)]
+    scores = np.r_[rng.normal(1.0, 1.0, 300), rng.normal(-1.0, 1.0, 300)]
+    table = ScoreTable([f"u{i}" for i in range(600)], scores, labels, ["-"] * 300 + ["A01"] * 300)
+    overall = detection_report(table)["overall"]
+    assert overall["eer_ci_low"] <= overall["eer"] <= overall["eer_ci_high"]
+    assert overall["min_dcf_ci_low"] <= overall["min_dcf"] <= overall["min_dcf_ci_high"]
+    assert overall["eer_ci_high"] - overall["eer_ci_low"] > 0.01  # 600 trials: a real interval
+    assert detection_report(table)["overall"] == overall  # seeded

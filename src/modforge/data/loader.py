@@ -19,19 +19,41 @@ epoch's remaining samples are shared among the new ones in shards of equal lengt
 read once, plus at most ``W − 1`` padding repeats) — so every process runs the same
 number of steps, as DDP requires. :class:`ShardedSequentialSampler` splits evaluation data the same
 way without padding, so no sample is counted twice in a metric.
+
+Batches by length (``data.eval_max_samples``, ``data.max_samples``).
+:class:`LengthBucketBatchSampler` scores whole audio files (``eval_mode: full``) in batches of
+files of similar length: the files sorted by length (longest first, ties by index), consecutive
+files grouped while ``rows × longest ≤ max_samples`` (a file longer than that is a batch of its
+own) — deterministic, every file exactly once. Results are mapped back to files by the batch's
+``index``, so the order does not matter. It is used only for a model that handles padding
+(``mask_aware``); otherwise files are read one at a time. :class:`DynamicBatchSampler` sizes
+training batches by total samples: ``rows = max_samples // item length`` over the
+:class:`ResumableRandomSampler`'s order. Training items all have one length (the crop), so
+every batch has the same number of rows, skips still count samples (``k × rows``) and a resumed
+run continues exactly.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
 from .base import collate
 
-__all__ = ["LoaderSettings", "ResumableRandomSampler", "ShardedSequentialSampler", "make_loader"]
+__all__ = [
+    "DynamicBatchSampler",
+    "LengthBucketBatchSampler",
+    "LoaderSettings",
+    "ResumableRandomSampler",
+    "ShardedSequentialSampler",
+    "make_loader",
+]
+
+log = logging.getLogger(__name__)
 
 
 def _check_shard(rank: int, num_replicas: int) -> None:
@@ -139,6 +161,67 @@ class EpochTaggedBatches(BatchSampler):
             yield EpochBatch(batch, epoch)
 
 
+class LengthBucketBatchSampler(Sampler[list[int]]):
+    """Evaluation batches of samples of similar length, capped by total samples.
+
+    The samples are sorted by ``lengths`` (longest first; equal lengths by index) and
+    consecutive ones grouped while ``rows × longest ≤ max_samples`` — a padded batch then holds
+    at most ``max_samples`` samples. A sample longer than ``max_samples`` is a batch of its own.
+    Deterministic; every sample exactly once.
+
+    Args:
+        lengths: each sample's length (what a padded batch is padded to).
+        max_samples: the cap on ``rows × longest`` of a batch.
+    """
+
+    def __init__(self, lengths: Sequence[int], max_samples: int):
+        if max_samples < 1:
+            raise ValueError(f"max_samples must be at least 1, got {max_samples}")
+        self.lengths = [int(n) for n in lengths]
+        self.max_samples = int(max_samples)
+        order = sorted(range(len(self.lengths)), key=lambda i: (-self.lengths[i], i))
+        self.batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            longest = self.lengths[current[0]] if current else self.lengths[i]  # sorted: the first is the longest
+            if current and (len(current) + 1) * longest > self.max_samples:
+                self.batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            self.batches.append(current)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self.batches:
+            yield list(batch)
+
+
+class DynamicBatchSampler(EpochTaggedBatches):
+    """Training batches sized by total samples: ``max_samples // length`` rows of the items
+    (all of one ``length``: training crops), in the order of ``sampler`` (a
+    :class:`ResumableRandomSampler`: the order, skips and exact resume are its own).
+
+    Args:
+        sampler: the per-epoch order.
+        item_length: the length of every training item (the crop, in samples).
+        max_samples: the cap on samples per batch (at least one row).
+        drop_last, dataset, seed_draw: as :class:`EpochTaggedBatches`'.
+    """
+
+    def __init__(self, sampler: Sampler[int], item_length: int, max_samples: int, drop_last: bool, *,
+                 dataset: Dataset | None = None, seed_draw: torch.Generator | None = None):  # fmt: skip
+        if max_samples < 1 or item_length < 1:
+            raise ValueError(f"max_samples and item lengths must be at least 1, got {max_samples}, {item_length}")
+        rows = max(1, int(max_samples) // int(item_length))
+        if not drop_last:
+            rows = max(1, min(rows, len(sampler)))
+        super().__init__(sampler, rows, drop_last, dataset=dataset, seed_draw=seed_draw)
+        self.item_length, self.max_samples = int(item_length), int(max_samples)
+
+
 @dataclasses.dataclass
 class LoaderSettings:
     """DataLoader options from the config's ``data:`` section.
@@ -148,6 +231,12 @@ class LoaderSettings:
     ``prefetch_factor`` batches are loaded ahead per worker; ``pin_memory`` puts batches in
     page-locked memory so copies to a CUDA device overlap computation (the trainer copies
     with ``non_blocking``). Results do not depend on any of them.
+
+    ``max_samples`` sizes training batches by total samples instead of ``batch_size``
+    (``max_samples // crop length`` rows). ``eval_max_samples`` scores whole files
+    (``eval_mode: full``) in length-bucketed batches of at most that many samples (rows ×
+    longest) when the model handles padding masks (then ``eval_batch_size`` does not apply to
+    them); otherwise files are read as without it.
     """
 
     batch_size: int = 64
@@ -157,8 +246,14 @@ class LoaderSettings:
     drop_last: bool = False
     persistent_workers: bool = False
     prefetch_factor: int | None = None
+    max_samples: int | None = None
+    eval_max_samples: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("max_samples", "eval_max_samples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
         if self.batch_size < 1 or (self.eval_batch_size is not None and self.eval_batch_size < 1):
             raise ValueError("batch sizes must be at least 1")
         if self.num_workers < 0:
@@ -175,12 +270,20 @@ def make_loader(
     generator: torch.Generator | None = None,
     num_replicas: int = 1,
     rank: int = 0,
+    mask_aware: bool | Callable[[], bool] = False,
 ) -> DataLoader:
     """A DataLoader over ``dataset``: shuffled by a :class:`ResumableRandomSampler` for
     training, in order for evaluation; with ``num_replicas > 1``, this process's shard
     (``batch_size`` is then per process). An evaluation split whose batches would be padded
     (``dataset.pads_batches``: whole audio files) is read one sample at a time unless
-    ``eval_batch_size`` is given."""
+    ``eval_batch_size`` is given — or, with ``eval_max_samples`` and a model that handles
+    padding (``mask_aware``: a bool or a callable returning one), in length-bucketed batches
+    (:class:`LengthBucketBatchSampler`; one process only). ``max_samples`` sizes training
+    batches by total samples (:class:`DynamicBatchSampler`)."""
+    if not train and settings.eval_max_samples is not None and getattr(dataset, "pads_batches", False):
+        bucketed = _bucketed_loader(dataset, settings, num_replicas, mask_aware)
+        if bucketed is not None:
+            return bucketed
     batch_size = settings.batch_size if train else (settings.eval_batch_size or settings.batch_size)
     if not train and settings.eval_batch_size is None and getattr(dataset, "pads_batches", False):
         batch_size = 1  # whole files padded together would be scored with each other's padding
@@ -199,8 +302,13 @@ def make_loader(
     workers = settings.num_workers
     persistent = settings.persistent_workers and workers > 0
     seed_draw = generator if persistent and generator is not None else None
-    batches = EpochTaggedBatches(sampler, batch_size, drop_last, seed_draw=seed_draw,
-                                 dataset=dataset if train and hasattr(dataset, "set_epoch") else None)  # fmt: skip
+    tagged = dataset if train and hasattr(dataset, "set_epoch") else None
+    if train and settings.max_samples is not None:
+        batches: EpochTaggedBatches = DynamicBatchSampler(
+            sampler, _training_item_length(dataset), settings.max_samples, drop_last, dataset=tagged,
+            seed_draw=seed_draw)  # fmt: skip
+    else:
+        batches = EpochTaggedBatches(sampler, batch_size, drop_last, seed_draw=seed_draw, dataset=tagged)
     return DataLoader(
         dataset,
         batch_sampler=batches,
@@ -209,5 +317,45 @@ def make_loader(
         collate_fn=collate,
         generator=generator,
         persistent_workers=persistent,
+        prefetch_factor=settings.prefetch_factor if workers > 0 else None,
+    )
+
+
+def _training_item_length(dataset: Dataset) -> int:
+    """The one length of every training item (``data.max_samples`` needs it)."""
+    lengths = dataset.item_lengths() if callable(getattr(dataset, "item_lengths", None)) else None
+    if not lengths:
+        raise ValueError("data.max_samples needs a dataset whose items have a length in samples (audio)")
+    if len(set(lengths)) != 1:
+        raise ValueError("data.max_samples in training needs items of one length (training crops); "
+                         f"this split's range from {min(lengths)} to {max(lengths)} samples")  # fmt: skip
+    return int(lengths[0])
+
+
+def _bucketed_loader(dataset: Dataset, settings: LoaderSettings, num_replicas: int,
+                     mask_aware: bool | Callable[[], bool]) -> DataLoader | None:  # fmt: skip
+    """A length-bucketed evaluation loader, or None (then files are read as without
+    ``eval_max_samples``) when the model does not handle padding or the data is sharded."""
+    aware = mask_aware() if callable(mask_aware) else bool(mask_aware)
+    if not aware:
+        log.info("data.eval_max_samples: the model, as run here, does not handle padding masks (a part on the "
+                 "input's time axis is not mask-aware, or the engine does not pass masks), so whole files are scored "
+                 "as without it (one at a time unless data.eval_batch_size is set)")  # fmt: skip
+        return None
+    if num_replicas > 1:
+        log.info("data.eval_max_samples: length buckets are not split over processes; whole files are scored as "
+                 "without it")  # fmt: skip
+        return None
+    batches = LengthBucketBatchSampler(dataset.item_lengths(), settings.eval_max_samples)
+    log.info("scoring %d whole files in %d length-bucketed batches (at most %d samples each)", len(dataset),
+             len(batches), settings.eval_max_samples)  # fmt: skip
+    workers = settings.num_workers
+    return DataLoader(
+        dataset,
+        batch_sampler=batches,
+        num_workers=workers,
+        pin_memory=settings.pin_memory and torch.cuda.is_available(),
+        collate_fn=collate,
+        persistent_workers=settings.persistent_workers and workers > 0,
         prefetch_factor=settings.prefetch_factor if workers > 0 else None,
     )

@@ -306,9 +306,18 @@ class Experiment:
         generator = torch.Generator().manual_seed(self.seed)
         shard = {"num_replicas": distributed.world_size(), "rank": distributed.rank()}
         train = make_loader(self.splits.train, self.loader, train=True, generator=generator, **shard)
+        shard["mask_aware"] = self.scores_padded_batches
         val = make_loader(self.splits.val, self.loader, train=False, **shard) if self.splits.val is not None else None
         test = make_loader(self.splits.test, self.loader, train=False, **shard) if self.splits.test is not None else None
         return train, val, test
+
+    def scores_padded_batches(self) -> bool:
+        """Whether padded batches of whole files score as the files alone: a mask-aware model
+        run by an engine that keeps its parts (eager, compile) — what length-bucketed
+        evaluation (``data.eval_max_samples``) needs."""
+        spec = self.settings.engine
+        name = spec if isinstance(spec, str) else (spec or {}).get("type", "eager") if isinstance(spec, dict) else ""
+        return bool(getattr(self.model, "mask_aware", False)) and name in ("eager", "compile")
 
 
 def _record_init(cfg: Config, records: list[dict[str, Any]]) -> None:

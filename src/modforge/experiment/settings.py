@@ -284,12 +284,16 @@ class _LoaderRanges:
         batch_size: samples per batch, 1 to ``sys.maxsize``.
         eval_batch_size: the same for evaluation (None: ``batch_size``).
         num_workers: loader processes (0: load in the training process).
+        max_samples: samples per training batch (rows × crop length), 1 to ``sys.maxsize``.
+        eval_max_samples: samples per length-bucketed evaluation batch (rows × longest file).
     """
 
     def __init__(
-        self, batch_size: BatchSize = 64, eval_batch_size: Optional[BatchSize] = None, num_workers: NonNegativeInt = 0
-    ):
+        self, batch_size: BatchSize = 64, eval_batch_size: Optional[BatchSize] = None, num_workers: NonNegativeInt = 0,
+        max_samples: Optional[BatchSize] = None, eval_max_samples: Optional[BatchSize] = None,
+    ):  # fmt: skip
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
+        self.max_samples, self.eval_max_samples = max_samples, eval_max_samples
 
 
 # ----------------------------------------------------------------------------- destinations

@@ -19,6 +19,16 @@ logits are the model's ``logits``. A model built with ``scores=True`` (detection
 also adds ``score`` [B] — higher means the positive class (bona fide) — from the first
 configured loss that defines ``score(inputs)``, else the log-odds of class 1 from the logits.
 
+Padding masks. A batch of whole files padded to its longest carries ``mask`` [B, T] (True on
+real samples). A part that handles padding takes it as a keyword, ``forward(x, mask=None)``,
+and gives each row what it would give that row alone (``handles_mask = False`` declines, e.g.
+for settings under which it cannot); it may say how its output's time axis
+relates to its input's with ``output_mask(mask)`` (default: the same axis; a vector output has
+none). The model hands every such part the mask at its input's resolution (adapters that
+average over time average only real frames). ``model.mask_aware`` is True when every part that
+sees a padded time axis takes the mask — only then are padded batches scored as files alone,
+and only then do evaluation loaders batch whole files (``data.eval_max_samples``).
+
 Frontends run in float32 even under mixed precision (``precision: bf16``/``16``): spectra
 overflow half precision, and log floors round to zero in it.
 """
@@ -61,6 +71,7 @@ class StageInfo:
     output_key: str | None = None
     takes_returnt: bool = False
     has_intermediates: bool = False
+    takes_mask: bool = False
 
 
 @dataclasses.dataclass
@@ -118,6 +129,23 @@ class ModularModel(nn.Module):
             first = ((i.key, i.input_key) for i, fn in losses if callable(getattr(fn, "score", None)))
             self.scorer = next(first, ("", "logits"))  # no scoring loss: log-odds of class 1
         self.input_layout: Layout = self.stage_info[0].in_layout  # the builder sets it (adapters come after)
+        for info, part, _ in stages:
+            info.takes_mask = _takes_mask(part)
+
+    @property
+    def mask_aware(self) -> bool:
+        """Whether a padded batch (``mask`` [B, T]) is scored as each file alone: every stage
+        that receives a padded time axis takes ``mask`` (see the module doc)."""
+        masked = {"input": True}
+        for info in self.stage_info:
+            has = masked[info.prev or "input"]
+            adapter = self.adapters[info.name] if info.name in self.adapters else None
+            if has and adapter is not None and adapter.op in ("mean_time", "mean_last"):
+                has = False  # averaged over real frames only
+            if has and not info.takes_mask:
+                return False
+            masked[info.name] = has and info.out_layout is not Layout.VECTOR
+        return True
 
     # ------------------------------------------------------------------ access
     def stage(self, name: str) -> nn.Module:
@@ -148,7 +176,9 @@ class ModularModel(nn.Module):
         view.parts = nn.ModuleDict({name: replacements.get(name, part) for name, part in self.parts.items()})
         plain = set(plain)
         view.stage_info = [
-            dataclasses.replace(info, takes_returnt=False, has_intermediates=False) if info.name in plain else info
+            dataclasses.replace(info, takes_returnt=False, has_intermediates=False, takes_mask=False)
+            if info.name in plain
+            else info
             for info in self.stage_info
         ]
         return view
@@ -188,10 +218,22 @@ class ModularModel(nn.Module):
     def _run_stages(self, batch: dict[str, Any], full: list[Any] | None, need_embedding: bool) -> None:
         parts, adapters = self.parts, self.adapters if len(self.adapters) else None  # looked up once per call
         last = len(self.stage_info) - 1
+        mask = batch.get("mask")
+        masks: dict[str, Any] | None = None
+        if isinstance(mask, torch.Tensor) and mask.dim() == 2 and self.mask_aware:
+            masks = {"input": mask.to(torch.bool)}
         for i, info in enumerate(self.stage_info):
             src = batch["input"] if info.prev is None else batch[info.prev]
+            src_mask = masks.get(info.prev or "input") if masks is not None else None
             if adapters is not None and info.name in adapters:
-                src = adapters[info.name](src)
+                src, src_mask = _adapt(adapters[info.name], src, src_mask)
+            if src_mask is not None:
+                if i == last and self.has_head:
+                    batch["embedding"] = batch["features"] = src
+                out = self._call_masked(parts[info.name], info, src, src_mask, batch, full)
+                masks[info.name] = _output_mask(parts[info.name], info, src_mask, out)
+                batch[info.name] = out
+                continue
             is_last = i == last
             if is_last and self.has_head:
                 batch["embedding"] = batch["features"] = src  # UP's heads read "features"
@@ -216,6 +258,28 @@ class ModularModel(nn.Module):
         if self.scorer is not None:
             key, input_key = self.scorer
             batch["score"] = log_odds(batch["logits"]) if not key else self.loss_fns[key].score(batch[input_key])
+
+    def _call_masked(self, part: nn.Module, info: StageInfo, src: Any, mask: torch.Tensor, batch: dict[str, Any],
+                     full: list[Any] | None) -> Any:  # fmt: skip
+        """A mask-aware part on a padded input (frontends in float32, as in :meth:`_run_stages`)."""
+        try:
+            if info.kind == "frontend" and isinstance(src, torch.Tensor) and _autocast_on(src.device.type):
+                with torch.autocast(src.device.type, enabled=False):
+                    out = part(src.float(), mask=mask)
+            else:
+                out = part(src, mask=mask)
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise StageError(
+                f"stage '{info.name}' ({info.kind} '{info.type}') failed on {describe_value(src)} with its padding "
+                f"mask {describe_value(mask)}: {type(exc).__name__}: {exc}"
+            ) from exc
+        if full is not None:
+            full.append(out)
+        if info is self.stage_info[-1] and not self.has_head:
+            batch.setdefault("embedding", out)
+        return out
 
     @staticmethod
     def _call(
@@ -268,6 +332,39 @@ class ModularModel(nn.Module):
     def extra_repr(self) -> str:
         flow = " -> ".join(f"{i.name}:{i.type}" for i in self.stage_info)
         return f"flow: {flow}; losses: {', '.join(i.key for i in self.loss_info) or 'none'}"
+
+
+def _takes_mask(part: nn.Module) -> bool:
+    """True for a part whose ``forward`` has a ``mask`` parameter (it handles padding)."""
+    import inspect
+
+    try:
+        takes = "mask" in inspect.signature(part.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return takes and bool(getattr(part, "handles_mask", True))  # a part may decline for some settings
+
+
+def _adapt(adapter: nn.Module, src: Any, mask: torch.Tensor | None) -> tuple[Any, torch.Tensor | None]:
+    """An adapter applied to a possibly padded input: averages over time count real frames only."""
+    if mask is None:
+        return adapter(src), None
+    op = getattr(adapter, "op", "")
+    if op == "mean_time":  # [B, T, D]
+        weights = mask.to(src.dtype).unsqueeze(-1)
+        return (src * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0), None
+    if op == "mean_last":  # [B, C, T]
+        weights = mask.to(src.dtype).unsqueeze(1)
+        return (src * weights).sum(dim=-1) / weights.sum(dim=-1).clamp_min(1.0), None
+    return adapter(src), mask  # transposes and added channels keep the time axis
+
+
+def _output_mask(part: nn.Module, info: StageInfo, mask: torch.Tensor, out: Any) -> torch.Tensor | None:
+    """The padding mask of a mask-aware part's output (None: no time axis left)."""
+    if info.out_layout is Layout.VECTOR:
+        return None
+    rule = getattr(part, "output_mask", None)
+    return rule(mask) if callable(rule) else mask
 
 
 def _autocast_on(device_type: str) -> bool:

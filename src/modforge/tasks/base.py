@@ -142,7 +142,8 @@ class Task:
         dataset = {"test": exp.splits.test, "val": exp.splits.val, "train": exp.splits.train}[split]
         if dataset is None or len(dataset) == 0:
             raise UsageError(f"{what} has no {split} split")
-        loader = make_loader(dataset, exp.loader, train=False)
+        aware = getattr(exp, "scores_padded_batches", False)
+        loader = make_loader(dataset, exp.loader, train=False, mask_aware=aware)
         trainer = exp.evaluator()  # the run's own class (its prepare_batch), precision and engine
         return self.test(trainer, loader, dataset, split=split, out_dir=out_dir, stem=stem)
 

@@ -38,6 +38,12 @@ class AttentionPoolMLP(Backbone):
         )
         self.out_dim = embed_dim
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weights = torch.softmax(self.attention(x), dim=1)  # [B, T, 1]
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The embedding ``[B, embed_dim]``; with a padding ``mask`` ([B, T], True on real
+        frames) the attention covers each row's real frames only."""
+        scores = self.attention(x)  # [B, T, 1]
+        if mask is not None:
+            scores = scores.masked_fill(~mask.unsqueeze(-1), float("-inf"))
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        weights = torch.softmax(scores, dim=1)
         return self.projection((x * weights).sum(dim=1))

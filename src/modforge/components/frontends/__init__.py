@@ -16,6 +16,7 @@ The spectral frontends share one STFT (a convolution with a windowed DFT basis, 
 the filterbanks (``filterbanks.py``) and the cepstral helpers (``cepstral.py``).
 """
 
+from . import fairseq_weights  # noqa: F401 - registers the fairseq_wav2vec2 checkpoint format
 from .lfcc import LFCC
 from .log_mel import LogMel
 from .mfcc import MFCC

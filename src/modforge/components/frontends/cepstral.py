@@ -18,7 +18,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["Deltas", "dct_matrix"]
+__all__ = ["Deltas", "dct_matrix", "hold_last_frame"]
+
+
+def hold_last_frame(x: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """``x`` [B, T, D] with every frame past a row's last real one (``frames`` [B, T], True on
+    real frames) replaced by that last real frame: a padded row's deltas then replicate its own
+    edge, as the row alone would."""
+    count = frames.sum(dim=1).clamp_min(1)
+    index = torch.minimum(torch.arange(x.shape[1], device=x.device).unsqueeze(0), (count - 1).unsqueeze(1))
+    return torch.gather(x, 1, index.unsqueeze(-1).expand(-1, -1, x.shape[2]))
 
 
 def dct_matrix(n_in: int, n_out: int) -> torch.Tensor:

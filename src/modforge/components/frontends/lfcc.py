@@ -33,10 +33,11 @@ import torch
 
 from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_frontend
-from .cepstral import Deltas, dct_matrix
+from .cepstral import Deltas, dct_matrix, hold_last_frame
 from .filterbanks import linear_filterbank
 from .spectral import SpectralFrontend
 from .stft import PadMode, Window, next_power_of_two
+from .waveform import check_waveform, pre_emphasize
 
 __all__ = ["LFCC"]
 
@@ -119,13 +120,41 @@ class LFCC(SpectralFrontend):
         self.deltas = Deltas(n_coeffs, half_width=1, normalised=False)
         self.out_dim = 3 * n_coeffs if deltas else n_coeffs
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        power = self.power_spectrum(x)[:, :, self.low_bin : self.high_bin]
+    @property
+    def handles_mask(self) -> bool:
+        """Padded rows give what the file alone gives unless frames are centred with reflected
+        edges (the reflection of a padded row's end is padding)."""
+        return not (self.stft.center and self.stft.pad_mode == "reflect")
+
+    def output_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """The frames of each row that its file alone has (``[B, T]`` samples → ``[B, frames]``)."""
+        length = mask.sum(dim=1)
+        stft = self.stft
+        count = 1 + (length // stft.hop_length if stft.center else (length - stft.n_fft) // stft.hop_length)
+        frames = stft.frames(mask.shape[1])
+        return torch.arange(frames, device=mask.device).unsqueeze(0) < count.unsqueeze(1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Features ``[B, frames, D]``; with a padding ``mask`` [B, T] (True on real samples),
+        each row's real frames equal those of its file alone (padding is kept at zero after
+        pre-emphasis, deltas replicate each row's own last frame)."""
+        if mask is None:
+            power = self.power_spectrum(x)
+        else:
+            x = check_waveform(x, self.min_length, self.part_name)
+            if self.pre_emphasis != 0.0:
+                x = pre_emphasize(x, self.pre_emphasis)
+            power = self.stft(x * mask.to(x.dtype))
+        power = power[:, :, self.low_bin : self.high_bin]
         coeffs = torch.matmul(torch.log10(torch.matmul(power, self.filterbank) + self.eps), self.dct)
         if self.with_energy:
             energy = torch.log10(power.sum(dim=-1, keepdim=True) / self.n_fft + self.eps)
             coeffs = torch.cat([energy, coeffs[:, :, 1:]], dim=-1)
         if not self.with_deltas:
             return coeffs
-        delta = self.deltas(coeffs)
-        return torch.cat([coeffs, delta, self.deltas(delta)], dim=-1)
+        if mask is None:
+            delta = self.deltas(coeffs)
+            return torch.cat([coeffs, delta, self.deltas(delta)], dim=-1)
+        frames = self.output_mask(mask)
+        delta = self.deltas(hold_last_frame(coeffs, frames))
+        return torch.cat([coeffs, delta, self.deltas(hold_last_frame(delta, frames))], dim=-1)

@@ -55,8 +55,21 @@ class RawWaveform(Frontend):
         self.sample_rate = sample_rate
         self.out_dim = 1
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The waveform, processed; with a padding ``mask`` ([B, T], True on real samples) each
+        row's level is measured on its real samples and its padding stays zero."""
         x = check_waveform(x, 1, "raw")
+        if mask is not None:
+            weights = mask.to(x.dtype)
+            x = x * weights
+            if self.normalize == "rms":
+                power = (x * x).sum(dim=-1, keepdim=True) / weights.sum(dim=-1, keepdim=True).clamp_min(1.0)
+                x = x / torch.sqrt(power.clamp_min(self.eps * self.eps))
+            else:
+                x = normalise_level(x, self.normalize, self.eps)  # a peak is not changed by zeros
+            if self.pre_emphasis != 0.0:
+                x = pre_emphasize(x, self.pre_emphasis) * weights
+            return x
         x = normalise_level(x, self.normalize, self.eps)
         if self.pre_emphasis != 0.0:
             x = pre_emphasize(x, self.pre_emphasis)

@@ -35,7 +35,16 @@ class StatsPool(Neck):
         self.eps = float(eps)
         self.out_dim = 2 * int(in_dim)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Mean ‖ std over time; with a padding ``mask`` ([B, T], True on real frames) over
+        each row's real frames only."""
+        if mask is not None:
+            weights = mask.to(x.dtype).unsqueeze(-1 if self.time_dim == 1 else 1)
+            count = weights.sum(dim=self.time_dim).clamp_min(1.0)
+            mean = (x * weights).sum(dim=self.time_dim) / count
+            centred = (x - mean.unsqueeze(self.time_dim)) * weights
+            var = (centred * centred).sum(dim=self.time_dim) / count
+            return torch.cat([mean, var.clamp(min=self.eps).sqrt()], dim=1)
         mean = x.mean(dim=self.time_dim)
         var = x.var(dim=self.time_dim, unbiased=False)
         return torch.cat([mean, var.clamp(min=self.eps).sqrt()], dim=1)

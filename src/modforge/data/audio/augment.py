@@ -227,11 +227,12 @@ class _NoiseFolder:
         if not os.path.isdir(folder):
             raise ValueError(f"noise_dir {folder!r} does not exist or is not a folder")
         files = []
-        for root, dirs, names in os.walk(folder):
-            dirs.sort()
+        for root, dirs, names in os.walk(folder):  # links are not descended into, linked files not read
+            dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
             files.extend(
-                os.path.join(root, name) for name in sorted(names) if os.path.splitext(name)[1].lower() in suffixes
-            )
+                os.path.join(root, name) for name in sorted(names)
+                if os.path.splitext(name)[1].lower() in suffixes and not os.path.islink(os.path.join(root, name))
+            )  # fmt: skip
         if not files:
             raise ValueError(
                 f"noise_dir {folder!r} holds no audio files (looked for {', '.join(sorted(suffixes))}, recursively)"

@@ -143,6 +143,7 @@ class AudioDataset(Dataset):
         builder (None: unknown) — what the test's seen/unseen figures are split by."""
         self.epoch = 0
         self._cache: dict[int, np.ndarray] = {}
+        self._lengths: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.utterances)
@@ -153,6 +154,33 @@ class AudioDataset(Dataset):
         evaluation): a file's score would then depend on what it is batched with, so
         evaluation loaders read one file at a time unless ``data.eval_batch_size`` is set."""
         return not self.train and self.settings.eval_mode == "full"
+
+    def item_lengths(self) -> list[int]:
+        """The length in samples of what each file contributes to a batch row: the crop in
+        training and ``fixed`` evaluation, the whole file (at ``sample_rate``, from its header:
+        not decoded) in ``full`` evaluation — what length-bucketed batches are formed by. For
+        ``windows``, the windows' total."""
+        settings = self.settings
+        if self.train or settings.eval_mode == "fixed":
+            return [settings.samples] * len(self.utterances)
+        if self._lengths is None:
+            self._lengths = [self._file_length(i) for i in range(len(self.utterances))]
+        if settings.eval_mode == "windows":
+            n, hop = settings.samples, settings.hop_samples
+            return [n * (1 if m <= n else len(range(0, m - n + 1, hop)) + ((m - n) % hop != 0)) for m in self._lengths]
+        return list(self._lengths)
+
+    def _file_length(self, index: int) -> int:
+        cached = self._cache.get(index)
+        if cached is not None:
+            return len(cached)
+        utt = self.utterances[index]
+        try:
+            frames, rate = audio_info(utt.path)
+        except AudioReadError as exc:
+            raise AudioReadError(f"{utt.source}: {exc}") from None
+        target = self.settings.sample_rate
+        return frames if rate == target else -(-frames * target // rate)  # resample_poly's output length
 
     def subset(self, positions: Sequence[int], *, train: bool | None = None) -> AudioDataset:
         """The files at ``positions``, as a training split (crops, augmentation) or an

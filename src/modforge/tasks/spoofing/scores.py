@@ -27,12 +27,16 @@ class ScoreTable:
         utt_ids, attacks: per file, in split order.
         scores: float64 [N], higher = more bona fide.
         labels: int [N], 1 bona fide, 0 spoof.
+        conditions: per-trial key columns, ``{column: [value per file]}`` (ASVspoof 2021's
+            codec, subset…), from the utterances' ``conditions``; None when they carry none.
+            Not written to the score file.
     """
 
     utt_ids: list[str]
     scores: np.ndarray
     labels: np.ndarray
     attacks: list[str]
+    conditions: dict[str, list[str]] | None = None
 
     @classmethod
     def from_outputs(cls, outputs: dict[str, torch.Tensor], utterances: Sequence) -> ScoreTable:
@@ -52,6 +56,7 @@ class ScoreTable:
             means,
             np.array([u.label for u in picked], dtype=np.int64),
             [u.attack for u in picked],
+            _conditions(picked),
         )
 
     def __len__(self) -> int:
@@ -67,6 +72,15 @@ class ScoreTable:
                 attack = "_".join(str(attack).split()) or "-"  # one field: the last of the line
                 handle.write(f"{utt} {score:.8g} {'bonafide' if label == 1 else 'spoof'} {attack}\n")
         return path
+
+
+def _conditions(utterances: Sequence) -> dict[str, list[str]] | None:
+    """Column-wise key columns of utterances that carry ``conditions`` (``-`` where one lacks a column)."""
+    rows = [getattr(u, "conditions", None) for u in utterances]
+    if not rows or not all(rows):
+        return None
+    names = list(dict.fromkeys(k for row in rows for k in row))
+    return {name: [str(row.get(name, "-")) for row in rows] for name in names}
 
 
 def read_score_file(path: str | Path) -> ScoreTable:

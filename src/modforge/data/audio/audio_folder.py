@@ -1,0 +1,120 @@
+"""A folder of audio files from someone else (noise, babble, room impulse responses), read safely.
+
+Why a module of its own: background noise (MUSAN-style ``noise/``, ``music/``, ``speech/``
+sub-folders) and RIR collections are downloaded archives, so — as everywhere modforge reads
+folders it does not own (:mod:`modforge.core.safe_files`) — links are never followed out of
+the folder, files are opened without following links and must be plain regular files, and
+an unreadable file is one error naming it. Files are listed once, sorted, so a random index
+drawn from the per-(seed, epoch, index) generator picks the same file on every machine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ...core.safe_files import open_regular
+
+__all__ = ["AudioFolder"]
+
+
+def _audio_suffixes() -> frozenset[str]:
+    import soundfile
+
+    return frozenset("." + fmt.lower() for fmt in soundfile.available_formats() if fmt.upper() != "RAW")
+
+
+class AudioFolder:
+    """The audio files under ``folder`` (recursively, optionally only in ``subfolders``),
+    decoded to mono float64 at ``sample_rate`` on demand (and kept in memory when ``cache``).
+
+    Links are not descended into and linked files are skipped: a name that resolves outside
+    the folder is never opened.
+
+    Args:
+        folder: the root folder.
+        sample_rate: rate files are resampled to (soxr).
+        subfolders: only files under these relative sub-folders (e.g. ``["speech"]`` for
+            MUSAN babble); None: the whole folder.
+        what: how messages name the folder (the argument's name, e.g. ``noise_dir``).
+        cache: keep decoded files in memory (RIRs are short: True is the right choice).
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        sample_rate: int,
+        subfolders: list[str] | None = None,
+        what: str = "folder",
+        cache: bool = True,
+    ):
+        root = Path(folder)
+        if not root.is_dir():
+            raise ValueError(f"{what} {str(folder)!r} does not exist or is not a folder")
+        real_root = root.resolve()
+        suffixes = _audio_suffixes()
+        starts = [root] if not subfolders else [root / s for s in subfolders]
+        files: list[Path] = []
+        for start in starts:
+            if not start.is_dir() or not start.resolve().is_relative_to(real_root) or start.is_symlink():
+                raise ValueError(f"{what} {str(folder)!r}: sub-folder {start.name!r} is missing or leads outside it")
+            for here, dirs, names in os.walk(start, followlinks=False):
+                dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(here, d)))
+                for name in sorted(names):
+                    path = Path(here, name)
+                    if path.suffix.lower() in suffixes and not path.is_symlink():
+                        files.append(path)
+        if not files:
+            raise ValueError(
+                f"{what} {str(folder)!r} holds no audio files (looked for {', '.join(sorted(suffixes))}, recursively)"
+            )
+        self.folder, self.files, self.sample_rate, self.what, self.cache = root, files, sample_rate, what, cache
+        self._decoded: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def read(self, i: int) -> np.ndarray:
+        """File ``i`` as mono float64 at the folder's rate, never empty.
+
+        Raises:
+            ValueError: the file cannot be read as audio or holds no samples (naming it).
+        """
+        cached = self._decoded.get(i)
+        if cached is not None:
+            return cached
+        import soundfile
+
+        path = self.files[i]
+        try:
+            with open_regular(path) as handle:
+                data, rate = soundfile.read(handle, dtype="float64", always_2d=True)
+        except Exception as exc:  # noqa: BLE001 - soundfile/OS errors vary; one message naming the file
+            raise ValueError(f"{self.what}: cannot read audio file {str(path)!r} ({exc})") from None
+        if data.shape[0] == 0:
+            raise ValueError(f"{self.what}: audio file {str(path)!r} holds no samples")
+        mono = data.mean(axis=1)
+        if rate != self.sample_rate:
+            import soxr
+
+            mono = soxr.resample(mono, rate, self.sample_rate, quality="HQ")
+        if not np.all(np.isfinite(mono)):
+            raise ValueError(f"{self.what}: audio file {str(path)!r} holds NaN or infinite samples")
+        if self.cache:
+            self._decoded[i] = mono
+        return mono
+
+    def pick(self, rng: np.random.Generator) -> np.ndarray:
+        """A random file's samples."""
+        return self.read(int(rng.integers(len(self.files))))
+
+    def segment(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` samples of a random file from a random offset (looped when the file is shorter)."""
+        whole = self.pick(rng)
+        start = int(rng.integers(whole.shape[0]))
+        if start + n <= whole.shape[0]:
+            return whole[start : start + n]
+        reps = -(-(start + n) // whole.shape[0])
+        return np.tile(whole, reps)[start : start + n]
