@@ -342,3 +342,29 @@ def test_resuming_a_persistent_worker_run_from_checkpoints_of_later_epochs_equal
         train_run(validate_config(mf.load_config(configs["2"])), run, resume=ours)
         model = load_checkpoint(run / "checkpoints" / "last.pt")["model"]
         assert all(torch.equal(model[k], reference[k]) for k in reference), name
+
+
+def test_jpegs_decode_to_pillows_pixels_and_a_damaged_one_is_one_error(tmp_path):
+    """The libjpeg-turbo fast path gives what torchvision's ImageFolder (Pillow) gives: colour,
+    grey and progressive JPEGs; a truncated file is a PictureError naming it."""
+    from PIL import Image
+
+    from modforge.data.images.dataset import FilePictures
+    from modforge.data.pictures import PictureError
+
+    rng = np.random.default_rng(0)
+    base = Image.fromarray(rng.integers(0, 256, (9, 12, 3), dtype=np.uint8)).resize((47, 35))
+    files = []
+    for name, picture, extra in (("rgb.jpg", base, {}), ("grey.jpg", base.convert("L"), {}),
+                                 ("progressive.jpg", base, {"progressive": True}),
+                                 ("subsampled.jpg", base, {"subsampling": 2, "quality": 60})):  # fmt: skip
+        picture.save(tmp_path / name, **extra)
+        files.append(tmp_path / name)
+    source = FilePictures(files, "RGB")
+    for i, file in enumerate(files):
+        expected = np.asarray(Image.open(file).convert("RGB")).transpose(2, 0, 1)
+        assert np.array_equal(source.read(i).numpy(), expected), file.name
+    damaged = tmp_path / "damaged.jpg"
+    damaged.write_bytes((tmp_path / "rgb.jpg").read_bytes()[:300])
+    with pytest.raises(PictureError, match="damaged.jpg"):
+        FilePictures([damaged], "RGB").read(0)

