@@ -36,7 +36,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .challenge_metrics import challenge_det_curve, eer
+from .challenge_metrics import eer
+from .sasv_metrics import normalised_min_tdcf, tdcf_2021_costs
 
 __all__ = [
     "DF_LAYOUT",
@@ -121,25 +122,18 @@ def tdcf_2021_coefficients(tar: np.ndarray, non: np.ndarray, spoof: np.ndarray) 
         return math.nan, math.nan, math.nan
     both = np.concatenate((tar, non))
     threshold = eer(both, np.concatenate((np.ones(tar.size, bool), np.zeros(non.size, bool))))[1]
-    pfa_asv = np.sum(non >= threshold) / non.size
-    pmiss_asv = np.sum(tar < threshold) / tar.size
-    pfa_spoof_asv = np.sum(spoof >= threshold) / spoof.size
     cm = COST_MODEL
-    c0 = cm["Ptar"] * cm["Cmiss"] * pmiss_asv + cm["Pnon"] * cm["Cfa"] * pfa_asv
-    c1 = cm["Ptar"] * cm["Cmiss"] - (cm["Ptar"] * cm["Cmiss"] * pmiss_asv + cm["Pnon"] * cm["Cfa"] * pfa_asv)
-    c2 = cm["Pspoof"] * cm["Cfa_spoof"] * pfa_spoof_asv
-    return float(c0), float(c1), float(c2)
+    return tdcf_2021_costs(np.sum(tar < threshold) / tar.size, np.sum(non >= threshold) / non.size,
+                           np.sum(spoof >= threshold) / spoof.size, p_target=cm["Ptar"], p_nontarget=cm["Pnon"],
+                           p_spoof=cm["Pspoof"], c_miss=cm["Cmiss"], c_fa=cm["Cfa"], c_fa_spoof=cm["Cfa_spoof"])  # fmt: skip
 
 
 def min_tdcf_2021(scores: Any, labels: Any, c0: float, c1: float, c2: float) -> float:
-    """Normalised min t-DCF of ASVspoof 2021 (``eval_wrapper.get_mintDCF_eer``) given C0–C2."""
+    """Normalised min t-DCF of ASVspoof 2021 (``eval_wrapper.get_mintDCF_eer``) given C0–C2 (NaN
+    when they are: a cell without ASV trials of every class)."""
     if math.isnan(c0) or math.isnan(c1) or math.isnan(c2):
         return math.nan
-    _, p_miss, p_fa = challenge_det_curve(scores, labels)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tdcf = c0 + c1 * p_miss + c2 * p_fa
-        norm = tdcf / (c0 + np.minimum(c1, c2))
-    return float(norm[norm.argmin()])
+    return normalised_min_tdcf(scores, labels, c0, c1, c2)
 
 
 def _select(column: Sequence[str] | None, value: str, count: int) -> np.ndarray:

@@ -39,7 +39,8 @@ from .challenge_metrics import asv_eer_threshold, challenge_det_curve
 from .detection import _asv_classes, _positive
 from .metrics import ScoreMetric, read_asv_scores
 
-__all__ = ["MinTDCF2021", "a_dcf", "asv_error_rates", "min_tdcf_2021", "t_eer", "tandem_curves"]
+__all__ = ["MinTDCF2021", "a_dcf", "asv_error_rates", "min_tdcf_2021", "normalised_min_tdcf", "t_eer", "tandem_curves",
+           "tdcf_2021_costs"]
 
 
 def _priors(p_target: float, p_nontarget: float, p_spoof: float) -> None:
@@ -95,18 +96,34 @@ def min_tdcf_2021(
     for name, cost in (("c_miss", c_miss), ("c_fa", c_fa), ("c_fa_spoof", c_fa_spoof)):
         _positive(name, cost)
     asv = asv_error_rates(asv_scores, asv_labels, asv_threshold)
-    p_miss_asv, p_fa_asv, p_fa_spoof_asv = asv["p_miss"], asv["p_fa"], asv["p_fa_spoof"]
-    c0 = p_target * c_miss * p_miss_asv + p_nontarget * c_fa * p_fa_asv
-    c1 = p_target * c_miss - (p_target * c_miss * p_miss_asv + p_nontarget * c_fa * p_fa_asv)
-    c2 = p_spoof * c_fa_spoof * p_fa_spoof_asv
-    default = c0 + min(c1, c2)
-    if c0 < 0 or c1 < 0 or c2 < 0 or not default > 0:
+    c0, c1, c2 = tdcf_2021_costs(asv["p_miss"], asv["p_fa"], asv["p_fa_spoof"], p_target=p_target,
+                                 p_nontarget=p_nontarget, p_spoof=p_spoof, c_miss=c_miss, c_fa=c_fa,
+                                 c_fa_spoof=c_fa_spoof)  # fmt: skip
+    if c0 < 0 or c1 < 0 or c2 < 0 or not c0 + min(c1, c2) > 0:
         raise ValueError(
             f"the revised t-DCF needs C0, C1, C2 >= 0 and C0 + min(C1, C2) > 0; got C0 = {c0:.6g}, C1 = {c1:.6g}, "
             f"C2 = {c2:.6g} (ASV at threshold {asv['threshold']:.6g})"
         )
+    return normalised_min_tdcf(cm_scores, cm_labels, c0, c1, c2)
+
+
+def tdcf_2021_costs(p_miss_asv: float, p_fa_asv: float, p_fa_spoof_asv: float, *, p_target: float,
+                    p_nontarget: float, p_spoof: float, c_miss: float, c_fa: float,
+                    c_fa_spoof: float) -> tuple[float, float, float]:  # fmt: skip
+    """``(C0, C1, C2)`` of the revised t-DCF from the ASV's error rates and the cost model,
+    in the 2021 package's order of operations (its values to the last bit)."""
+    c0 = p_target * c_miss * p_miss_asv + p_nontarget * c_fa * p_fa_asv
+    c1 = p_target * c_miss - (p_target * c_miss * p_miss_asv + p_nontarget * c_fa * p_fa_asv)
+    c2 = p_spoof * c_fa_spoof * p_fa_spoof_asv
+    return float(c0), float(c1), float(c2)
+
+
+def normalised_min_tdcf(cm_scores: Any, cm_labels: Any, c0: float, c1: float, c2: float) -> float:
+    """``min over CM thresholds of (C0 + C1·Pmiss_cm + C2·Pfa_cm) / (C0 + min(C1, C2))``, unchecked
+    (a zero normaliser gives inf or NaN, as the package's arithmetic does)."""
     _, p_miss_cm, p_fa_cm = challenge_det_curve(cm_scores, cm_labels)
-    return float(np.min((c0 + c1 * p_miss_cm + c2 * p_fa_cm) / default))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.min((c0 + c1 * p_miss_cm + c2 * p_fa_cm) / (c0 + min(c1, c2))))
 
 
 def a_dcf(
