@@ -368,3 +368,13 @@ def test_jpegs_decode_to_pillows_pixels_and_a_damaged_one_is_one_error(tmp_path)
     damaged.write_bytes((tmp_path / "rgb.jpg").read_bytes()[:300])
     with pytest.raises(PictureError, match="damaged.jpg"):
         FilePictures([damaged], "RGB").read(0)
+
+
+def test_a_manifest_split_other_than_train_val_test_is_one_error(tmp_path):
+    from modforge.core.errors import UsageError
+    from image_fixtures import write_manifest_csv
+
+    files = write_image_folder(tmp_path / "p", {"a": 2, "b": 2})
+    write_manifest_csv(tmp_path / "p" / "m.csv", [(f.relative_to(tmp_path / "p"), f.parent.name, "training") for f in files])
+    with pytest.raises(UsageError, match="split column holds 'training'; expected train, val, test"):
+        DATASETS.build({"type": "image_csv", "args": {"manifest": str(tmp_path / "p" / "m.csv")}})

@@ -314,6 +314,10 @@ def image_csv(manifest: str, root: Optional[str] = None, channels: int = 3, seed
     names = manifest_classes([label for _, label, _ in rows])
     label_of = {name: i for i, name in enumerate(names)}
     by_split: dict[str, list[tuple[Path, int]]] = {"train": [], "val": [], "test": []}
+    unknown = sorted({split for _, _, split in rows if split and split not in by_split})
+    if unknown:
+        raise UsageError(f"{manifest}: split column holds {', '.join(map(repr, unknown[:5]))}; expected train, val, "
+                         "test or empty (train)")  # fmt: skip
     for path, label, split in rows:
         by_split[split or "train"].append((path, label_of[label]))
     train_part = _files(by_split["train"], mode)
