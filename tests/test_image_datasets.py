@@ -371,8 +371,8 @@ def test_jpegs_decode_to_pillows_pixels_and_a_damaged_one_is_one_error(tmp_path)
 
 
 def test_a_manifest_split_other_than_train_val_test_is_one_error(tmp_path):
-    from modforge.core.errors import UsageError
     from image_fixtures import write_manifest_csv
+    from modforge.core.errors import UsageError
 
     files = write_image_folder(tmp_path / "p", {"a": 2, "b": 2})
     write_manifest_csv(tmp_path / "p" / "m.csv", [(f.relative_to(tmp_path / "p"), f.parent.name, "training") for f in files])
