@@ -38,7 +38,8 @@ def corpus_bytes(root: Path) -> dict[str, bytes]:
 def test_layout_and_protocol_format(tiny):
     root, _ = tiny
     assert sorted(p.name for p in root.iterdir()) == ["meta.json", "protocols", "wav"]
-    assert sorted(p.name for p in (root / "protocols").iterdir()) == ["dev.txt", "eval.txt", "train.txt"]
+    assert sorted(p.name for p in (root / "protocols").iterdir()) == [
+        "dev.txt", "eval.txt", "eval_channels.txt", "train.txt"]  # fmt: skip
     ids = []
     for split in SPLITS:
         for fields in read_protocol(root, split):

@@ -38,6 +38,9 @@ def _parser() -> CommandParser:
     corpus.add_argument("--seed", type=int, default=0, metavar="S", help="generation seed (default 0)")
     corpus.add_argument("--duration", type=float, default=2.0, metavar="SEC", help="seconds per utterance (default 2)")
     corpus.add_argument("--sample-rate", type=_positive, default=16000, metavar="HZ", help="default 16000")
+    corpus.add_argument("--eval-channels", default="none,telephone,reverb,noise", metavar="A,B,...",
+                        help="transmission conditions of the eval split, balanced per class "
+                        "(none, telephone, reverb, noise; default all four; 'none' for a clean eval split)")
     corpus.add_argument("--workers", type=_positive, default=1, metavar="N", help="processes (same files for any N)")
     corpus.add_argument("--overwrite", action="store_true", help="replace a corpus made earlier in OUT (only a folder whose meta.json says modforge made it as one, holding nothing else)")
     add_plugins_option(corpus)  # --plugins works on every command
@@ -133,6 +136,7 @@ def run(argv: list[str]) -> int:
             seed=ns.seed,
             duration=ns.duration,
             sample_rate=ns.sample_rate,
+            eval_channels=ns.eval_channels,
             workers=ns.workers,
             overwrite=ns.overwrite,
         )
@@ -141,6 +145,8 @@ def run(argv: list[str]) -> int:
     counts = summary.get("counts", {})
     rows = [(split, attack, n) for split, by_attack in counts.items() for attack, n in sorted(by_attack.items())]
     print_table(("split", "attack", "files"), rows, title=f"spoofing corpus — {display_path(ns.out)}")
+    if summary.get("channels_file"):
+        print(f"eval conditions: {', '.join(summary['eval_channels'])} ({summary['channels_file']})")
     return 0
 
 

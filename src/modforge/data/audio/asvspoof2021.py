@@ -44,7 +44,7 @@ from ...core.registries import register_dataset
 from ...core.safe_files import UnsafePathError, inside, relative_name
 from ..base import DataSplits
 from .datasets import _challenge, spoofing_splits
-from .protocols import BONAFIDE, ParseReport, ProtocolError, Utterance, _collect, _lines, _need, parse_label
+from .protocols import BONAFIDE, KeyedUtterance, ParseReport, ProtocolError, _collect, _lines, _need, parse_label
 from .protocols import read_asvspoof2019 as _read_2019
 
 __all__ = ["AsvTrials", "KEY_COLUMNS", "Trial2021", "read_asv_trials_2021", "read_asvspoof2021"]
@@ -68,11 +68,9 @@ _ASV_SCORES = "LA/ASV/ASVTorch_Kaldi/score.txt"
 
 
 @dataclasses.dataclass(frozen=True)
-class Trial2021(Utterance):
-    """An :class:`Utterance` with its key columns (``codec``, ``transmission``/``source``,
-    ``attack``, ``trim``, ``subset``, DF's ``vocoder``…) as written in the keys."""
-
-    conditions: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
+class Trial2021(KeyedUtterance):
+    """A :class:`.protocols.KeyedUtterance` whose key columns are the 2021 keys' (``codec``,
+    ``transmission``/``source``, ``attack``, ``trim``, ``subset``, DF's ``vocoder``…)."""
 
 
 @dataclasses.dataclass

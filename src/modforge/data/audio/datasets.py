@@ -11,6 +11,8 @@ are taken from the working directory (``root`` for the challenge layouts).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +24,11 @@ from ...core.registries import register_dataset
 from ..base import DataSplits
 from .dataset import AudioDataset, audio_settings, check_files
 from .protocols import (
+    KeyedUtterance,
     ParseReport,
+    ProtocolError,
     Utterance,
+    _lines,
     read_asvspoof5,
     read_asvspoof2019,
     read_in_the_wild,
@@ -220,8 +225,43 @@ def spoof_corpus(
         {"train": "protocols/train.txt", "val": "protocols/dev.txt", "test": "protocols/eval.txt"},
         {"train": "wav", "val": "wav", "test": "wav"}, "wav", skip_bad, report,
     )
-    return spoofing_splits(lists, audio=audio, augment=augment, seed=seed, report=report, skip_bad=skip_bad,
-                           name="spoof_corpus")
+    channels = _corpus_channels(Path(root))
+    if channels is not None:  # the test reports EER per attack × transmission condition
+        lists["test"] = [
+            KeyedUtterance(**{f.name: getattr(u, f.name) for f in dataclasses.fields(u)},
+                           conditions={"attack": u.attack, "channel": channels.get(u.utt_id, "none")})
+            for u in lists["test"]
+        ]  # fmt: skip
+    splits = spoofing_splits(lists, audio=audio, augment=augment, seed=seed, report=report, skip_bad=skip_bad,
+                             name="spoof_corpus")
+    if channels is not None and splits.test is not None:  # the layout the spoofing task's report takes
+        attacks = sorted({u.attack for u in splits.test.utterances if u.label == 0})
+        splits.test.condition_track = {
+            "name": "spoof_corpus", "attacks": attacks, "column": "channel",
+            "values": list(dict.fromkeys(channels.values())),
+        }  # fmt: skip
+    return splits
+
+
+def _corpus_channels(root: Path) -> dict[str, str] | None:
+    """``{utt_id: channel}`` of a corpus's ``protocols/eval_channels.txt`` (None when it has none),
+    conditions in the order meta.json lists them."""
+    from .spoof_corpus import CHANNELS_FILE
+
+    path = root / "protocols" / CHANNELS_FILE
+    if not path.is_file():
+        return None
+    out: dict[str, str] = {}
+    for number, fields in _lines(path):
+        if len(fields) != 2:
+            raise ProtocolError(f"{path}:{number}: expected '<utt_id> <channel>', got {' '.join(fields)!r}")
+        out[fields[0]] = fields[1]
+    try:
+        order = list(json.loads((root / "meta.json").read_text(encoding="utf-8")).get("eval_channels", {}))
+    except (OSError, ValueError, AttributeError):
+        order = []
+    rank = {name: i for i, name in enumerate(order)}
+    return dict(sorted(out.items(), key=lambda item: rank.get(item[1], len(rank))))
 
 
 @register_dataset("audio_manifest")

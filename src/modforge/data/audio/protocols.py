@@ -34,6 +34,7 @@ from ...core.safe_files import UnsafePathError, relative_name
 __all__ = [
     "BONAFIDE",
     "SPOOF",
+    "KeyedUtterance",
     "ParseReport",
     "ProtocolError",
     "Utterance",
@@ -74,6 +75,14 @@ class Utterance:
     attack: str = "-"
     speaker: str = "-"
     source: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyedUtterance(Utterance):
+    """An :class:`Utterance` with key columns beyond its label and attack (ASVspoof 2021's codec and
+    subset, the synthetic corpus's channel…), ``{column: value}``, for per-condition reports."""
+
+    conditions: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclasses.dataclass

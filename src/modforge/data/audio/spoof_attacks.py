@@ -218,13 +218,12 @@ def mel_griffin_lim(plan: ss.UtterancePlan, speaker: ss.Speaker, rng: np.random.
     return istft(magnitude * phase, nfft, hop, n)
 
 
-def telephone_codec(plan: ss.UtterancePlan, speaker: ss.Speaker, rng: np.random.Generator) -> np.ndarray:
-    """A03: 8 kHz telephone band (300–3400 Hz) and 8-bit μ-law companding, back to the corpus rate."""
-    material = ss.synthesize(plan, speaker, rng)
-    sr = plan.sample_rate
+def telephone_line(x: np.ndarray, sample_rate: int, rng: np.random.Generator) -> np.ndarray:
+    """An 8 kHz telephone line: 300–3400 Hz band, a random line level and 7- or 8-bit μ-law
+    companding, back at ``sample_rate`` (the same length within a sample or two)."""
     narrow_rate = 8000
-    g = gcd(sr, narrow_rate)
-    narrow = signal.resample_poly(material, narrow_rate // g, sr // g)
+    g = gcd(sample_rate, narrow_rate)
+    narrow = signal.resample_poly(x, narrow_rate // g, sample_rate // g)
     band = signal.butter(4, [300.0, 3400.0], btype="bandpass", fs=narrow_rate, output="sos")
     narrow = signal.sosfilt(band, narrow)
     narrow *= 10.0 ** (rng.uniform(-22.0, -14.0) / 20.0) / max(ss.active_level(narrow, narrow_rate), 1e-12)
@@ -233,8 +232,13 @@ def telephone_codec(plan: ss.UtterancePlan, speaker: ss.Speaker, rng: np.random.
     companded = np.sign(narrow) * np.log1p(mu * np.minimum(np.abs(narrow), 1.0)) / np.log1p(mu)
     companded = np.round(companded * levels) / levels
     narrow = np.sign(companded) * np.expm1(np.abs(companded) * np.log1p(mu)) / mu
-    wide = signal.resample_poly(narrow, sr // g, narrow_rate // g)
-    return _fit_length(wide, plan.n_samples)
+    return signal.resample_poly(narrow, sample_rate // g, narrow_rate // g)
+
+
+def telephone_codec(plan: ss.UtterancePlan, speaker: ss.Speaker, rng: np.random.Generator) -> np.ndarray:
+    """A03: 8 kHz telephone band (300–3400 Hz) and 8-bit μ-law companding, back to the corpus rate."""
+    material = ss.synthesize(plan, speaker, rng)
+    return _fit_length(telephone_line(material, plan.sample_rate, rng), plan.n_samples)
 
 
 def monotone_tts(plan: ss.UtterancePlan, speaker: ss.Speaker, rng: np.random.Generator) -> np.ndarray:

@@ -13,6 +13,8 @@ Layout written by :func:`make_spoof_corpus`::
                                        ASVspoof 2019 LA CM format, one line per utterance:
                                        "<speaker> <utt_id> - <attack> <label>", attack "-" for bona fide,
                                        label "bonafide" or "spoof"; ids SC_T_0000001 / SC_D_… / SC_E_…
+      protocols/eval_channels.txt      "<utt_id> <channel>" per eval utterance: its transmission condition
+                                       (absent when the eval split has only ``none``)
       meta.json                        seed, rate, duration, counts per split × attack, attack descriptions,
                                        unseen attacks, generator version (written last)
 
@@ -32,6 +34,11 @@ Design (recorded in meta.json as well):
   mean and std over frames, and a 64-unit ``MLPClassifier`` trained on train: EER ≈ 3–4 % on dev (A03 ≈ 0 %,
   A01/A02/A04 1–6 %) and ≈ 2–3 % on the seen eval attacks, but ≈ 23–25 % on A05, 11–19 % on A06 and 37–44 % on
   A07 — learnable where seen, far from solved where unseen.
+* **Conditions on eval.** Every eval utterance goes through one transmission condition of
+  :mod:`.spoof_channels` (``none``, ``telephone``, ``reverb``, ``noise`` by default; ``eval_channels`` picks),
+  balanced within each class and drawn from streams of their own — so the ``none`` files, the ids, speakers and
+  attacks are byte for byte those of a corpus made without conditions. The test then reports EER per attack ×
+  condition, as ASVspoof 2021 reports per codec.
 * **Determinism.** Utterance ``i`` is rendered from its own ``numpy.random.Generator`` seeded from
   ``(seed, i)``; speakers from ``(seed, speaker index)``; the class/speaker assignment from ``seed``. The same
   seed therefore gives byte-identical files with any number of ``workers``.
@@ -61,11 +68,12 @@ from ...core.heartbeat import Heartbeat
 from ..generated_sets import SetKind, check_target, make_staging, publish, split_counts
 from . import speech_synth as ss
 from .spoof_attacks import ATTACKS
+from .spoof_channels import CHANNELS, DEFAULT_EVAL_CHANNELS, apply_channel_condition, check_channels
 
 log = logging.getLogger("modforge.data")
 
 GENERATOR = "modforge.data.audio.spoof_corpus"
-VERSION = "1.0"
+VERSION = "1.1"  # 1.1: transmission conditions on the eval split
 SPLITS: tuple[str, ...] = ("train", "dev", "eval")
 SPLIT_PREFIX: dict[str, str] = {"train": "SC_T_", "dev": "SC_D_", "eval": "SC_E_"}
 SPLIT_ATTACKS: dict[str, tuple[str, ...]] = {
@@ -86,7 +94,9 @@ CORPUS_KIND = SetKind("spoofing corpus", GENERATOR, ("wav", "wav/*.wav", "protoc
 CORPUS_ENTRIES = CORPUS_KIND.entries
 
 # independent random streams derived from the corpus seed
-_SPEAKER_STREAM, _UTTERANCE_STREAM, _LAYOUT_STREAM = 0, 1, 2
+_SPEAKER_STREAM, _UTTERANCE_STREAM, _LAYOUT_STREAM, _CHANNEL_STREAM, _CHANNEL_LAYOUT_STREAM = 0, 1, 2, 3, 4
+CHANNELS_FILE = "eval_channels.txt"
+"""The eval split's conditions, ``<utt_id> <channel>`` per line, in ``protocols/``."""
 
 
 def _stream(seed: int, *key: int) -> np.random.Generator:
@@ -115,21 +125,24 @@ def finalize(x: np.ndarray, sample_rate: int, rng: np.random.Generator) -> np.nd
 
 
 def render_utterance(
-    speaker: ss.Speaker, attack: str, seed: int, index: int, n_samples: int, sample_rate: int
+    speaker: ss.Speaker, attack: str, seed: int, index: int, n_samples: int, sample_rate: int, channel: str = "none"
 ) -> np.ndarray:
-    """Utterance ``index`` of the corpus with ``seed``: bona fide (``attack == "-"``) or spoofed, as int16."""
+    """Utterance ``index`` of the corpus with ``seed``: bona fide (``attack == "-"``) or spoofed, through
+    transmission condition ``channel``, as int16."""
     rng = _stream(seed, _UTTERANCE_STREAM, index)
     plan = ss.plan_utterance(speaker, rng, n_samples, sample_rate)
     if attack == BONAFIDE:
         audio = ss.synthesize(plan, speaker, rng)
     else:
         audio = ATTACKS[attack].render(plan, speaker, rng)
+    if channel != "none":
+        audio = apply_channel_condition(audio, channel, sample_rate, _stream(seed, _CHANNEL_STREAM, index))
     return finalize(audio, sample_rate, rng)
 
 
-def _render_job(job: tuple[int, ss.Speaker, str, int, int, int, str]) -> int:
-    index, speaker, attack, seed, n_samples, sample_rate, path = job
-    audio = render_utterance(speaker, attack, seed, index, n_samples, sample_rate)
+def _render_job(job: tuple[int, ss.Speaker, str, int, int, int, str, str]) -> int:
+    index, speaker, attack, seed, n_samples, sample_rate, path, channel = job
+    audio = render_utterance(speaker, attack, seed, index, n_samples, sample_rate, channel)
     sf.write(path, audio, sample_rate, subtype="PCM_16", format="WAV")
     return index
 
@@ -214,6 +227,21 @@ def _assign(
     return rows, split_speakers
 
 
+def _assign_channels(eval_rows: Sequence[tuple[str, ss.Speaker, str]], channels: Sequence[str], seed: int
+                     ) -> dict[str, str]:  # fmt: skip
+    """The eval utterances' conditions: cycled within each class from a seeded offset, so every
+    class × condition cell holds the same number of files (±1); ``{}`` when only ``none``."""
+    if tuple(channels) == ("none",):
+        return {}
+    rng = _stream(seed, _CHANNEL_LAYOUT_STREAM)
+    out: dict[str, str] = {}
+    for cls in (BONAFIDE, *SPLIT_ATTACKS["eval"]):
+        offset = int(rng.integers(len(channels)))
+        members = [utt_id for utt_id, _, attack in eval_rows if attack == cls]
+        out.update({utt_id: channels[(offset + i) % len(channels)] for i, utt_id in enumerate(members)})
+    return out
+
+
 def _metadata(
     rows: dict[str, list[tuple[str, ss.Speaker, str]]],
     split_speakers: dict[str, list[ss.Speaker]],
@@ -223,6 +251,8 @@ def _metadata(
     sample_rate: int,
     fractions: Sequence[float],
     bonafide_share: float | None,
+    channels: dict[str, str],
+    eval_channels: Sequence[str],
 ) -> dict[str, Any]:
     counts = {
         name: {c: sum(1 for _, _, a in rows[name] if a == c) for c in (BONAFIDE, *SPLIT_ATTACKS[name])}
@@ -255,6 +285,19 @@ def _metadata(
             for a in used
         },
         "attacks_per_split": {name: list(SPLIT_ATTACKS[name]) for name in SPLITS},
+        "eval_channels": {
+            name: {
+                "description": CHANNELS[name].description,
+                "files": {
+                    ("bonafide" if c == BONAFIDE else c): sum(
+                        1 for u, _, a in rows["eval"] if a == c and channels.get(u, "none") == name
+                    )
+                    for c in (BONAFIDE, *SPLIT_ATTACKS["eval"])
+                },
+            }
+            for name in eval_channels
+        },
+        "channels_file": f"protocols/{CHANNELS_FILE}" if channels else None,
         "unseen_attacks": list(UNSEEN_ATTACKS),
         "protocol_format": "<speaker> <utt_id> - <attack> <label>; attack '-' for bona fide; label bonafide|spoof",
         "post_processing": {
@@ -277,6 +320,7 @@ def make_spoof_corpus(
     split: Sequence[float] = (0.5, 0.2, 0.3),
     speakers: int = 30,
     bonafide_share: float | None = None,
+    eval_channels: Sequence[str] = DEFAULT_EVAL_CHANNELS,
     workers: int = 1,
     overwrite: bool = False,
 ) -> dict[str, Any]:
@@ -291,6 +335,8 @@ def make_spoof_corpus(
         split: fractions of the utterances (and speakers) in train, dev and eval.
         speakers: number of synthetic speakers, divided disjointly among the splits like ``split``.
         bonafide_share: share of bona fide utterances per split; None gives bona fide the same share as each attack.
+        eval_channels: the transmission conditions of the eval split (:data:`.spoof_channels.CHANNELS`), balanced
+            within each class; ``("none",)`` for a clean eval split.
         workers: processes rendering utterances (the output does not depend on it).
         overwrite: replace an existing corpus in ``out_dir``.
 
@@ -299,12 +345,14 @@ def make_spoof_corpus(
     """
     begin = time.perf_counter()
     fractions = _validate(utts, seed, duration, sample_rate, split, speakers, bonafide_share, workers)
+    eval_channels = check_channels(eval_channels)
     out = Path(out_dir).expanduser().resolve()
     if not out.name:
         raise ValueError(f"output directory must be a named folder, got {str(out_dir)!r}")
     check_target(out, overwrite, CORPUS_KIND)
     n_samples = int(round(float(duration) * sample_rate))
     rows, split_speakers = _assign(fractions, int(utts), int(speakers), int(seed), bonafide_share)
+    channels = _assign_channels(rows["eval"], eval_channels, int(seed))
 
     staging = make_staging(out)
     try:
@@ -314,7 +362,8 @@ def make_spoof_corpus(
         for name in SPLITS:
             for utt_id, speaker, attack in rows[name]:
                 path = str(staging / "wav" / f"{utt_id}.wav")
-                jobs.append((len(jobs), speaker, attack, int(seed), n_samples, int(sample_rate), path))
+                channel = channels.get(utt_id, "none")
+                jobs.append((len(jobs), speaker, attack, int(seed), n_samples, int(sample_rate), path, channel))
         beat = Heartbeat(log, f"rendering {out.name}", len(jobs))
         if workers == 1:
             for done, job in enumerate(jobs, 1):
@@ -332,6 +381,9 @@ def make_spoof_corpus(
                 for utt_id, spk, attack in rows[name]
             ]
             (staging / "protocols" / f"{name}.txt").write_text("".join(lines))
+        if channels:
+            lines = [f"{utt_id} {channels[utt_id]}\n" for utt_id, _, _ in rows["eval"]]
+            (staging / "protocols" / CHANNELS_FILE).write_text("".join(lines))
         meta = _metadata(
             rows,
             split_speakers,
@@ -340,6 +392,8 @@ def make_spoof_corpus(
             sample_rate=int(sample_rate),
             fractions=fractions,
             bonafide_share=bonafide_share,
+            channels=channels,
+            eval_channels=eval_channels,
         )
         (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         publish(staging, out, CORPUS_KIND)

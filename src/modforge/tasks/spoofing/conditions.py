@@ -12,6 +12,9 @@ prints, for one subset, a table whose rows are one factor and columns another, e
 * DF: rows vocoder family (traditional, waveform concatenation, neural AR, neural non-AR,
   unknown; spoof-only), columns compression C1–C9 (``nocodec`` … ``oggm4a``); EER only.
 
+Other corpora give their own layout (:func:`attack_by_condition`): the synthetic corpus reports
+its eval attacks × transmission ``channel`` (none, telephone, reverb, noise) the same way.
+
 The ``Pooled``/``Pooled`` cell is the pooled EER (min t-DCF) of the subset. A cell without
 bona fide or spoofed trials is NaN (the package leaves it blank). EERs are the package's
 ``compute_eer`` (:func:`.challenge_metrics.eer`); kept as fractions here, printed in % by
@@ -46,6 +49,7 @@ __all__ = [
     "SUBSETS",
     "ConditionLayout",
     "Factor",
+    "attack_by_condition",
     "condition_report",
     "format_report",
     "layout_for",
@@ -105,8 +109,21 @@ DF_LAYOUT = ConditionLayout(
 )  # fmt: skip
 
 
-def layout_for(track: str) -> ConditionLayout:
-    """The layout of track ``la`` or ``df`` (any case)."""
+def attack_by_condition(name: str, attacks: Sequence[str], column: str, conditions: Sequence[str]) -> ConditionLayout:
+    """A layout like LA's for another corpus: rows its ``attacks`` (spoof-only), columns the values of
+    key column ``column`` (bona fide and spoofs both filtered), tags the values themselves; no t-DCF.
+    The synthetic corpus's eval split uses it with its transmission ``channel``."""
+    rows, cols = (*attacks, POOLED), (*conditions, POOLED)
+    return ConditionLayout(name, Factor("attack", rows, rows, True), Factor(column, cols, cols, False), tdcf=False)
+
+
+def layout_for(track: str | ConditionLayout | Mapping[str, Any]) -> ConditionLayout:
+    """The layout of track ``la`` or ``df`` (any case); a :class:`ConditionLayout` is its own; a
+    dataset's ``{"name", "attacks", "column", "values"}`` is :func:`attack_by_condition`'s."""
+    if isinstance(track, ConditionLayout):
+        return track
+    if isinstance(track, Mapping):
+        return attack_by_condition(track["name"], track["attacks"], track["column"], track["values"])
     layouts = {"LA": LA_LAYOUT, "DF": DF_LAYOUT}
     try:
         return layouts[str(track).upper()]
@@ -185,7 +202,7 @@ def _subset_table(
 
 
 def condition_report(
-    scores: Any, labels: Any, columns: Mapping[str, Sequence[str]], track: str, asv: Any = None,
+    scores: Any, labels: Any, columns: Mapping[str, Sequence[str]], track: str | ConditionLayout | Mapping[str, Any], asv: Any = None,
 ) -> dict[str, Any]:
     """The per-subset condition tables of an ASVspoof 2021 score set.
 
@@ -194,7 +211,7 @@ def condition_report(
         labels: 1 bona fide, 0 spoof per trial.
         columns: per-trial key columns (``subset``, ``attack``, ``codec``, ``vocoder``,
             …) — :attr:`.scores.ScoreTable.conditions`.
-        track: ``la`` or ``df``.
+        track: ``la`` or ``df``, or another corpus's layout (:func:`layout_for`).
         asv: for LA's min t-DCF, the release's ASV trials: an object with ``scores``
             (float [M]), ``labels`` (``target``/``nontarget``/``spoof`` per trial) and
             ``columns`` (the same key columns, ``subset`` included); None: no t-DCF.
