@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 
 from modforge.data.audio import spoof_channels
 from modforge.data.audio.spoof_channels import CHANNELS, DEFAULT_EVAL_CHANNELS, check_channels
