@@ -159,6 +159,7 @@ def test_the_python_blocks_register_what_they_say(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- the commands the pages show
 NOT_RUN_HERE = {  # commands the docs show that need what a test machine has not: each says why
     "sweep-report": "needs a finished sweep folder (the sweep commands beside it run as --dry-run)",
+    "score": "needs score files of other systems (tests/test_score_command.py runs it on fabricated ones)",
 }
 REAL_DATA = ("/data/", "corpora/", "spoofing/", "detection/", "vision/")  # configs and paths whose data this machine lacks
 

@@ -10,6 +10,7 @@ sorted as the split lists them, scores printed with 8 significant digits.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -83,25 +84,40 @@ def _conditions(utterances: Sequence) -> dict[str, list[str]] | None:
     return {name: [str(row.get(name, "-")) for row in rows] for name in names}
 
 
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def read_score_file(path: str | Path) -> ScoreTable:
-    """Read a score file written by :meth:`ScoreTable.write` (e.g. to compare systems)."""
+    """Read a CM score file: modforge's (:meth:`ScoreTable.write`: ``utt_id score label attack``)
+    or the ASVspoof 2019 organisers' (``utt_id attack label score``, e.g. ``LA_E_2834763 A11
+    spoof -3.2``), told apart line by line by which field is the number — to compare systems, or
+    to score another toolkit's output with ``modforge score``."""
     from ...core.errors import UsageError
 
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"score file not found: {path}")
     utts, scores, labels, attacks = [], [], [], []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         fields = line.rsplit(maxsplit=3)  # an utterance id may hold spaces (a manifest path); the rest may not
-        if not fields:
+        if not fields or fields[0].startswith("#"):
             continue
         if len(fields) != 4 or fields[2] not in ("bonafide", "spoof"):
-            raise UsageError(f"{path}:{number}: expected 'utt_id score bonafide|spoof attack', got {line!r}")
-        try:
-            scores.append(float(fields[1]))
-        except ValueError:
-            raise UsageError(f"{path}:{number}: score {fields[1]!r} is not a number") from None
+            raise UsageError(f"{path}:{number}: expected 'utt_id score bonafide|spoof attack' (modforge) or "
+                             f"'utt_id attack bonafide|spoof score' (ASVspoof 2019), got {line!r}")  # fmt: skip
+        score, attack = _number(fields[1]), fields[3]
+        if score is None:  # the organisers' order: the score last
+            score, attack = _number(fields[3]), fields[1]
+        if score is None or not math.isfinite(score):
+            raise UsageError(f"{path}:{number}: no finite score in {line!r}")
         utts.append(fields[0])
+        scores.append(score)
         labels.append(1 if fields[2] == "bonafide" else 0)
-        attacks.append(fields[3])
+        attacks.append(attack)
+    if not utts:
+        raise UsageError(f"{path}: no scores in the file")
     return ScoreTable(utts, np.array(scores, dtype=np.float64), np.array(labels, dtype=np.int64), attacks)

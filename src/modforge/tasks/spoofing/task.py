@@ -33,10 +33,13 @@ BOOTSTRAP_RESAMPLES = 1000
 scores give the same interval; 1,000 resamples of 100,000 trials take about 3 s)."""
 
 
-def detection_report(table: ScoreTable) -> dict[str, Any]:
+def detection_report(
+    table: ScoreTable, *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0, level: float = 0.95
+) -> dict[str, Any]:
     """Metrics of a score table: ``{"overall": {...}, "per_attack": {attack: {eer, files}}}``;
-    ``overall`` holds 95 % bootstrap intervals of EER and minDCF (``eer_ci_low``/``eer_ci_high``,
-    ``min_dcf_ci_low``/``min_dcf_ci_high``: trials resampled within each class, seeded)."""
+    ``overall`` holds ``level`` bootstrap intervals of EER and minDCF (``eer_ci_low``/``eer_ci_high``,
+    ``min_dcf_ci_low``/``min_dcf_ci_high``: ``resamples`` resamples of the trials within each class,
+    seeded by ``seed``)."""
     bona, spoof = int((table.labels == 1).sum()), int((table.labels == 0).sum())
     overall: dict[str, Any] = {"files": len(table), "bonafide_files": bona}
     counts: dict[str, int] = {}
@@ -59,7 +62,7 @@ def detection_report(table: ScoreTable) -> dict[str, Any]:
         act_dcf=detection.act_dcf(table.scores, table.labels),
         cllr=detection.cllr(table.scores, table.labels),
     )
-    intervals = eer_mindcf_ci(table.scores, table.labels, n=BOOTSTRAP_RESAMPLES, seed=0)
+    intervals = eer_mindcf_ci(table.scores, table.labels, n=resamples, seed=seed, level=level)
     overall.update({key: intervals[key] for key in ("eer_ci_low", "eer_ci_high", "min_dcf_ci_low", "min_dcf_ci_high")})
     per_attack = detection.per_attack_eer(table.scores, table.labels, table.attacks)
     return {
