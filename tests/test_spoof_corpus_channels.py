@@ -122,3 +122,13 @@ def test_the_test_reports_eer_per_attack_and_condition(corpora, tmp_path, monkey
         s = np.array([scores[u] for u in picked])
         y = np.array([labels[u] == "bonafide" for u in picked], dtype=int)
         assert eer["Pooled"][name] == pytest.approx(challenge_eer(s, y)[0], abs=1e-12)
+
+
+def test_the_command_line_picks_the_eval_conditions(cli, tmp_path):
+    made = cli("data", "make-spoof-corpus", "c", "--utts", "40", "--duration", "0.25", "--eval-channels", "none,noise")
+    assert made.code == 0, made.err
+    assert "eval conditions: none, noise" in made.out
+    assert set(_channels(tmp_path / "c").values()) == {"none", "noise"}
+    refused = cli("data", "make-spoof-corpus", "d", "--utts", "40", "--eval-channels", "none,radio")
+    assert refused.code == 2 and "unknown eval channel 'radio'; known: none, telephone, reverb, noise" in refused.err
+    assert not (tmp_path / "d").exists()
