@@ -161,8 +161,24 @@ def test_a_different_architecture_is_reported_not_loaded(tmp_path):
     model_cfg = {**BASE, **SIZE}
     file = write_checkpoint(tmp_path / "w2v.pt", model_cfg, to_fairseq(hf_twin(model_cfg).state_dict(), False), "dict")
     wider = {**model_cfg, "encoder_embed_dim": 48, "encoder_attention_heads": 4}
-    with pytest.raises(ConfigError, match="shapes differ"):
+    with pytest.raises(ConfigError, match=r"not the file's architecture: hidden_size 48 \(the file's: 32\)"):
         build(ssl_section(wider, path=str(file), format="fairseq_wav2vec2", part="frontend"))
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"encoder_attention_heads": 2}, "num_attention_heads 2 (the file's: 4)"),
+    ({"conv_feature_layers": "[(24, 10, 4)] + [(24, 3, 2)] * 2 + [(24, 2, 2)]"}, "conv_stride [4, 2, 2, 2] (the file's: [5, 2, 2, 2])"),
+    ({"layer_norm_first": True}, "do_stable_layer_norm True (the file's: False)"),
+    ({"activation_fn": "relu"}, "hidden_act 'relu' (the file's: 'gelu')"),
+])  # fmt: skip
+def test_what_the_shapes_do_not_show_is_compared_before_loading(tmp_path, change, named):
+    """Heads, strides, norm placement and activation leave every tensor's shape as it is: a
+    frontend built otherwise would load and compute something else, so it is refused."""
+    model_cfg = {**BASE, **SIZE}
+    file = write_checkpoint(tmp_path / "w2v.pt", model_cfg, to_fairseq(hf_twin(model_cfg).state_dict(), False), "dict")
+    with pytest.raises(ConfigError, match="not the file's architecture") as caught:
+        build(ssl_section({**model_cfg, **change}, path=str(file), format="fairseq_wav2vec2", part="frontend"))
+    assert named in str(caught.value) and "build it with the file's arguments" in str(caught.value)
 
 
 class _Payload:
@@ -194,6 +210,8 @@ def test_a_hostile_fairseq_file_is_refused_and_runs_nothing(tmp_path, where):
         read_with_configs(file)
     with pytest.raises(ConfigError, match=r"hostile\.pt.*references exec.*nothing in it was executed"):
         build(ssl_section(model_cfg, path=str(file), format="fairseq_wav2vec2", part="frontend"))
+    with pytest.raises(ConfigError, match=r"hostile\.pt.*references exec"):  # format: auto tries every reader
+        build(ssl_section(model_cfg, path=str(file), part="frontend"))
     assert not marker.exists()
 
 
@@ -244,8 +262,15 @@ def test_layers_keeps_the_first_transformer_layers_for_an_ssl_layer_choice(tmp_p
         assert torch.allclose(model.stage("frontend")(x), expected, atol=1e-5)
 
 
-def test_format_auto_recognises_a_fairseq_file_without_pickled_objects(tmp_path):
+@pytest.mark.parametrize("how", ["dict", "omegaconf", "args"])
+def test_format_auto_recognises_a_fairseq_file(tmp_path, how):
+    """With plain data or with the pickled omegaconf / argparse configurations real files hold
+    (which the generic reader refuses): format: auto still finds fairseq_wav2vec2."""
     model_cfg = {**BASE, **SIZE}
-    file = write_checkpoint(tmp_path / "w2v.pt", model_cfg, to_fairseq(hf_twin(model_cfg).state_dict(), False), "dict")
-    model = build(ssl_section(model_cfg, path=str(file), part="frontend"))
+    twin = hf_twin(model_cfg)
+    file = write_checkpoint(tmp_path / "w2v.pt", model_cfg, to_fairseq(twin.state_dict(), False), how)
+    model = build(ssl_section(model_cfg, path=str(file), part="frontend")).eval()
     assert model.init_records[0]["format"] == "fairseq_wav2vec2"
+    x = torch.randn(2, 4000)
+    with torch.no_grad():
+        assert torch.allclose(model.stage("frontend")(x), twin(x).last_hidden_state, atol=1e-5)

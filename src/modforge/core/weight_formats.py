@@ -138,6 +138,11 @@ class CheckpointFormat:
         for ``format: auto``. Must be certain: two formats recognising one file is an error."""
         return False
 
+    def check_model(self, model: Any, loaded: Any, path: Path) -> None:
+        """Raise :class:`WeightFormatError` when ``model`` cannot compute what the file's network
+        computes for reasons the tensors' shapes do not show (strides, attention heads, norm
+        placement…). Called before loading; most formats have nothing to add to the shape checks."""
+
     def convert(self, loaded: Any, path: Path) -> dict[str, Any]:  # pragma: no cover - abstract
         """Tensors named as the whole modforge model names its state (``parts.<stage>.<key>``)."""
         raise TypeError(f"{type(self).__name__} does not define convert()")

@@ -194,6 +194,9 @@ class _Pin:
                                 "the config pins (nothing in it was read)", "sha256")  # fmt: skip
 
 
+_UNREADABLE = object()
+
+
 def _format(spec: InitSpec, pin: _Pin) -> tuple[str, CheckpointFormat, Any, Path]:
     """(name, format, loaded content, file read) for ``spec``; ``auto`` asks every format. A file
     that does not match the ``sha256`` pin is never read."""
@@ -210,7 +213,8 @@ def _format(spec: InitSpec, pin: _Pin) -> tuple[str, CheckpointFormat, Any, Path
         if spec.path.is_dir() and not cls.recognises_folder(spec.path):
             continue
         candidates.append((name, cls))
-    loaded_by: dict[Path, Any] = {}
+    loaded_by: dict[tuple[Path, Any], Any] = {}  # by file and reader: formats read differently (fairseq's configs)
+    unreadable: list[WeightFormatError] = []
     recognised = []
     unpinned: list[Path] = []
     for name, cls in candidates:
@@ -219,14 +223,21 @@ def _format(spec: InitSpec, pin: _Pin) -> tuple[str, CheckpointFormat, Any, Path
         if not pin.matches(file):  # in a folder, another format's file may be the pinned one
             unpinned.append(file)
             continue
-        if file not in loaded_by:
-            loaded_by[file] = fmt.read(file, spec.map_location)
-        if cls.recognises(loaded_by[file], file):
-            recognised.append((name, fmt, loaded_by[file], file))
+        key = (file, cls.read)
+        if key not in loaded_by:
+            try:
+                loaded_by[key] = fmt.read(file, spec.map_location)
+            except WeightFormatError as exc:  # not this reader's kind of file; another may read it
+                unreadable.append(exc)
+                loaded_by[key] = _UNREADABLE
+        if loaded_by[key] is not _UNREADABLE and cls.recognises(loaded_by[key], file):
+            recognised.append((name, fmt, loaded_by[key], file))
     if len(recognised) == 1:
         return recognised[0]
     if unpinned and not loaded_by:
         raise pin.refusal(unpinned[0])
+    if not recognised and unreadable and all(v is _UNREADABLE for v in loaded_by.values()):
+        raise unreadable[0]  # no reader could take it: the first reader's reason (a refused pickle…)
     named = ", ".join(n for n, *_ in recognised) or "none"
     raise _fail(spec, f"format: auto cannot tell what {display_path(spec.path)} is (recognised by: {named}); name it "
                       f"with format: one of {', '.join(CHECKPOINT_FORMATS.list())} (a plain state dict: format: "
@@ -303,6 +314,7 @@ def _load_one(model: nn.Module, spec: InitSpec) -> dict[str, Any]:
     try:
         name, fmt, loaded, file = _format(spec, pin)
         converted = fmt.convert(loaded, file)
+        fmt.check_model(model, loaded, file)
     except WeightFormatError as exc:
         raise _fail(spec, str(exc), "path") from None
     digest = pin.digest(file)

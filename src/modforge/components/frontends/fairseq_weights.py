@@ -16,7 +16,9 @@ place in a frontend and are left out with a log line. A fine-tuned (CTC) checkpo
 The frontend must be built with the file's architecture: :func:`ssl_frontend_args` gives the
 ``ssl`` arguments for a file's configuration, and the format logs them. Widths, depths, kernels
 and the feature-encoder norm show in the tensors (``model.init`` reports any misfit); strides,
-attention heads and ``layer_norm_first`` do not — take them from :func:`ssl_frontend_args`.
+attention heads, ``layer_norm_first`` and the activation do not, so the format compares them with
+the built frontend's configuration before loading and names each that differs
+(:meth:`FairseqWav2Vec2.check_model`) — a model that would compute something else is refused.
 """
 
 from __future__ import annotations
@@ -216,6 +218,30 @@ class FairseqWav2Vec2(CheckpointFormat):
             return self.mask_emb
         layer = re.match(r"encoder\.layers\.(\d+)\.", name)
         return not (layer and self.layers is not None and int(layer.group(1)) >= self.layers)
+
+    def check_model(self, model: Any, loaded: Any, path: Path) -> None:
+        """Refuse an ``ssl`` stage whose configuration differs from the file's in what the tensors
+        do not show (strides, heads, norm placement, activation…), naming each field and value."""
+        wanted = ssl_frontend_args(fairseq_model_config(loaded, str(path)), str(path))
+        parts = getattr(model, "parts", None)
+        stage = parts[self.stage] if parts is not None and self.stage in parts else None
+        config = getattr(getattr(stage, "model", None), "config", None)
+        if config is None:
+            raise WeightFormatError(f"{path}: the model has no ssl stage {self.stage!r} to load a fairseq wav2vec 2.0 "
+                                    "into (format arg stage: names it)")  # fmt: skip
+        expected = {k: v for k, v in wanted.items() if k not in ("model_type", "extra_config", "num_hidden_layers")}
+        expected.update(wanted["extra_config"])
+        differ = []
+        for key, value in expected.items():
+            have = getattr(config, key, None)
+            have = list(have) if isinstance(have, (list, tuple)) else have
+            if have != value:
+                differ.append(f"{key} {have!r} (the file's: {value!r})")
+        if differ:
+            raise WeightFormatError(
+                f"{path}: the ssl frontend {self.stage!r} is not the file's architecture: " + "; ".join(differ)
+                + f"; build it with the file's arguments: {wanted}"
+            )
 
     def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
         if not isinstance(loaded, Mapping) or "model" not in loaded:
