@@ -10,6 +10,9 @@ synchronised; rank 0 saves the values.
 ``evaluate``: a BatchNorm model trained one step on each rank's own data (so the running
 statistics differ per process), then evaluated and collected on sharded loaders; rank 0
 saves the metrics, the collected outputs and its weights.
+``buckets``: whole audio files (written by the test into OUT's folder, ``wavs/``) scored by a
+mask-aware spoofing model in length buckets shared among the processes; rank 0 saves the
+gathered scores, their file indices and its own number of batches.
 """
 
 from __future__ import annotations
@@ -97,11 +100,57 @@ def synced_metrics() -> dict[str, float]:
     return {name: metric.compute() for name, metric in metrics.items()}
 
 
+BUCKET_MODEL = {  # configs/spoofing/lfcc_mlp.yaml's model: every part honours the padding mask
+    "stages": [
+        {"name": "frontend", "type": "lfcc", "args": {"n_coeffs": 20, "deltas": True}},
+        {"name": "pool", "kind": "neck", "type": "stats_pool"},
+        {"name": "backbone", "type": "mlp", "args": {"hidden_dims": [32]}},
+        {"name": "head", "type": "linear"},
+    ],
+    "losses": ["cross_entropy"],
+}
+
+
+def bucket_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return mf.build_model(BUCKET_MODEL, in_dim=1, num_classes=2, sample_rate=16000, scores=True).eval()
+
+
+def audio_files(folder) -> list:
+    from pathlib import Path
+
+    from modforge.data.audio.protocols import Utterance
+
+    paths = sorted(Path(folder).glob("*.wav"), key=lambda p: int(p.stem[1:]))
+    return [Utterance(p.stem, p, int(p.stem[1:]) % 2, "-" if int(p.stem[1:]) % 2 else "A01") for p in paths]
+
+
+def audio_eval_split(folder):
+    from modforge.data.audio.dataset import AudioDataset, AudioSettings
+
+    return AudioDataset(audio_files(folder), AudioSettings(sample_rate=16000, seconds=0.5, eval_mode="full"),
+                        train=False)  # fmt: skip
+
+
+def bucketed_scores(out: str) -> dict:
+    from pathlib import Path
+
+    from modforge.data import LoaderSettings, make_loader
+
+    model = bucket_model()
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.0), async_checkpoints=False)
+    loader = make_loader(audio_eval_split(Path(out).parent / "wavs"), LoaderSettings(eval_max_samples=3 * 9000),
+                         train=False, num_replicas=distributed.world_size(), rank=distributed.rank(),
+                         mask_aware=True)  # fmt: skip
+    collected = trainer.collect(loader, ("score", "index"))
+    return {**collected, "batches": len(loader), "all_batches": len(loader.batch_sampler.all_batches)}
+
+
 def main() -> int:
     mode, out = sys.argv[1], sys.argv[2]
     distributed.setup()
     modes = {"step": one_step, "accumulate": lambda: one_step(2), "metrics": synced_metrics,
-             "evaluate": evaluate_sharded}
+             "evaluate": evaluate_sharded, "buckets": lambda: bucketed_scores(out)}
     result = modes[mode]()
     if distributed.is_main_process():
         torch.save(result, out)

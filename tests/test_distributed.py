@@ -133,6 +133,34 @@ def test_sharded_evaluation_with_batch_norm_equals_one_process_on_rank_0s_model(
     torch.testing.assert_close(two["collected"]["logits"], one["logits"])
 
 
+@pytest.mark.slow
+def test_length_buckets_shared_among_processes_score_each_file_as_alone(tmp_path):
+    """Whole files of different lengths scored in length buckets by two processes (each taking
+    whole batches) give every file once, with the score it gets scored alone, to 1e-5."""
+    import numpy as np
+    import soundfile as sf
+
+    wavs = tmp_path / "wavs"
+    wavs.mkdir()
+    rng = np.random.default_rng(0)
+    for i, n in enumerate([2400, 8000, 5123, 16000, 3001, 8000, 12345, 700, 9999, 4000, 6000]):
+        sf.write(wavs / f"u{i}.wav", (0.3 * rng.standard_normal(n)).clip(-1, 1).astype(np.float32), 16000,
+                 subtype="FLOAT")  # fmt: skip
+    res = torchrun(2, str(WORKER), "buckets", str(tmp_path / "two.pt"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    two = torch.load(tmp_path / "two.pt")
+    worker = _worker()
+    assert sorted(two["index"].tolist()) == list(range(11))  # every file once
+    assert two["all_batches"] > 2 and two["batches"] == (two["all_batches"] + 1) // 2  # rank 0: batches 0, 2, 4…
+    data = worker.audio_eval_split(wavs)
+    model = worker.bucket_model()
+    with torch.no_grad():
+        alone = torch.tensor([float(model({"input": data[i]["input"][None]})["score"]) for i in range(len(data))])
+    got = torch.empty(11)
+    got[two["index"]] = two["score"].float()
+    assert torch.allclose(got, alone, atol=1e-5, rtol=0), (got - alone).abs().max()
+
+
 def test_a_step_schedule_refuses_another_number_of_processes():
     import modforge as mf
     from modforge.train.trainer import Trainer

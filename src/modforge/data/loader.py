@@ -167,16 +167,23 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
     The samples are sorted by ``lengths`` (longest first; equal lengths by index) and
     consecutive ones grouped while ``rows × longest ≤ max_samples`` — a padded batch then holds
     at most ``max_samples`` samples. A sample longer than ``max_samples`` is a batch of its own.
-    Deterministic; every sample exactly once.
+    Deterministic; every sample exactly once. With several processes each takes whole batches,
+    ``rank, rank + W, …`` of that list (so the batches are the same for any process count, and
+    every process's work differs by at most one batch); the rows then carry their sample's
+    ``index``, which is how the gathered outputs are matched to files.
 
     Args:
         lengths: each sample's length (what a padded batch is padded to).
         max_samples: the cap on ``rows × longest`` of a batch.
+        num_replicas: processes evaluating together.
+        rank: which of them this is.
     """
 
-    def __init__(self, lengths: Sequence[int], max_samples: int):
+    def __init__(self, lengths: Sequence[int], max_samples: int, num_replicas: int = 1, rank: int = 0):
         if max_samples < 1:
             raise ValueError(f"max_samples must be at least 1, got {max_samples}")
+        _check_shard(rank, num_replicas)
+        self.num_replicas, self.rank = num_replicas, rank
         self.lengths = [int(n) for n in lengths]
         self.max_samples = int(max_samples)
         order = sorted(range(len(self.lengths)), key=lambda i: (-self.lengths[i], i))
@@ -190,6 +197,8 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
             current.append(i)
         if current:
             self.batches.append(current)
+        self.all_batches = self.batches
+        self.batches = self.batches[rank::num_replicas]
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -278,10 +287,10 @@ def make_loader(
     (``dataset.pads_batches``: whole audio files) is read one sample at a time unless
     ``eval_batch_size`` is given — or, with ``eval_max_samples`` and a model that handles
     padding (``mask_aware``: a bool or a callable returning one), in length-bucketed batches
-    (:class:`LengthBucketBatchSampler`; one process only). ``max_samples`` sizes training
+    (:class:`LengthBucketBatchSampler`; whole batches shared among the processes). ``max_samples`` sizes training
     batches by total samples (:class:`DynamicBatchSampler`)."""
     if not train and settings.eval_max_samples is not None and getattr(dataset, "pads_batches", False):
-        bucketed = _bucketed_loader(dataset, settings, num_replicas, mask_aware)
+        bucketed = _bucketed_loader(dataset, settings, num_replicas, rank, mask_aware)
         if bucketed is not None:
             return bucketed
     batch_size = settings.batch_size if train else (settings.eval_batch_size or settings.batch_size)
@@ -332,23 +341,20 @@ def _training_item_length(dataset: Dataset) -> int:
     return int(lengths[0])
 
 
-def _bucketed_loader(dataset: Dataset, settings: LoaderSettings, num_replicas: int,
+def _bucketed_loader(dataset: Dataset, settings: LoaderSettings, num_replicas: int, rank: int,
                      mask_aware: bool | Callable[[], bool]) -> DataLoader | None:  # fmt: skip
-    """A length-bucketed evaluation loader, or None (then files are read as without
-    ``eval_max_samples``) when the model does not handle padding or the data is sharded."""
+    """A length-bucketed evaluation loader (this process's batches), or None (then files are read
+    as without ``eval_max_samples``) when the model does not handle padding."""
     aware = mask_aware() if callable(mask_aware) else bool(mask_aware)
     if not aware:
         log.info("data.eval_max_samples: the model, as run here, does not handle padding masks (a part on the "
                  "input's time axis is not mask-aware, or the engine does not pass masks), so whole files are scored "
                  "as without it (one at a time unless data.eval_batch_size is set)")  # fmt: skip
         return None
-    if num_replicas > 1:
-        log.info("data.eval_max_samples: length buckets are not split over processes; whole files are scored as "
-                 "without it")  # fmt: skip
-        return None
-    batches = LengthBucketBatchSampler(dataset.item_lengths(), settings.eval_max_samples)
-    log.info("scoring %d whole files in %d length-bucketed batches (at most %d samples each)", len(dataset),
-             len(batches), settings.eval_max_samples)  # fmt: skip
+    batches = LengthBucketBatchSampler(dataset.item_lengths(), settings.eval_max_samples, num_replicas, rank)
+    log.info("scoring %d whole files in %d length-bucketed batches (at most %d samples each)%s", len(dataset),
+             len(batches.all_batches), settings.eval_max_samples,
+             f"; this process {len(batches)} of them" if num_replicas > 1 else "")  # fmt: skip
     workers = settings.num_workers
     return DataLoader(
         dataset,

@@ -605,8 +605,11 @@ class Trainer:
         collected = {key: torch.cat(values) if values else torch.empty(0) for key, values in outputs.items()}
         if _is_sharded(loader):  # every process's shard, back in the data's order where rows are samples
             shards = distributed.all_gather_objects(collected, "collecting model outputs")
-            sampler = loader.batch_sampler.sampler
-            counts = [len(range(r, sampler.n, sampler.num_replicas)) for r in range(sampler.num_replicas)]
+            sampler = getattr(loader.batch_sampler, "sampler", None)
+            if hasattr(sampler, "n"):
+                counts = [len(range(r, sampler.n, sampler.num_replicas)) for r in range(sampler.num_replicas)]
+            else:  # whole batches per process (length buckets): joined in rank order, rows carry their index
+                counts = [-1] * len(shards)
             collected = {key: _merge_shards([shard[key] for shard in shards], counts) for key in keys}
         return collected
 
@@ -781,7 +784,8 @@ class Trainer:
 
 def _is_sharded(loader: Any) -> bool:
     """True when ``loader`` reads one process's shard of its data (so results are combined)."""
-    sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
+    batches = getattr(loader, "batch_sampler", None)
+    sampler = getattr(batches, "sampler", batches)  # a batch sampler that shards itself (length buckets)
     return distributed.is_distributed() and getattr(sampler, "num_replicas", 1) > 1
 
 
@@ -792,7 +796,8 @@ def _merge_shards(shards: list[torch.Tensor], samples: list[int]) -> torch.Tenso
     their sample's ``index``, which is what such outputs are grouped by."""
     if [len(s) for s in shards] == samples:
         return _interleave(shards)
-    return torch.cat([s.cpu() for s in shards])
+    kept = [s.cpu() for s in shards if len(s)] or [shards[0].cpu()]  # a process without rows adds none
+    return torch.cat(kept)
 
 
 def _interleave(shards: list[torch.Tensor]) -> torch.Tensor:
