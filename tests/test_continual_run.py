@@ -113,7 +113,7 @@ def test_killed_during_the_sequence_and_resumed_gives_the_same_matrices(config, 
 
 def test_bad_continual_settings_fail_at_validation(cli, config):
     res = cli("config", str(config), "continual.epochs=3")
-    assert res.code == 2 and "continual.epochs: unknown argument 'epochs' (valid arguments: algorithm, epochs_per_task)" in res.err
+    assert res.code == 2 and "continual.epochs: unknown argument 'epochs' (valid arguments: algorithm, epochs_per_task, online, blurry, eval_every, forward_transfer)" in res.err
     assert "warning" not in res.err
     res = cli("config", str(config), "continual.epochs_per_task=0")
     assert res.code == 2 and "epochs_per_task must be at least 1" in res.err

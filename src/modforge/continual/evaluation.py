@@ -12,7 +12,10 @@ summaries computed from it.
   well the method still learns: the other side of forgetting); **forgetting** (Chaudhry et al., 2018) —
   over the tasks before the last, the mean drop from their best accuracy before the end
   to the final one; **backward transfer** (Lopez-Paz & Ranzato, 2017) — the mean of
-  ``R[T−1][j] − R[j][j]`` over ``j < T−1`` (negative: forgetting).
+  ``R[T−1][j] − R[j][j]`` over ``j < T−1`` (negative: forgetting); **forward transfer**
+  (Lopez-Paz & Ranzato, 2017) — the mean of ``R[j−1][j] − b_j`` over ``j ≥ 1``: how much training
+  the earlier tasks helps task ``j`` before it is seen, against ``b_j``, the accuracy of the model
+  as it was before any training (randomly initialised, or as ``model.init`` loaded it).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ __all__ = [
     "backward_transfer",
     "class_il_correct",
     "forgetting",
+    "forward_transfer",
     "learning_accuracy",
     "mask_to_classes",
     "task_il_correct",
@@ -100,3 +104,12 @@ def backward_transfer(matrix: AccuracyMatrix) -> float:
     last = matrix.rows[-1]
     changes = [last[j] - matrix.rows[j][j] for j in range(len(matrix) - 1)]
     return sum(changes) / len(changes)
+
+
+def forward_transfer(before_each: Sequence[float], initial: Sequence[float]) -> float:
+    """Mean over tasks ``j ≥ 1`` of ``before_each[j − 1] − initial[j]``: ``before_each[j − 1]`` is
+    ``R[j−1][j]``, task ``j``'s accuracy after training task ``j − 1`` (before task ``j``);
+    ``initial[j]`` is task ``j``'s accuracy before any training. Only the tasks both lists
+    cover count; NaN when none does."""
+    pairs = [(before_each[j - 1], initial[j]) for j in range(1, min(len(before_each) + 1, len(initial)))]
+    return sum(a - b for a, b in pairs) / len(pairs) if pairs else math.nan

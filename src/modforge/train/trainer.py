@@ -613,6 +613,24 @@ class Trainer:
             collected = {key: _merge_shards([shard[key] for shard in shards], counts) for key in keys}
         return collected
 
+    @property
+    def rows_in_epoch(self) -> int:
+        """Rows of the batches this process trained on so far this epoch (a resumed epoch's
+        earlier ones included) — the real count, where ``samples_in_epoch`` counts whole
+        batches of the nominal size (what a resume skips)."""
+        return int(sum(self._sizes))
+
+    # -------------------------------------------------------------- controls
+    def add_callback(self, callback: Any) -> None:
+        """Add ``callback`` after construction — a runner's own (a continual run's anytime
+        evaluation) — in its ``order`` among the others, with a checkpoint key of its own."""
+        kind = type(callback).__name__
+        count = sum(1 for key in self._callback_keys.values() if key.startswith(f"{kind}."))
+        self._callback_keys[id(callback)] = f"{kind}.{count}"
+        if self.rank == 0 or not getattr(callback, "rank_zero_only", False):
+            self.callbacks = sorted([*self.callbacks, callback], key=lambda cb: cb.order)
+            self._step_callbacks = [cb for cb in self.callbacks if cb.overrides("on_step_end")]
+
     # -------------------------------------------------------------- controls
     def request_stop(self, reason: str) -> None:
         """Finish the current epoch, then stop (used by early stopping)."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ...core.safe_files import save_figure
 
-__all__ = ["plot_accuracy_matrix"]
+__all__ = ["plot_accuracy_matrix", "plot_anytime"]
 
 
 def plot_accuracy_matrix(rows: list[list[float]], path: Path, title: str = "") -> Path | None:
@@ -34,6 +34,35 @@ def plot_accuracy_matrix(rows: list[list[float]], path: Path, title: str = "") -
     ax.set_yticks(range(n), [f"after T{i + 1}" for i in range(n)])
     ax.set_xlabel("evaluated task")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="accuracy")
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_anytime(records: list[dict], path: Path, title: str = "") -> Path | None:
+    """``cl_anytime.png``: mean class-IL and task-IL accuracy over the tasks seen so far against
+    the optimizer step, with the task boundaries marked."""
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in records]
+    fig, ax = plt.subplots(figsize=(6.0, 3.2))
+    ax.plot(steps, [r["class_il"] for r in records], marker=".", label="class-IL")
+    ax.plot(steps, [r["task_il"] for r in records], marker=".", label="task-IL")
+    for before, after in zip(records, records[1:], strict=False):
+        if after["task"] != before["task"]:
+            ax.axvline((before["step"] + after["step"]) / 2, color="grey", lw=0.6, ls=":")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("accuracy on the tasks seen so far")
+    ax.set_ylim(0.0, 1.0)
+    ax.legend(fontsize=8)
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()

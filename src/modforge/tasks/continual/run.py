@@ -8,8 +8,15 @@ accuracy matrix), and a checkpoint is written. The task loop's progress lives in
 checkpoints, so a run killed anywhere — mid-task or between a task's last epoch and its
 evaluation — resumes to the same final matrix.
 
-The run folder gets ``summary.json`` (both matrices, average accuracy, forgetting,
-backward transfer) and ``cl_matrix.png``.
+Before the first task the untrained model is evaluated on every task, and at each boundary the
+next task before it is trained, for forward transfer (``continual.forward_transfer``); with
+``continual.eval_every`` the accuracy on the tasks seen so far is also measured every N steps
+(anytime accuracy); ``continual.blurry`` mixes a share of each task's training samples into its
+neighbours; ``continual.online`` is one pass over the stream.
+
+The run folder gets ``summary.json`` (both matrices, average and learning accuracy, forgetting,
+backward and forward transfer, the anytime records, the samples each task trained on),
+``cl_matrix.png`` and, with anytime accuracy, ``cl_anytime.png``.
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ from typing import Any
 
 import torch
 
+from ...continual.algorithms.base import Algorithm
 from ...continual.evaluation import (
     AccuracyMatrix,
     average_accuracy,
     backward_transfer,
     class_il_correct,
     forgetting,
+    forward_transfer,
     learning_accuracy,
     task_il_correct,
 )
@@ -74,9 +83,16 @@ def continual_run(
         raise ConfigError("a continual run's training step is its algorithm's (continual.algorithm); "
                           "train.trainer applies to other runs", path="train.trainer",
                           source=cfg.where("train.trainer"))  # fmt: skip
-    loaders = [_train_loader(exp, tasks, i, cumulative=algorithm.cumulative) for i in range(len(tasks))]
+    from ...continual.blurry import blurry_tasks
+    from .monitors import AnytimeAccuracy, StreamCounter
+
+    trains = blurry_tasks([task.train for task in tasks], settings.blurry, exp.seed)
+    loaders = [_train_loader(exp, trains, i, cumulative=algorithm.cumulative) for i in range(len(tasks))]
     routines.require_a_loss(exp, cfg)
     trainer = exp.trainer(loaders[0], run_dir, trainer_class=ContinualTrainer, algorithm=algorithm)
+    trainer.add_callback(StreamCounter())
+    if settings.eval_every is not None:
+        trainer.add_callback(AnytimeAccuracy(settings.eval_every, lambda tr, t: _evaluate_seen(tr, exp, tasks, t)))
     if resume is None:
         routines.start_run_folder(cfg, run_dir, restart=restart)
     else:
@@ -86,6 +102,9 @@ def continual_run(
     first = 0
     if resume is not None:  # the task the checkpoint is in (or the one whose evaluation is missing)
         first = min(len(tasks) - 1, int(resume.get("continual", {}).get("tasks_done", 0)))
+    elif settings.forward_transfer:  # b_j: every task's accuracy before any training (forward transfer)
+        rows = _evaluate_tasks(trainer, exp, tasks, range(len(tasks)), logits=True)
+        trainer.continual["initial"] = {"class_il": rows[0], "task_il": rows[1]}
     entered = None  # the task whose schedule, order and beginning are in place
     for t in range(first, len(tasks)):
         resuming = resume is not None and t == first
@@ -111,6 +130,11 @@ def continual_run(
         class_row, task_row = _evaluate_seen(trainer, exp, tasks, t)
         trainer.continual["class_il"].append(class_row)
         trainer.continual["task_il"].append(task_row)
+        if settings.forward_transfer and t + 1 < len(tasks) and "initial" in trainer.continual:
+            ahead = _evaluate_tasks(trainer, exp, tasks, [t + 1])  # R[t][t+1]: the next task before it is trained
+            before = trainer.continual.setdefault("before_task", {"class_il": [], "task_il": []})
+            before["class_il"].append(ahead[0][0])
+            before["task_il"].append(ahead[1][0])
         trainer.continual["tasks_done"] = t + 1
         if t + 1 < len(tasks):  # the boundary checkpoint resumes into the next task, already begun
             _enter_task(t + 1, trainer, exp, tasks, loaders, epochs, begin=True)
@@ -124,6 +148,10 @@ def continual_run(
     from .plots import plot_accuracy_matrix
 
     plot_accuracy_matrix(summary["class_il"]["matrix"], run_dir / "cl_matrix.png", title=f"{cfg.name}: class-IL")
+    if summary.get("anytime"):
+        from .plots import plot_anytime
+
+        plot_anytime(summary["anytime"], run_dir / "cl_anytime.png", title=f"{cfg.name}: anytime accuracy")
     trainer.end_run(summary)  # after the files: trackers keep them
     return summary
 
@@ -203,12 +231,12 @@ def evaluate_continual(exp: Any, payload: dict[str, Any], split: str = "test") -
     return results
 
 
-def _train_loader(exp: Any, tasks: list, index: int, *, cumulative: bool):
-    """Task ``index``'s training loader (its own seeded order); with ``cumulative``, over the
-    data of tasks 0..index (JOINT)."""
+def _train_loader(exp: Any, trains: list, index: int, *, cumulative: bool):
+    """Task ``index``'s training loader (its own seeded order) over ``trains[index]``; with
+    ``cumulative``, over the data of tasks 0..index (JOINT)."""
     from ...continual.benchmarks import concat_splits
 
-    data = concat_splits([t.train for t in tasks[: index + 1]]) if cumulative else tasks[index].train
+    data = concat_splits(trains[: index + 1]) if cumulative else trains[index]
     generator = torch.Generator().manual_seed((exp.seed * 1_000_003 + index) % (1 << 63))
     return make_loader(data, exp.loader, train=True, generator=generator)
 
@@ -217,17 +245,32 @@ def _evaluate_seen(
     trainer: ContinualTrainer, exp: Any, tasks: list, t: int, split_name: str = "test"
 ) -> tuple[list[float], list[float]]:
     """Class-IL and task-IL accuracy on the ``split_name`` set (test: else val) of every task 0..t."""
+    return _evaluate_tasks(trainer, exp, tasks, range(t + 1), split_name, seen_through=t)
+
+
+def _evaluate_tasks(
+    trainer: ContinualTrainer, exp: Any, tasks: list, which: Any, split_name: str = "test", *,
+    seen_through: int | None = None, logits: bool = False,
+) -> tuple[list[float], list[float]]:
+    """Class-IL and task-IL accuracy on the ``split_name`` set (test: else val) of the tasks
+    ``which``. Class-IL predicts among the classes of tasks ``0..seen_through`` (None: through
+    each evaluated task itself — a task not trained yet, as Mammoth evaluates it for forward
+    transfer); ``logits``: the model's logits, not the algorithm's own scores (before any task
+    has begun, when a method such as iCaRL has nothing to classify with)."""
     class_il = exp.splits.setting == "class-il"
-    seen = (t + 1) * len(tasks[0].classes) if class_il else exp.splits.num_classes
+    per_task = len(tasks[0].classes)
+    scores = Algorithm.class_scores if logits else type(trainer.algorithm).class_scores
     class_row, task_row = [], []
-    for task in tasks[: t + 1]:
+    for j in which:
+        task = tasks[j]
         split = getattr(task, split_name)
         if split is None and split_name == "test":
             split = task.val
         if split is None or len(split) == 0:
-            raise UsageError(f"task {len(class_row)} of {exp.cfg.name} has no {split_name} split")
-        out = trainer.algorithm.class_scores(trainer, make_loader(split, exp.loader, train=False))
+            raise UsageError(f"task {j} of {exp.cfg.name} has no {split_name} split")
+        out = scores(trainer.algorithm, trainer, make_loader(split, exp.loader, train=False))
         n = len(out["label"])
+        seen = (1 + (j if seen_through is None else seen_through)) * per_task if class_il else exp.splits.num_classes
         class_row.append(class_il_correct(out["scores"], out["label"], seen) / n)
         task_row.append(task_il_correct(out["scores"], out["label"], task.classes) / n)
     return class_row, task_row
@@ -241,15 +284,25 @@ def _summary(cfg: Config, exp: Any, settings: ContinualSettings, trainer: Contin
         "setting": exp.splits.setting,
         "tasks": len(exp.splits.tasks),
         "epochs_per_task": settings.epochs_per_task,
+        "online": settings.online,
+        "blurry": settings.blurry,
+        "samples_seen": list(trainer.continual.get("samples_seen", [])),
         "params": sum(p.numel() for p in exp.model.parameters()),
         "train_seconds": round(trainer.extra_results.get("train_seconds", 0.0), 3),
     }
+    initial = trainer.continual.get("initial") or {}
+    before = trainer.continual.get("before_task") or {}
     for name, matrix in matrices.items():
         summary[name] = {
             "average_accuracy": average_accuracy(matrix),
             "learning_accuracy": learning_accuracy(matrix),
             "forgetting": forgetting(matrix),
             "backward_transfer": backward_transfer(matrix),
+            "forward_transfer": forward_transfer(before.get(name, []), initial.get(name, [])),
             "matrix": matrix.as_lists(),
+            "initial": list(initial.get(name, [])),  # b_j: each task before any training
+            "before_task": list(before.get(name, [])),  # R[j-1][j]: task j after task j-1, before its own
         }
+    if trainer.continual.get("anytime"):
+        summary["anytime"] = list(trainer.continual["anytime"])
     return summary
