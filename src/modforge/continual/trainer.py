@@ -28,6 +28,7 @@ class ContinualTrainer(Trainer):
     def __init__(self, *args: Any, algorithm: Algorithm, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.algorithm = algorithm
+        self.train_loader: Any = None  # the loader of the current fit() (the task being trained)
         # the task loop's progress (saved with every checkpoint): tasks whose end-of-task work
         # and evaluation are done, and the accuracy matrices so far
         self.continual: dict[str, Any] = {"tasks_done": 0, "class_il": [], "task_il": []}
@@ -36,8 +37,19 @@ class ContinualTrainer(Trainer):
         """One forward pass of the runnable (what algorithms call, on any batch they make)."""
         return self.runnable(batch)
 
+    def fit(self, train_loader: Any, val_loader: Any = None, resume: dict[str, Any] | None = None) -> list[Any]:
+        self.train_loader = train_loader  # the current task's data, for methods that read it whole (LUCIR imprints)
+        return super().fit(train_loader, val_loader, resume)
+
     def training_step(self, batch: dict[str, Any]) -> torch.Tensor:
         return self.algorithm.training_step(self, batch)
+
+    def optimizer_step(self) -> None:
+        """The Trainer's step (clip, step, zero the gradients) between the algorithm's
+        :meth:`~Algorithm.before_step` and :meth:`~Algorithm.after_step`."""
+        self.algorithm.before_step(self)
+        super().optimizer_step()
+        self.algorithm.after_step(self)
 
     def save_checkpoint(self, *, keep_last: int = 3, best: bool = False) -> Any:
         """Save as the Trainer does, but never as ``best.pt``: an epoch's validation metric is

@@ -95,6 +95,15 @@ class Algorithm:
         """The loss of one batch; the trainer back-propagates it."""
         return trainer.forward(batch)["loss"]
 
+    def before_step(self, trainer: Any) -> None:
+        """Called once per optimizer step when its gradients are complete (after the backward
+        of its last micro-batch), before clipping and ``optimizer.step()``: a method may read
+        or change ``p.grad`` here. With fp16 precision they are still multiplied by
+        ``trainer.scaler.get_scale()``."""
+
+    def after_step(self, trainer: Any) -> None:
+        """Called right after each optimizer step (parameters updated, gradients cleared)."""
+
     # ------------------------------------------------------------- evaluation
     def class_scores(self, trainer: Any, loader: Any) -> dict[str, torch.Tensor]:
         """Per-class scores (``scores`` [N, classes]) and ``label`` on ``loader``: what the
@@ -119,7 +128,7 @@ class ReplayAlgorithm(Algorithm):
     Args:
         buffer_size: how many past samples are kept.
         minibatch_size: how many are replayed per step (None: the batch size).
-        buffer_policy: 'reservoir' or 'class_balanced'.
+        buffer_policy: 'reservoir', 'class_balanced' (CBRS) or 'greedy_balanced' (GDumb's sampler).
         seed: seeds the buffer's sampling (wired from the config's seed).
     """
 

@@ -32,7 +32,7 @@ class LayerDistillation(ReplayAlgorithm):
         alpha: weight of the mean per-layer MSE.
         buffer_size: how many past samples are kept.
         minibatch_size: how many are replayed per step (None: the batch size).
-        buffer_policy: 'reservoir' or 'class_balanced'.
+        buffer_policy: 'reservoir', 'class_balanced' (CBRS) or 'greedy_balanced' (GDumb's sampler).
         seed: seeds the buffer's sampling (wired from the config's seed).
     """
 

@@ -33,7 +33,7 @@ class ExperienceReplay(ReplayAlgorithm):
         num_classes: number of classes (wired by the runner).
         buffer_size: how many past samples are kept.
         minibatch_size: how many are replayed per step (None: the batch size).
-        buffer_policy: 'reservoir' or 'class_balanced'.
+        buffer_policy: 'reservoir', 'class_balanced' (CBRS) or 'greedy_balanced' (GDumb's sampler).
         seed: seeds the buffer's sampling (wired from the config's seed).
     """
 
@@ -53,7 +53,7 @@ class DER(ReplayAlgorithm):
         alpha: weight of the MSE between current and stored logits (the paper's α).
         buffer_size: how many past samples (and their logits) are kept.
         minibatch_size: how many are replayed per step (None: the batch size).
-        buffer_policy: 'reservoir' or 'class_balanced'.
+        buffer_policy: 'reservoir', 'class_balanced' (CBRS) or 'greedy_balanced' (GDumb's sampler).
         seed: seeds the buffer's sampling (wired from the config's seed).
     """
 
@@ -102,7 +102,7 @@ class DERpp(DER):
         beta: weight of the replayed labels' cross-entropy (the paper's β).
         buffer_size: how many past samples (and their logits) are kept.
         minibatch_size: how many are replayed per step and term (None: the batch size).
-        buffer_policy: 'reservoir' or 'class_balanced'.
+        buffer_policy: 'reservoir', 'class_balanced' (CBRS) or 'greedy_balanced' (GDumb's sampler).
         seed: seeds the buffer's sampling (wired from the config's seed).
     """
 
