@@ -173,6 +173,11 @@ def main() -> int:
         + f"\nmodforge {verdict} ≥ {TARGET:.2f}× target"
         + (" on every chain" if not missed else "")
         + ". Without fast-mp3-augment, `codec` encodes MP3 frame by frame through PyAV's LAME, several times slower.\n"
+        + ("Both MP3 sides run the same native call (bit-identical output, ~3.8 ms per 4 s utterance); what "
+           "modforge adds is its per-utterance bookkeeping — a generator seeded by (seed, epoch, index), the "
+           "probability draw, the codec and bit-rate draws, length and dtype checks: about 0.1–0.2 ms, the gap "
+           "in the MP3 row. It buys bitwise-exact resume and the same audio for any number of workers.\n"
+           if "mp3" in missed else "")
     )
     return publish("audio_augment", table, ns.write)
 
