@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import os
+from collections.abc import Callable
 from typing import Any, ClassVar, Optional
 
 import numpy as np
@@ -36,6 +37,7 @@ __all__ = [
     "MinCllr",
     "MinDCF",
     "MinTDCF",
+    "TandemMetric",
     "act_dcf",
     "challenge_det_curve",
     "cllr",
@@ -292,8 +294,26 @@ def read_asv_scores(path: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(scores, dtype=np.float64), np.asarray(classes)
 
 
+class TandemMetric(ScoreMetric):
+    """Base of the t-DCF metrics: a CM in tandem with a fixed ASV system whose scores come from
+    a file read once, when the metric is built (:func:`read_asv_scores`); ``tandem_cost`` is the
+    function ``(scores, labels, asv_scores, asv_labels, **costs) -> float``. The cost model and
+    the ASV operating point are checked at build time, not at the first evaluation."""
+
+    tandem_cost: ClassVar[Callable[..., float]]
+
+    def _use_asv(self, asv_scores: str, costs: dict[str, float]) -> None:
+        self.asv_path = str(asv_scores)
+        self.asv_scores, self.asv_labels = read_asv_scores(self.asv_path)
+        self.costs = costs
+        type(self).tandem_cost([0.0, 1.0], [0, 1], self.asv_scores, self.asv_labels, **self.costs)
+
+    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
+        return type(self).tandem_cost(scores, labels, self.asv_scores, self.asv_labels, **self.costs)
+
+
 @register_metric("min_tdcf")
-class MinTDCF(ScoreMetric):
+class MinTDCF(TandemMetric):
     """Normalised minimum t-DCF of the CM in tandem with a fixed ASV system: the ASVspoof
     2019 script's value (:func:`.challenge_metrics.min_tdcf`; the ASV at its ``compute_eer``
     threshold, accepting ``score >= threshold``). The ASV
@@ -314,6 +334,7 @@ class MinTDCF(ScoreMetric):
     """
 
     name = "min_tdcf"
+    tandem_cost = staticmethod(min_tdcf)
 
     def __init__(
         self,
@@ -328,19 +349,6 @@ class MinTDCF(ScoreMetric):
         c_fa_cm: float = 10.0,
     ):
         super().__init__(num_classes)
-        self.asv_path = str(asv_scores)
-        self.asv_scores, self.asv_labels = read_asv_scores(self.asv_path)
-        self.costs = dict(
-            p_target=p_target,
-            p_nontarget=p_nontarget,
-            p_spoof=p_spoof,
-            c_miss_asv=c_miss_asv,
-            c_fa_asv=c_fa_asv,
-            c_miss_cm=c_miss_cm,
-            c_fa_cm=c_fa_cm,
-        )
-        # validates the cost model and the ASV operating point now, not at the first evaluation
-        min_tdcf([0.0, 1.0], [0, 1], self.asv_scores, self.asv_labels, **self.costs)
-
-    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
-        return min_tdcf(scores, labels, self.asv_scores, self.asv_labels, **self.costs)
+        self._use_asv(asv_scores, dict(p_target=p_target, p_nontarget=p_nontarget, p_spoof=p_spoof,
+                                       c_miss_asv=c_miss_asv, c_fa_asv=c_fa_asv, c_miss_cm=c_miss_cm,
+                                       c_fa_cm=c_fa_cm))  # fmt: skip

@@ -37,7 +37,7 @@ import numpy as np
 from ...core.registries import register_metric
 from .challenge_metrics import asv_eer_threshold, challenge_det_curve
 from .detection import _asv_classes, _positive
-from .metrics import ScoreMetric, read_asv_scores
+from .metrics import TandemMetric
 
 __all__ = ["MinTDCF2021", "a_dcf", "asv_error_rates", "min_tdcf_2021", "normalised_min_tdcf", "t_eer", "tandem_curves",
            "tdcf_2021_costs"]
@@ -250,7 +250,7 @@ def t_eer(cm_scores: Any, asv_scores: Any, asv_labels: Any, *, chunk_cells: int 
 
 
 @register_metric("min_tdcf_2021")
-class MinTDCF2021(ScoreMetric):
+class MinTDCF2021(TandemMetric):
     """Normalised minimum revised (ASVspoof 2021) t-DCF of the CM in tandem with a fixed ASV
     system (:func:`min_tdcf_2021`). The ASV scores come from a file read once, when the
     metric is built (:func:`.metrics.read_asv_scores`); only the ASV's error rates at its EER
@@ -265,6 +265,7 @@ class MinTDCF2021(ScoreMetric):
     """
 
     name: ClassVar[str] = "min_tdcf_2021"
+    tandem_cost = staticmethod(min_tdcf_2021)
 
     def __init__(
         self,
@@ -278,13 +279,5 @@ class MinTDCF2021(ScoreMetric):
         c_fa_spoof: float = 10.0,
     ):
         super().__init__(num_classes)
-        self.asv_path = str(asv_scores)
-        self.asv_scores, self.asv_labels = read_asv_scores(self.asv_path)
-        self.costs = dict(
-            p_target=p_target, p_nontarget=p_nontarget, p_spoof=p_spoof, c_miss=c_miss, c_fa=c_fa, c_fa_spoof=c_fa_spoof
-        )
-        # validates the cost model and the ASV operating point now, not at the first evaluation
-        min_tdcf_2021([0.0, 1.0], [0, 1], self.asv_scores, self.asv_labels, **self.costs)
-
-    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
-        return min_tdcf_2021(scores, labels, self.asv_scores, self.asv_labels, **self.costs)
+        self._use_asv(asv_scores, dict(p_target=p_target, p_nontarget=p_nontarget, p_spoof=p_spoof, c_miss=c_miss,
+                                       c_fa=c_fa, c_fa_spoof=c_fa_spoof))  # fmt: skip
