@@ -3,6 +3,14 @@
 Only the step changes: the loop, callbacks, checkpoints and exact resume are the
 :class:`~modforge.train.trainer.Trainer`'s. The algorithm's state (its buffer, stored
 logits, importance weights...) is saved in every checkpoint and restored with it.
+
+With several processes the model is not wrapped in DDP: a method forwards several batches
+per step (the stream, one or two replay minibatches, a teacher), computes gradients of its
+own (A-GEM, GEM) and changes them before the step (SI), which DDP's backward hooks do not
+follow. Every process runs the plain model and the gradients are averaged once per optimizer
+step, before the method sees them — what DDP's reducer would leave, at the point the method
+expects it (see :mod:`~modforge.continual.processes` for the method's state). The runner gives
+every process rank 0's starting weights before the method is built.
 """
 
 from __future__ import annotations
@@ -10,9 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
+from ..train import distributed
 from ..train.trainer import Trainer
 from .algorithms.base import Algorithm
+from .processes import Processes
 
 __all__ = ["ContinualTrainer"]
 
@@ -28,6 +39,7 @@ class ContinualTrainer(Trainer):
     def __init__(self, *args: Any, algorithm: Algorithm, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.algorithm = algorithm
+        algorithm.processes = Processes(self.world_size, self.rank)
         self.train_loader: Any = None  # the loader of the current fit() (the task being trained)
         # the task loop's progress (saved with every checkpoint): tasks whose end-of-task work
         # and evaluation are done, and the accuracy matrices so far
@@ -44,9 +56,16 @@ class ContinualTrainer(Trainer):
     def training_step(self, batch: dict[str, Any]) -> torch.Tensor:
         return self.algorithm.training_step(self, batch)
 
+    def _replicated(self) -> nn.Module:
+        """The plain model on every process: gradients are averaged in :meth:`optimizer_step`."""
+        return self.model
+
     def optimizer_step(self) -> None:
         """The Trainer's step (clip, step, zero the gradients) between the algorithm's
-        :meth:`~Algorithm.before_step` and :meth:`~Algorithm.after_step`."""
+        :meth:`~Algorithm.before_step` and :meth:`~Algorithm.after_step`; with several
+        processes, the gradients are first averaged over them."""
+        if self.world_size > 1:
+            distributed.average_gradients([p for p in self.model.parameters() if p.requires_grad])
         self.algorithm.before_step(self)
         super().optimizer_step()
         self.algorithm.after_step(self)

@@ -32,9 +32,12 @@ __all__ = [
     "PeerFailure",
     "all_gather_objects",
     "all_reduce_sum",
+    "average_gradients",
     "barrier",
     "broadcast_buffers",
+    "broadcast_module",
     "broadcast_object",
+    "broadcast_tensors",
     "env_world_size",
     "is_distributed",
     "is_main_process",
@@ -229,21 +232,61 @@ def all_reduce_sum(tensor: torch.Tensor, what: str = "a reduction") -> torch.Ten
     return moved.to(tensor.device)
 
 
-def broadcast_buffers(module: torch.nn.Module, src: int = 0, what: str = "sharing buffers") -> None:
-    """Give every process rank ``src``'s buffers of ``module`` (BatchNorm running
-    statistics drift apart when each process normalises its own batches) — one broadcast
-    per dtype, the buffers flattened into it."""
+def broadcast_tensors(tensors: list[torch.Tensor], src: int = 0, what: str = "a broadcast") -> None:
+    """Give every process rank ``src``'s values of ``tensors`` (in place; the same list, in the
+    same order, on every process) — one broadcast per dtype, the tensors flattened into it."""
     if not is_distributed():
         return
     device = _communication_device()
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-    for buffer in module.buffers():
-        by_dtype.setdefault(buffer.dtype, []).append(buffer)
-    for buffers in by_dtype.values():
-        flat = torch.cat([b.detach().reshape(-1).to(device) for b in buffers])
+    for tensor in tensors:
+        by_dtype.setdefault(tensor.dtype, []).append(tensor)
+    for group in by_dtype.values():
+        flat = torch.cat([t.detach().reshape(-1).to(device) for t in group])
         _guarded(what, dist.broadcast, flat, src=src)
-        for buffer, part in zip(buffers, flat.split([b.numel() for b in buffers]), strict=True):
-            buffer.data.copy_(part.view_as(buffer).to(buffer.device))
+        with torch.no_grad():
+            for tensor, part in zip(group, flat.split([t.numel() for t in group]), strict=True):
+                tensor.data.copy_(part.view_as(tensor).to(tensor.device))
+
+
+def broadcast_buffers(module: torch.nn.Module, src: int = 0, what: str = "sharing buffers") -> None:
+    """Give every process rank ``src``'s buffers of ``module`` (BatchNorm running
+    statistics drift apart when each process normalises its own batches)."""
+    broadcast_tensors(list(module.buffers()), src, what)
+
+
+def broadcast_module(module: torch.nn.Module, src: int = 0, what: str = "sharing the weights") -> None:
+    """Give every process rank ``src``'s parameters and buffers of ``module`` (what DDP does
+    when it wraps a model, for code that averages gradients itself)."""
+    broadcast_tensors([*module.parameters(), *module.buffers()], src, what)
+
+
+def average_gradients(params: list[torch.Tensor], what: str = "averaging the gradients") -> None:
+    """Replace each parameter's ``.grad`` by its mean over the processes, as DDP's reducer
+    does (one reduction per dtype). A parameter without a gradient on some process counts
+    zeros there; one without a gradient on every process keeps none (an optimizer skips it)."""
+    if not is_distributed():
+        return
+    device = _communication_device()
+    present = torch.tensor([float(p.grad is not None) for p in params], dtype=torch.float64, device=device)
+    _guarded(what, dist.all_reduce, present, op=dist.ReduceOp.SUM)
+    size = world_size()
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for param, count in zip(params, present.tolist(), strict=True):
+        if count > 0:
+            by_dtype.setdefault(param.dtype, []).append(param)
+    for group in by_dtype.values():
+        flat = torch.cat([
+            (p.grad.detach() if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(device) for p in group
+        ])  # fmt: skip
+        _guarded(what, dist.all_reduce, flat, op=dist.ReduceOp.SUM)
+        flat /= size
+        for param, part in zip(group, flat.split([p.numel() for p in group]), strict=True):
+            value = part.view_as(param).to(param.device)
+            if param.grad is None:
+                param.grad = value.clone()
+            else:
+                param.grad.copy_(value)
 
 
 _NUMPY_DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,

@@ -416,7 +416,7 @@ class Trainer:
         self.train_mode(True)
         self._train_batches(loader)
         self.epoch_finished = True
-        if self.ddp is not None:  # BatchNorm statistics drift apart per process: evaluate with rank 0's
+        if self.world_size > 1:  # BatchNorm statistics drift apart per process: evaluate with rank 0's
             distributed.broadcast_buffers(self.model, what="sharing buffers after the epoch")
         row: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.global_step, "train_loss": self._mean_loss()}
         row.update(self._mean_loss_parts())

@@ -19,6 +19,7 @@ import torch
 
 from ...core.constraints import PositiveInt
 from ..buffer import Buffer, Policy
+from ..processes import Processes
 
 __all__ = ["Algorithm", "ReplayAlgorithm", "Teacher", "joined"]
 
@@ -69,16 +70,23 @@ class Algorithm:
         model: the model being trained (its ``runnable`` comes from the trainer).
         task: the index of the task being trained (-1 before the first).
         uses_buffer: whether the algorithm keeps a replay buffer.
+        processes: the processes training together (set by the trainer; see
+            :mod:`~modforge.continual.processes`): what the method remembers of a batch goes
+            through ``processes.gather_rows``, what it draws to replay through ``processes.share``.
+        distributed: why the method cannot train over several processes (its loss is not a mean
+            over samples, so shards would not average to the whole batch's), or "" when it can.
     """
 
     uses_buffer = False
     cumulative = False  # True: task t trains on the data of tasks 0..t (JOINT)
     settings: tuple[str, ...] = ("class-il", "domain-il")  # the task sequences the method works on
+    distributed = ""  # "": trains over several processes as over one; else the reason it cannot
 
     def __init__(self, model: torch.nn.Module, num_classes: int | None = None):
         self.model, self.num_classes = model, num_classes
         self.task = -1
         self.seen_classes: list[int] = []  # classes of the tasks begun so far, in order
+        self.processes = Processes()
 
     # --------------------------------------------------------- task boundaries
     def begin_task(self, task: int, trainer: Any = None, classes: Sequence[int] = ()) -> None:
@@ -103,6 +111,16 @@ class Algorithm:
 
     def after_step(self, trainer: Any) -> None:
         """Called right after each optimizer step (parameters updated, gradients cleared)."""
+
+    def draw(self, memory: Any, per_process: int, device: torch.device) -> dict[str, torch.Tensor] | None:
+        """``per_process`` samples of ``memory`` (anything with ``len`` and ``sample(n)``: a
+        buffer, exemplars) on ``device``, or all when it holds fewer; None when it is empty.
+        With several processes, this process's share of one draw of ``N × per_process`` made
+        alike on every process."""
+        size = self.processes.draw_size(per_process, len(memory))
+        if size == 0:
+            return None
+        return {k: v.to(device) for k, v in self.processes.share(memory.sample(size)).items()}
 
     # ------------------------------------------------------------- evaluation
     def class_scores(self, trainer: Any, loader: Any) -> dict[str, torch.Tensor]:
@@ -151,17 +169,17 @@ class ReplayAlgorithm(Algorithm):
         self.minibatch_size = minibatch_size
 
     def replay(self, batch: dict[str, Any]) -> dict[str, torch.Tensor] | None:
-        """A replay minibatch (None while the buffer is empty), on the batch's device."""
-        if self.buffer.is_empty:
-            return None
-        size = self.minibatch_size or len(batch["label"])
-        device = batch["label"].device
-        return {k: v.to(device) for k, v in self.buffer.sample(size).items()}
+        """A replay minibatch (None while the buffer is empty), on the batch's device. With
+        several processes, this process's share of one draw made alike on every process."""
+        return self.draw(self.buffer, self.minibatch_size or len(batch["label"]), batch["label"].device)
 
     def remember(self, batch: dict[str, Any], out: dict[str, Any]) -> None:
-        """Offer the current batch to the buffer (with its logits when the method stores them)."""
-        extra = {key: (out["logits"] if key == "logits" else batch[key]) for key in self.stored}
-        self.buffer.add(batch["label"], **extra)
+        """Offer the current batch to the buffer (with its logits when the method stores them);
+        with several processes, every process's batch, in the stream's order."""
+        rows = {key: (out["logits"] if key == "logits" else batch[key]) for key in self.stored}
+        rows = self.processes.gather_rows({**rows, "label": batch["label"]})
+        labels = rows.pop("label")
+        self.buffer.add(labels, **rows)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "buffer": self.buffer.state_dict()}

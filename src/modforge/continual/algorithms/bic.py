@@ -120,6 +120,11 @@ class BiC(Algorithm):
         seed: seeds the draws of exemplars and the correction's minibatches (the config's seed).
     """
 
+    distributed = (  # why it trains in one process only
+        "it holds out the first samples of each new class in the order the stream brings them, a decision "
+        "each process would take on its own shard"
+    )
+
     uses_buffer = True
     settings = ("class-il",)
 

@@ -76,11 +76,12 @@ class ERACE(ReplayAlgorithm):
 
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
         labels = batch["label"]
-        self.seen_so_far = sorted(set(self.seen_so_far) | set(labels.unique().tolist()))
+        every = self.processes.gather_rows({"label": labels})["label"]  # the whole batch's (several processes)
+        self.seen_so_far = sorted(set(self.seen_so_far) | set(every.unique().tolist()))
         logits = trainer.forward({"input": batch["input"]})["logits"]
         active = self.task > 0 or self.task_free
         if active:
-            logits = logits.masked_fill(~self.mask(labels, logits.shape[1]), MASKED)
+            logits = logits.masked_fill(~self.mask(every, logits.shape[1]), MASKED)
         loss = F.cross_entropy(logits, labels)
         if active:
             past = self.replay(batch)

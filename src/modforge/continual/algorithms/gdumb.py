@@ -136,9 +136,10 @@ class GDumb(ReplayAlgorithm):
 
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
         labels = batch["label"]
-        self.train_batch = max(self.train_batch, len(labels))
+        self.train_batch = max(self.train_batch, len(labels) * self.processes.world_size)
         if self.fill_epoch is None or getattr(trainer, "epoch", None) == self.fill_epoch:
-            self.buffer.add(labels, input=batch["input"])
+            rows = self.processes.gather_rows({"label": labels, "input": batch["input"]})  # every process's batch
+            self.buffer.add(rows["label"], input=rows["input"])
         if getattr(trainer, "scaler", None) is not None:  # fp16's scaler needs gradients to check: zeros
             return sum(p.sum() for p in self.model.parameters() if p.requires_grad) * 0.0
         return torch.zeros((), device=labels.device, requires_grad=True)  # no gradient: the optimizer skips all

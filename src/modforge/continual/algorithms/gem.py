@@ -81,13 +81,12 @@ def project_to_cone(gradient: torch.Tensor, memories: torch.Tensor, margin: floa
 
 
 def _task_batch_size(algorithm: Any, loader: Any) -> int:
-    """The training batch size: the largest batch stepped on, else the loader's."""
+    """The training batch size over every process: the largest batch stepped on, else the
+    loader's (× the processes)."""
     if algorithm.train_batch:
         return algorithm.train_batch
-    size = getattr(loader, "batch_size", None)
-    if size:
-        return int(size)
-    return len(next(iter(loader))["label"])
+    size = getattr(loader, "batch_size", None) or len(next(iter(loader))["label"])
+    return int(size) * algorithm.processes.world_size
 
 
 def _prepared(trainer: Any, loader: Any):
@@ -136,14 +135,14 @@ class AGEM(ReplayAlgorithm):
         self.train_batch = 0  # the largest training batch stepped on
 
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
-        self.train_batch = max(self.train_batch, len(batch["label"]))
+        self.train_batch = max(self.train_batch, len(batch["label"]) * self.processes.world_size)
         loss = trainer.forward(batch)["loss"]
-        if self.buffer.is_empty:
+        past = self.replay(batch)
+        if past is None:
             return loss
         grads = _Gradients(self.model)
-        g = grads.of(loss)
-        past = self.replay(batch)
-        g_ref = grads.of(trainer.forward({"input": past["input"], "label": past["label"]})["loss"])
+        g = self.processes.mean(grads.of(loss))  # the whole batch's gradients (several processes)
+        g_ref = self.processes.mean(grads.of(trainer.forward({"input": past["input"], "label": past["label"]})["loss"]))
         dot = torch.dot(g, g_ref)
         if float(dot) < 0:
             g = g - (dot / torch.dot(g_ref, g_ref)) * g_ref
@@ -260,7 +259,7 @@ class GEM(ReplayAlgorithm):
             past = {"input": memory["input"][rows].to(device), "label": memory["label"][rows].to(device)}
             memories.append(grads.of(trainer.forward(past)["loss"]))
         loss = trainer.forward(batch)["loss"]
-        g = grads.of(loss)
+        g = self.processes.mean(grads.of(loss))  # the whole batch's (the memories are whole on every process)
         stacked = torch.stack(memories)
         if bool((stacked @ g < 0).any()):
             g = project_to_cone(g, stacked, self.gamma, self.solver)

@@ -100,10 +100,7 @@ class ICaRL(Algorithm):
 
     # ------------------------------------------------------------------- step
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
-        past = None
-        if not self.memory.is_empty:
-            drawn = self.memory.sample(self.minibatch_size or len(batch["label"]))
-            past = {k: v.to(batch["label"].device) for k, v in drawn.items()}
+        past = self.draw(self.memory, self.minibatch_size or len(batch["label"]), batch["label"].device)
         data = joined(batch, past)
         logits = trainer.forward({"input": data["input"]})["logits"]
         targets = F.one_hot(data["label"], logits.shape[1]).to(logits.dtype)

@@ -114,6 +114,12 @@ class LUCIR(Algorithm):
         seed: seeds the draws of exemplars (wired from the config's seed).
     """
 
+    distributed = (  # why it trains in one process only
+        "its margin-ranking term is averaged over the old-class samples each batch happens to hold (a "
+        "process's share would weigh them differently) and it imprints the new classes' weights from the "
+        "task's training loader, which a process holds a shard of"
+    )
+
     uses_buffer = True
     settings = ("class-il",)
 
@@ -251,10 +257,7 @@ class LUCIR(Algorithm):
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
         if self.prepared_task != self.task:
             self.prepare_task(trainer)
-        past = None
-        if not self.memory.is_empty:
-            drawn = self.memory.sample(self.minibatch_size or len(batch["label"]))
-            past = {k: v.to(batch["label"].device) for k, v in drawn.items()}
+        past = self.draw(self.memory, self.minibatch_size or len(batch["label"]), batch["label"].device)
         data = joined(batch, past)
         out = trainer.forward({"input": data["input"]})
         return self.lucir_loss(out["logits"], out["features"], data["label"], data["input"])

@@ -102,6 +102,12 @@ class XDER(ReplayAlgorithm):
         seed: seeds the buffer's draws (wired from the config's seed).
     """
 
+    distributed = (  # why it trains in one process only
+        "its constraint hinges are averaged over the violations each batch happens to hold, and it rewrites "
+        "the stored logits of the samples each step replays, so shards would not add up to the whole batch's "
+        "step"
+    )
+
     settings = ("class-il",)
 
     def __init__(

@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
+from ...train import distributed
 from ...train.callbacks.base import Callback
 
 __all__ = ["AnytimeAccuracy", "StreamCounter"]
@@ -45,7 +48,7 @@ class AnytimeAccuracy(Callback):
 
 
 class StreamCounter(Callback):
-    """Adds each epoch's consumed training samples to ``trainer.continual["samples_seen"][task]``."""
+    """Adds each epoch's consumed training samples (over every process) to ``trainer.continual["samples_seen"][task]``."""
 
     order = 30
 
@@ -62,5 +65,5 @@ class StreamCounter(Callback):
         task = max(0, int(trainer.algorithm.task))
         seen = trainer.continual.setdefault("samples_seen", [])
         seen.extend([0] * (task + 1 - len(seen)))
-        seen[task] += self.consumed
+        seen[task] += int(distributed.all_reduce_sum(torch.tensor(self.consumed), "counting the stream"))
         self.consumed = 0

@@ -43,6 +43,7 @@ from ...core.config import Config
 from ...core.errors import ConfigError, ModforgeError, UsageError
 from ...core.registries import ALGORITHMS
 from ...data.loader import make_loader
+from ...train import distributed
 from ..base import RunRoutines
 from .task import ContinualSettings, continual_settings
 
@@ -63,7 +64,9 @@ def continual_run(
     """Train the task sequence of ``cfg``'s dataset with its algorithm; return the summary
     (``run_dir`` is made once everything is built; ``restart``: a folder that never reached
     its first checkpoint, trained again from scratch; ``splits``: the data, when already
-    loaded). ``routines``: the runner's."""
+    loaded). ``routines``: the runner's. Under ``--nproc N`` every process trains its shard
+    of each task (:mod:`~modforge.continual.processes`) and evaluates its shard of each test
+    set; rank 0 writes the folder."""
     exp = routines.build(cfg, splits, init_weights=resume is None)
     tasks = getattr(exp.splits, "tasks", None)
     if not tasks:
@@ -71,13 +74,20 @@ def continual_run(
                           "dataset; seq_digits, seq_mnist, seq_cifar10, … — modforge list dataset)",
                           path="data.type", source=cfg.where("data.type"))
     settings = continual_settings(cfg)
+    # one starting point on every process, before a method copies the weights (GDumb's reset, a teacher)
+    distributed.broadcast_module(exp.model, what="sharing the starting weights")
     algorithm = ALGORITHMS.build(settings.algorithm, path="continual.algorithm", origin_of=cfg.where,
                                  model=exp.model, num_classes=exp.splits.num_classes, seed=exp.seed)
+    name = settings.algorithm["type"]
     if exp.splits.setting not in algorithm.settings:
-        name = settings.algorithm["type"]
         raise ConfigError(f"algorithm '{name}' works on {' or '.join(algorithm.settings)} sequences; "
                           f"data.type '{cfg.data['data']['type']}' is {exp.splits.setting}",
                           path="continual.algorithm", source=cfg.where("continual.algorithm"))
+    if distributed.is_distributed() and algorithm.distributed:
+        raise ConfigError(f"algorithm '{name}' trains in one process only: {algorithm.distributed}; launch it "
+                          "without --nproc/torchrun", path="continual.algorithm",
+                          source=cfg.where("continual.algorithm"))  # fmt: skip
+    main = distributed.is_main_process()
     _refuse_whole_run_stopping(cfg, exp)
     if exp.settings.trainer is not None:
         raise ConfigError("a continual run's training step is its algorithm's (continual.algorithm); "
@@ -93,9 +103,9 @@ def continual_run(
     trainer.add_callback(StreamCounter())
     if settings.eval_every is not None:
         trainer.add_callback(AnytimeAccuracy(settings.eval_every, lambda tr, t: _evaluate_seen(tr, exp, tasks, t)))
-    if resume is None:
+    if main and resume is None:
         routines.start_run_folder(cfg, run_dir, restart=restart)
-    else:
+    elif main:
         routines.continue_run_folder(cfg, run_dir)
     epochs = settings.epochs_per_task
     keep_last = next((cb.keep_last for cb in trainer.callbacks if hasattr(cb, "keep_last")), 3)
@@ -144,14 +154,15 @@ def continual_run(
     trainer.writer.wait()
     trainer.extra_results["train_seconds"] = trainer.train_seconds  # the whole run's, resumed sessions included
     summary = _summary(cfg, exp, settings, trainer)
-    routines.write_json(run_dir / "summary.json", summary)
-    from .plots import plot_accuracy_matrix
+    if main:
+        routines.write_json(run_dir / "summary.json", summary)
+        from .plots import plot_accuracy_matrix
 
-    plot_accuracy_matrix(summary["class_il"]["matrix"], run_dir / "cl_matrix.png", title=f"{cfg.name}: class-IL")
-    if summary.get("anytime"):
-        from .plots import plot_anytime
+        plot_accuracy_matrix(summary["class_il"]["matrix"], run_dir / "cl_matrix.png", title=f"{cfg.name}: class-IL")
+        if summary.get("anytime"):
+            from .plots import plot_anytime
 
-        plot_anytime(summary["anytime"], run_dir / "cl_anytime.png", title=f"{cfg.name}: anytime accuracy")
+            plot_anytime(summary["anytime"], run_dir / "cl_anytime.png", title=f"{cfg.name}: anytime accuracy")
     trainer.end_run(summary)  # after the files: trackers keep them
     return summary
 
@@ -238,7 +249,12 @@ def _train_loader(exp: Any, trains: list, index: int, *, cumulative: bool):
 
     data = concat_splits(trains[: index + 1]) if cumulative else trains[index]
     generator = torch.Generator().manual_seed((exp.seed * 1_000_003 + index) % (1 << 63))
-    return make_loader(data, exp.loader, train=True, generator=generator)
+    return make_loader(data, exp.loader, train=True, generator=generator, **_shard())
+
+
+def _shard() -> dict[str, int]:
+    """This process's shard of a loader (all of it with one process)."""
+    return {"num_replicas": distributed.world_size(), "rank": distributed.rank()}
 
 
 def _evaluate_seen(
@@ -268,7 +284,7 @@ def _evaluate_tasks(
             split = task.val
         if split is None or len(split) == 0:
             raise UsageError(f"task {j} of {exp.cfg.name} has no {split_name} split")
-        out = scores(trainer.algorithm, trainer, make_loader(split, exp.loader, train=False))
+        out = scores(trainer.algorithm, trainer, make_loader(split, exp.loader, train=False, **_shard()))
         n = len(out["label"])
         seen = (1 + (j if seen_through is None else seen_through)) * per_task if class_il else exp.splits.num_classes
         class_row.append(class_il_correct(out["scores"], out["label"], seen) / n)
@@ -290,6 +306,8 @@ def _summary(cfg: Config, exp: Any, settings: ContinualSettings, trainer: Contin
         "params": sum(p.numel() for p in exp.model.parameters()),
         "train_seconds": round(trainer.extra_results.get("train_seconds", 0.0), 3),
     }
+    if trainer.world_size > 1:
+        summary["processes"] = trainer.world_size
     initial = trainer.continual.get("initial") or {}
     before = trainer.continual.get("before_task") or {}
     for name, matrix in matrices.items():

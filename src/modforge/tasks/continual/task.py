@@ -94,13 +94,8 @@ class ContinualTask(Task):
         splits: Any = None,
         restart: bool = False,
     ) -> dict[str, Any]:
-        from ...train import distributed
         from .run import continual_run
 
-        if distributed.is_distributed():
-            raise ConfigError("a continual run trains in one process (its methods step on several forward passes "
-                              "per batch, which DDP does not synchronise); launch it without torchrun/--nproc",
-                              path="continual", source=cfg.where("continual"))  # fmt: skip
         return continual_run(routines, cfg, run_dir, resume=resume, splits=splits, restart=restart)
 
     def evaluate(
