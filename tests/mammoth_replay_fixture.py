@@ -80,7 +80,7 @@ MAMMOTH_NAMES = {
 
 def model_config(head: str) -> dict[str, Any]:
     """modforge's model section for ``head`` ('linear' or 'cosine', ER-ACE's)."""
-    heads = {"linear": "linear", "cosine": {"type": "cosine", "args": {"scale": 10.0, "learn_scale": False}}}
+    heads = {"linear": "linear", "cosine": {"type": "cosine", "args": {"scale": 10.0, "learn_scale": False, "eps": 1e-5}}}
     return {"backbone": {"type": "mlp", "args": {"hidden_dims": [HIDDEN, HIDDEN]}}, "head": heads[head],
             "losses": ["cross_entropy"]}  # fmt: skip
 

@@ -16,7 +16,8 @@ e75a491c69fd729edeb01431afb753d9157d9a81):
 
 Mammoth also replaces the model's classifier with a cosine one (``--use_custom_classifier``,
 on by default). A modforge algorithm never changes the model: to match, configure the head as
-``{type: cosine, args: {scale: 10, learn_scale: false}}``.
+``{type: cosine, args: {scale: 10, learn_scale: false, eps: 1.0e-5}}`` (tested step for step against
+Mammoth's code: docs/worlds/continual-parity.md).
 """
 
 from __future__ import annotations
