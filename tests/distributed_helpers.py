@@ -22,6 +22,7 @@ train:
   optimizer: {type: sgd, args: {lr: 0.1, momentum: 0.9}}
   metrics: [accuracy, loss, macro_f1]
   checkpoint: {every_n_steps: 10, keep_last: 50}
+  ema: {decay: 0.9}   # the weight average under several processes: evaluated, checkpointed, resumed
   num_threads: 1
   progress: never
   distributed: {timeout: 60}

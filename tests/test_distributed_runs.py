@@ -63,6 +63,7 @@ def test_killing_one_process_ends_the_run_and_resume_continues_exactly(tmp_path)
     ours = torch.load(tmp_path / "killed" / "checkpoints" / "last.pt", weights_only=True)
     theirs = torch.load(tmp_path / "reference" / "checkpoints" / "last.pt", weights_only=True)
     assert all(torch.equal(ours["model"][k], theirs["model"][k]) for k in theirs["model"])
+    assert all(torch.equal(ours["ema"]["average"][k], theirs["ema"]["average"][k]) for k in theirs["model"])
     assert [r["train_loss"] for r in ours["history"]] == pytest.approx([r["train_loss"] for r in theirs["history"]])
 
 

@@ -24,6 +24,7 @@ from ..data.base import DataSplits
 from ..data.loader import LoaderSettings, make_loader
 from ..engines import build_engine
 from ..model import build_model
+from ..model.formats import inference_weights
 from ..tasks.base import RunRoutines, Task, get_task, sectioned_tasks
 from ..train import distributed
 from ..train.checkpoint import CorruptCheckpointError, find_resumable, load_checkpoint, load_weights
@@ -279,6 +280,7 @@ class Experiment:
             async_checkpoints=settings.async_checkpoints,
             engine=build_engine(settings.engine, origin_of=self.cfg.where),
             find_unused_parameters=settings.distributed.find_unused_parameters,
+            ema=settings.ema,
             **extra,
         )
 
@@ -490,6 +492,9 @@ def fit_and_test(
         if best is not None:
             exp.model.load_state_dict(best)
             evaluated = "checkpoints/best.pt" if best_path.parent.parent == run_dir else display_path(best_path)
+        elif trainer.ema is not None and trainer.ema.settings.evaluate:  # the final weights: their average
+            exp.model.load_state_dict(trainer.ema.average)
+            evaluated = "final weights (their average)"
         out_dir = run_dir if main else None
         summary.update(exp.task.test(trainer, test_loader, exp.splits.test, split="test", out_dir=out_dir, stem=""))
         summary["evaluated"] = evaluated
@@ -503,12 +508,13 @@ def fit_and_test(
 
 
 def _best_weights(path: Path) -> dict[str, Any] | None:
-    """``best.pt``'s weights for the end-of-training test; ``None`` (the final weights are
-    tested, with a warning) when there is none or it is damaged."""
+    """``best.pt``'s weights for the end-of-training test (its weight average with
+    ``train.ema``); ``None`` (the final weights are tested, with a warning) when there is
+    none or it is damaged."""
     if not path.exists():
         return None
     try:
-        return load_checkpoint(path)["model"]
+        return inference_weights(load_checkpoint(path))
     except CorruptCheckpointError as exc:
         log.warning("%s; testing the final weights instead", exc)
         return None
@@ -578,7 +584,7 @@ def _load_trained(
         cfg.data["plugins"] = in_force
     cfg = _overridden(cfg, overrides) if overrides else _validated_stored(cfg, what)
     exp = Experiment.build(cfg, init_weights=False)
-    _load_weights(exp.model, payload.get("model"), path)
+    _load_weights(exp.model, inference_weights(payload), path)  # the weight average, when the run kept one
     return exp, path, payload
 
 

@@ -26,6 +26,7 @@ from ..core.safe_files import is_relative_name
 from ..core.text_safety import plain_text
 from ..data.loader import LoaderSettings
 from ..train.distributed import DistributedSettings
+from ..train.ema import EmaSettings
 from ..train.ranges import check_ranges
 from ..train.trainers import resolve_trainer
 
@@ -72,6 +73,9 @@ class TrainSettings:
         async_checkpoints: commit checkpoints in the background (the commit helper process); False: on the training thread.
         distributed: multi-process settings (torchrun): ``{backend: auto|gloo|nccl, timeout: seconds,
             find_unused_parameters: bool}``; ignored with one process.
+        ema: keep an exponential moving average of the weights: ``{decay, warmup_steps, every,
+            evaluate}`` (:mod:`modforge.train.ema`); validation, ``best.pt``, test, export and
+            predict use it unless ``evaluate: false``. None: no average.
         trainer: the Trainer class that runs the training steps — a registered name
             (:func:`modforge.train.trainers.register_trainer`) or an import path inside a loaded
             plug-in (``my_trainer.py:MyTrainer``); None: :class:`~modforge.train.trainer.Trainer`.
@@ -98,6 +102,7 @@ class TrainSettings:
         engine: Any = "eager",
         async_checkpoints: bool = True,
         distributed: Optional[dict[str, Any]] = None,
+        ema: Optional[dict[str, Any]] = None,
         trainer: Optional[str] = None,
     ):
         self.max_epochs, self.max_steps = max_epochs, max_steps
@@ -112,6 +117,7 @@ class TrainSettings:
         self.nan_guard, self.progress, self.engine = nan_guard, progress, engine
         self.async_checkpoints = async_checkpoints
         self.distributed = DistributedSettings(**(distributed or {}))
+        self.ema = EmaSettings(**ema) if ema is not None else None
         self.trainer = trainer
 
 
@@ -184,6 +190,12 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
             DistributedSettings(**values["distributed"])
         except ValueError as exc:
             raise ConfigValueError(str(exc), path="train.distributed", source=where("train.distributed")) from None
+    if values.get("ema") is not None:
+        values["ema"] = signature_of(EmaSettings).validate(values["ema"], path="train.ema", origin_of=where, plain=True)
+        try:
+            EmaSettings(**values["ema"])
+        except ValueError as exc:
+            raise ConfigValueError(str(exc), path="train.ema", source=where("train.ema")) from None
     return values
 
 

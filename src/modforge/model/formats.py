@@ -6,16 +6,27 @@ wav2vec 2.0 folders) live beside their family, in the component files.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
 
 from ..core.registries import register_checkpoint_format
 from ..core.weight_formats import CheckpointFormat, WeightFormatError, tensors_of
 
-__all__ = ["ModforgeCheckpoint", "StateDict"]
+__all__ = ["ModforgeCheckpoint", "StateDict", "inference_weights"]
 
 MODFORGE_CHECKPOINT = "modforge.checkpoint/1"
 MODFORGE_ARTIFACT = "modforge.artifact/1"
+
+
+def inference_weights(payload: Mapping[str, Any]) -> Any:
+    """The weights a modforge checkpoint is evaluated, exported, predicted and initialised with:
+    its weight average when the run kept one for evaluation (``train.ema``, unless ``evaluate:
+    false``), else its trained weights (``model``)."""
+    ema = payload.get("ema")
+    if isinstance(ema, Mapping) and ema.get("evaluate", True) and ema.get("average") is not None:
+        return ema["average"]
+    return payload.get("model")
 
 
 @register_checkpoint_format("modforge")
@@ -53,7 +64,7 @@ class ModforgeCheckpoint(CheckpointFormat):
     def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
         if not self.recognises(loaded, path):
             raise WeightFormatError(f"{path} is not a modforge checkpoint (expected format {MODFORGE_CHECKPOINT!r})")
-        return tensors_of(loaded.get("model"), what=f"the model of {path}")
+        return tensors_of(inference_weights(loaded), what=f"the model of {path}")
 
 
 @register_checkpoint_format("state_dict")

@@ -58,6 +58,7 @@ from .checkpoint import (
     remove_abandoned_temps,
     serialize,
 )
+from .ema import EmaSettings, WeightAverage
 from .metrics import Metric, batch_size_of, is_loss_term
 from .rng import capture_rng, restore_rng, seed_everything
 
@@ -131,6 +132,8 @@ class Trainer:
         engine: how the model is executed (:mod:`modforge.engines`; default eager). The
             trainer calls only the engine's runnable, which shares the model's parameters.
         find_unused_parameters: passed to ``DistributedDataParallel`` in a multi-process run.
+        ema: keep an exponential moving average of the weights (:mod:`modforge.train.ema`),
+            validated with when its ``evaluate`` is on; None: none.
     """
 
     def __init__(
@@ -157,6 +160,7 @@ class Trainer:
         async_checkpoints: bool = True,
         engine: Engine | None = None,
         find_unused_parameters: bool = False,
+        ema: EmaSettings | None = None,
     ):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -173,6 +177,7 @@ class Trainer:
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.find_unused_parameters = find_unused_parameters
+        self.ema = WeightAverage(self.model, ema) if ema is not None else None
         self.ddp: nn.Module | None = None  # the DistributedDataParallel wrapper, built by fit()
         self.optimizer, self.scheduler = optimizer, scheduler
         self.scheduler_interval, self.scheduler_monitor = scheduler_interval, scheduler_monitor
@@ -423,7 +428,8 @@ class Trainer:
         if self.guard_nonfinite:
             self.check_finite()  # before the epoch's losses are cleared (the epoch-end checkpoint follows)
         if val_loader is not None:
-            row.update(self.evaluate(val_loader, "val"))
+            with self.evaluation_weights():
+                row.update(self.evaluate(val_loader, "val"))
         self._step_scheduler_epoch(row)
         self.history.append(row)
         self.epoch += 1
@@ -434,6 +440,13 @@ class Trainer:
         self._losses, self._sizes = [], []
         for cb in self.callbacks:
             cb.on_epoch_end(self, row)
+
+    def evaluation_weights(self) -> contextlib.AbstractContextManager[None]:
+        """The weights validation runs with: the weight average when ``train.ema`` keeps one
+        for evaluation (swapped in for the duration), else the trained weights."""
+        if self.ema is not None and self.ema.settings.evaluate:
+            return self.ema.applied()
+        return contextlib.nullcontext()
 
     def _global_batch_size(self, loader: Any) -> int:
         """Samples of the epoch one step consumes: the loader's batch size × the processes
@@ -466,6 +479,8 @@ class Trainer:
                 continue
             self.optimizer_step()
             self.global_step += 1
+            if self.ema is not None:
+                self.ema.step()
             if self.scheduler is not None and self.scheduler_interval == "step":
                 self.scheduler.step()
             if self.global_step % self.log_every == 0:
@@ -695,6 +710,7 @@ class Trainer:
             "config": self.config,
             "name": self.name,
             "train_seconds": self.train_seconds,
+            "ema": None if self.ema is None else {**self.ema.state_dict(), "evaluate": self.ema.settings.evaluate},
         }
 
     def save_checkpoint(self, *, keep_last: int = 3, best: bool = False) -> Path | None:
@@ -719,6 +735,19 @@ class Trainer:
         self.writer.submit(serialize(payload), path, links, prune)
         return path
 
+    def _restore_average(self, saved: dict[str, Any] | None) -> None:
+        """The checkpoint's weight average; a checkpoint without one (trained before
+        ``train.ema`` was set) starts the average from its weights, with a warning."""
+        if saved is None:
+            log.warning("the checkpoint has no weight average (train.ema was not set when it was saved): "
+                        "the average starts from its weights")  # fmt: skip
+            self.ema = WeightAverage(self.model, self.ema.settings)
+            return
+        try:
+            self.ema.load_state_dict(saved)
+        except ValueError as exc:
+            raise ModforgeError(f"the checkpoint being resumed: {exc}") from None
+
     def load_state(self, payload: dict[str, Any], generator: torch.Generator | None = None) -> None:
         """Restore a :meth:`checkpoint_payload` (the model's weights included)."""
         saved_world = int(payload.get("world_size") or 1)
@@ -731,6 +760,8 @@ class Trainer:
             )
         self._saved_world, self._reduced = saved_world, None
         load_weights(self.model, payload.get("model"), "the checkpoint being resumed")
+        if self.ema is not None:
+            self._restore_average(payload.get("ema"))
         self.optimizer.load_state_dict(payload["optimizer"])
         if self.scheduler is not None and payload.get("scheduler") is not None:
             self.scheduler.load_state_dict(payload["scheduler"])

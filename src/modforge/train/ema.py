@@ -1,0 +1,137 @@
+"""An exponential moving average of the weights (``train.ema``) — what timm's ``ModelEmaV3``,
+mmengine's ``EMAHook`` and Lightning's weight averaging keep beside the trained weights.
+
+After every ``every``-th optimizer step the average moves towards the weights:
+``average ← decay · average + (1 − decay) · weights`` (one fused ``lerp`` over every floating
+tensor of the state, BatchNorm's running statistics included; integer buffers such as
+``num_batches_tracked`` are copied). For the first ``warmup_steps`` optimizer steps the average
+simply follows the weights (mmengine's ``begin_iter``): early weights, far from any minimum,
+would otherwise weigh on it for thousands of steps.
+
+With ``evaluate`` on (the default) validation, ``best.pt`` selection, the end-of-run test,
+``modforge test``, ``export`` and ``predict`` use the average: the trainer swaps it into the
+model for each evaluation and back after, so every engine evaluates it, and checkpoints carry it
+as ``ema`` beside ``model`` (the trained weights, which training resumes from;
+:func:`modforge.model.formats.inference_weights` picks what is evaluated). The average's
+state is part of every checkpoint, so a resumed run continues it bitwise; under several
+processes the weights are equal after every step, and so is every process's average.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["EmaSettings", "WeightAverage"]
+
+
+@dataclasses.dataclass
+class EmaSettings:
+    """The ``train.ema:`` section.
+
+    Args:
+        decay: how much of the average each update keeps (0 < decay < 1; 0.999 averages over
+            roughly the last thousand updates).
+        warmup_steps: optimizer steps during which the average equals the weights.
+        every: update the average every N optimizer steps.
+        evaluate: validate, select ``best.pt``, test, export and predict with the average;
+            False: the average is only kept (in every checkpoint's ``ema``).
+    """
+
+    decay: float = 0.999
+    warmup_steps: int = 0
+    every: int = 1
+    evaluate: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.decay < 1.0:
+            raise ValueError(f"decay must lie strictly between 0 and 1, got {self.decay}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must not be negative, got {self.warmup_steps}")
+        if self.every < 1:
+            raise ValueError(f"every must be at least 1 (optimizer steps), got {self.every}")
+
+
+class WeightAverage:
+    """The moving average of ``model``'s state (parameters and buffers), by state-dict name.
+
+    Args:
+        model: the model whose weights are averaged (its tensors are read at each update).
+        settings: decay, warm-up and period.
+    """
+
+    def __init__(self, model: nn.Module, settings: EmaSettings):
+        self.settings = settings
+        self.model = model
+        state = model.state_dict()
+        self.average: dict[str, torch.Tensor] = {name: value.detach().clone() for name, value in state.items()}
+        self.updates = 0  # optimizer steps seen (the average's own counter, checkpointed)
+
+    def _pairs(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """(floating averages, their weights, other averages, their weights) in state order."""
+        state = self.model.state_dict()
+        if state.keys() != self.average.keys():
+            raise ValueError("the model's state changed names since the average was made")
+        floats, float_src, others, other_src = [], [], [], []
+        for name, avg in self.average.items():
+            value = state[name].detach()
+            if avg.is_floating_point():
+                floats.append(avg)
+                float_src.append(value)
+            else:
+                others.append(avg)
+                other_src.append(value)
+        return floats, float_src, others, other_src
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Called after each optimizer step: move the average (every ``every`` steps; the
+        weights themselves during the warm-up)."""
+        self.updates += 1
+        if self.updates % self.settings.every:
+            return
+        floats, float_src, others, other_src = self._pairs()
+        if self.updates <= self.settings.warmup_steps:
+            torch._foreach_copy_(floats, float_src)
+        else:
+            sources = [s.to(a.dtype) if s.dtype != a.dtype else s for a, s in zip(floats, float_src, strict=True)]
+            torch._foreach_lerp_(floats, sources, 1.0 - self.settings.decay)
+        for avg, value in zip(others, other_src, strict=True):
+            avg.copy_(value)
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        """The average in the model's own tensors for the duration (every engine's runnable
+        sees it), the trained weights back after."""
+        state = self.model.state_dict()
+        kept = {name: value.detach().clone() for name, value in state.items()}
+        with torch.no_grad():
+            for name, value in state.items():
+                value.copy_(self.average[name])
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for name, value in state.items():
+                    value.copy_(kept[name])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"average": {k: v.detach().clone() for k, v in self.average.items()}, "updates": self.updates}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        average = state["average"]
+        if average.keys() != self.average.keys():
+            missing = sorted(set(self.average) - set(average))[:3]
+            extra = sorted(set(average) - set(self.average))[:3]
+            raise ValueError(f"the checkpoint's weight average does not fit this model (missing {missing}, "
+                             f"unexpected {extra})")  # fmt: skip
+        with torch.no_grad():
+            for name, value in average.items():
+                self.average[name].copy_(value)
+        self.updates = int(state["updates"])
+
