@@ -116,7 +116,7 @@ def test_the_readme_tour_runs_as_written(tmp_path, monkeypatch, capsys):
     lines = bash.replace("\\\n", " ").replace("configs/", f"{ROOT}/configs/").splitlines()
     commands = [shlex.split(part, comments=True) for line in lines for part in line.split(";")]
     commands = [argv for argv in commands if argv]
-    assert len(commands) == 5 and all(argv[0] == "modforge" for argv in commands)
+    assert len(commands) == 6 and all(argv[0] == "modforge" for argv in commands)
     for argv in commands:
         args = [a.replace("<stamp>", "tour") for a in argv[1:]]
         if args[0] == "train":

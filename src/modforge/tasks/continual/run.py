@@ -284,7 +284,8 @@ def _evaluate_tasks(
             split = task.val
         if split is None or len(split) == 0:
             raise UsageError(f"task {j} of {exp.cfg.name} has no {split_name} split")
-        out = scores(trainer.algorithm, trainer, make_loader(split, exp.loader, train=False, **_shard()))
+        with trainer.evaluation_weights():  # the weight average with train.ema (as modforge test evaluates it)
+            out = scores(trainer.algorithm, trainer, make_loader(split, exp.loader, train=False, **_shard()))
         n = len(out["label"])
         seen = (1 + (j if seen_through is None else seen_through)) * per_task if class_il else exp.splits.num_classes
         class_row.append(class_il_correct(out["scores"], out["label"], seen) / n)
