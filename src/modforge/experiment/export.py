@@ -33,10 +33,12 @@ class ExportResult:
     task_report: Any = None
     """The task's own check of the artifact (:meth:`~modforge.tasks.base.Task.export_report`;
     a detector's :class:`~modforge.tasks.detection.export_check.DetectionParity`), or None."""
+    quantization: Any = None
+    """With ``quantize``: the int8 artifact against the fp32 graph (:class:`~.quantized.QuantizationReport`)."""
 
 
 def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *, which: str = "best",
-               force: bool = False) -> ExportResult:
+               force: bool = False, quantize: str | None = None, calibration_batches: int = 8) -> ExportResult:
     """Write the model of a run folder or checkpoint as an artifact of ``engine_spec``.
 
     The run's own plug-ins are loaded first (its verified copies, installed entry points or
@@ -53,13 +55,24 @@ def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *,
     ``export_report``): a detector, for one, is exported as its decoded per-location outputs,
     with the threshold, top-k and NMS recorded for ``modforge predict`` to run after the
     graph, and the detections predict will make are compared with the eager model's.
+
+    ``quantize`` (``int8`` or ``int8-dynamic``; the onnx engine only): the fp32 graph is checked
+    against eager as always, then quantized — statically with its activation ranges calibrated on
+    ``calibration_batches`` batches of the run's validation split (else training split) — and the
+    int8 graph is written, with the test-split accuracy of both graphs and their batch-1 latency
+    in the result (:mod:`.quantized`).
     """
     exp, checkpoint = load_trained(Path(target), which)
     cfg = exp.cfg
     engine = build_engine(engine_spec, path="--engine", allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir))
     exp.task.check_export(exp)  # e.g. a continual method that classifies by something other than logits
+    if quantize is not None:
+        from .quantized import check_quantizable
+
+        check_quantizable(exp, engine, quantize, calibration_batches)
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
-    path = _artifact_path(out, run_dir / "exports", f"{checkpoint.stem}-{engine.name}", engine)
+    stem = f"{checkpoint.stem}-{engine.name}" + (f"-{quantize}" if quantize else "")  # best-onnx-int8.onnx
+    path = _artifact_path(out, run_dir / "exports", stem, engine)
     if path.exists() and not force:
         raise UsageError(f"{path} exists; choose another --out or pass --force to replace it")
     splits = exp.splits
@@ -82,20 +95,30 @@ def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *,
     exported, extra = exp.task.export_view(model)
     metadata.update(extra)
     runnable = engine.prepare(exported, batch, train=False)
-    written = engine.save(runnable, path, metadata)
-    loaded, _ = engine.load(written)
     with torch.no_grad():
         reference = exported(batch["input"])
+    if quantize is None:
+        written = engine.save(runnable, path, metadata)
+        loaded, _ = engine.load(written)
         got = torch.as_tensor(loaded({"input": batch["input"]})["logits"])
+    else:  # the fp32 graph must be the model before it is quantized
+        got = torch.as_tensor(runnable({"input": batch["input"]})["logits"])
+        written = None
     diff, scale = exp.task.export_difference(got, reference, metadata)
     if not diff <= PARITY_TOLERANCE * max(1.0, scale):
-        written.unlink(missing_ok=True)
+        if written is not None:
+            written.unlink(missing_ok=True)
         raise EngineError(
             f"the {engine.name} artifact does not reproduce the model (max |Δ| {diff:.3g} on outputs up to "
             f"{scale:.3g}, shapes {list(got.shape)} vs {list(reference.shape)}); nothing was written"
         )
+    quantization = None
+    if quantize is not None:
+        from .quantized import quantize_export
+
+        written, quantization = quantize_export(exp, engine, runnable, path, metadata, quantize, calibration_batches)
     report = exp.task.export_report(model, batch, got, metadata)
-    return ExportResult(written, checkpoint, engine.name, diff, scale, metadata, report)
+    return ExportResult(written, checkpoint, engine.name, diff, scale, metadata, report, quantization)
 
 
 def _artifact_path(out: str | Path | None, folder: Path, stem: str, engine: Any) -> Path:

@@ -28,7 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..engines import EngineError, build_engine
 from ..engines.base import first_sentence
 
-__all__ = ["EngineLatency", "ModelProfile", "PartProfile", "profile_config", "profile_model", "profile_run"]
+__all__ = ["EngineLatency", "ModelProfile", "PartProfile", "median_ms", "profile_config", "profile_model", "profile_run"]
 
 
 @dataclasses.dataclass
@@ -157,7 +157,7 @@ def _activation_bytes(model: nn.Module, batch: dict[str, Any], tracked: Sequence
     return saved.by_name, saved.total
 
 
-def _median_ms(run: Callable[[], Any], repeats: int, warmup: int) -> float:
+def median_ms(run: Callable[[], Any], repeats: int, warmup: int) -> float:
     for _ in range(warmup):
         run()
     times = []
@@ -178,7 +178,7 @@ def _latencies(model: nn.Module, batch: dict[str, Any], engines: Sequence[str], 
         try:
             runnable = engine.prepare(model, batch, train=False)
             with torch.no_grad():
-                median = _median_ms(lambda r=runnable: r(inputs), repeats, warmup)
+                median = median_ms(lambda r=runnable: r(inputs), repeats, warmup)
             out.append(EngineLatency(name, median, repeats))
         except (EngineError, RuntimeError, ImportError, ValueError) as exc:
             out.append(EngineLatency(name, None, 0, first_sentence(exc)))

@@ -32,6 +32,19 @@ def _parser() -> CommandParser:
         metavar="PATH|DIR",
         help="the artifact's path, or a folder to write it into (default: RUN_DIR/exports/<checkpoint>-<engine><suffix>)",
     )
+    parser.add_argument(
+        "--quantize",
+        choices=("int8", "int8-dynamic"),
+        help="write an int8 graph (--engine onnx): int8 = static, calibrated on the run's validation data; "
+        "int8-dynamic = weights only, activations per batch. The report compares it with fp32 on the test split",
+    )
+    parser.add_argument(
+        "--calibration-batches",
+        type=int,
+        default=8,
+        metavar="N",
+        help="validation batches that calibrate a static int8 graph (default 8)",
+    )
     add_checkpoint_option(parser)
     parser.add_argument("--force", action="store_true", help="replace an existing file at --out")
     add_plugins_option(parser)
@@ -58,7 +71,8 @@ def run(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)
     load_cli_plugins(ns.plugins)
     spec = engine_spec(ns.engine, ns.engine_args)
-    result = export_run(Path(ns.target), spec, ns.out, which=ns.checkpoint, force=ns.force)
+    result = export_run(Path(ns.target), spec, ns.out, which=ns.checkpoint, force=ns.force, quantize=ns.quantize,
+                        calibration_batches=ns.calibration_batches)  # fmt: skip
     rows = [
         ("artifact", display_path(result.path)),
         ("engine", result.engine),
@@ -68,5 +82,8 @@ def run(argv: list[str]) -> int:
     ]
     if result.task_report is not None:  # the task's own check (a detector: what predict will make of it)
         rows.extend(result.task_report.rows())
+    if result.quantization is not None:  # the int8 graph against the fp32 one it was made from
+        rows[-1] = ("max |Δ| vs eager", f"{rows[-1][1]} (the fp32 graph, before quantization)")
+        rows.extend(result.quantization.rows())
     print_table(("", ""), rows, title="exported")
     return 0
