@@ -15,8 +15,10 @@ The result is another ONNX graph that :class:`~.onnx_runtime.OnnxRunner` runs as
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ def quantize_onnx(model_bytes: bytes, mode: str, calibration: Iterable[Any] = ()
         from onnxruntime.quantization.shape_inference import quant_pre_process
     except ImportError:  # pragma: no cover - onnxruntime ships them
         raise EngineError("int8 quantization needs onnxruntime's quantization tools: pip install onnxruntime") from None
-    with tempfile.TemporaryDirectory(prefix="modforge-quantize-") as folder:
+    with tempfile.TemporaryDirectory(prefix="modforge-quantize-") as folder, _quiet_root_logger():
         source, prepared, target = (Path(folder) / name for name in ("fp32.onnx", "prepared.onnx", "int8.onnx"))
         source.write_bytes(model_bytes)
         try:
@@ -86,3 +88,16 @@ def _reader(arrays: Iterable[Any], input_name: str) -> Any:
             self.position = 0
 
     return Batches()
+
+
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """ONNX Runtime's quantizer logs advice through the root logger (per-tensor notes, "consider
+    pre-processing", which is done); only its errors are shown."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)

@@ -1,0 +1,187 @@
+"""int8 against fp32 ONNX: what `modforge export --engine onnx --quantize ...` gives up in accuracy
+and gains in CPU latency, per model.
+
+Models: the digits CNN of `configs/digits.yaml` and a ResNet-18 (CIFAR stem) on the same 1×8×8
+digits, trained here for a few epochs and quantized statically (`int8`: calibrated on 8 validation
+batches); the digits MLP on 64-feature vectors, quantized dynamically (`int8-dynamic`); AASIST with
+its authors' published weights (`../shared/weights/AASIST.pth`; skipped when absent) on 4 s of
+audio, calibrated on 8 random waveforms and compared on 16 others (no trained corpus needed: the
+figure is how far int8 moves the scores, and the speed).
+
+Method: each model is exported by `export_run` twice, fp32 and int8 (the int8 export reports both
+graphs' test accuracy); then both artifacts are loaded with the same ONNX Runtime threads and timed
+at batch 1 in alternation (fp32, int8, fp32, ...) — `--rounds` rounds of 20 calls each after 5
+warm-up calls; each figure is the median over rounds of the per-round median. The speed-up is
+fp32's median / int8's.
+
+    python benchmarks/quantize.py [--rounds 7] [--threads 2] [--epochs 4] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = str(ROOT / "configs" / "digits.yaml")
+AASIST_WEIGHTS = ROOT.parent / "shared" / "weights" / "AASIST.pth"
+GOALS = {"resnet18": (1.8, 1.0)}  # speed-up at least, accuracy points lost at most
+
+RESNET = """
+_base_: {digits}
+model:
+  backbone: {{type: resnet18, args: {{_delete_: true, stem: cifar}}}}
+  neck: global_avg_pool
+  head: linear
+"""
+
+
+def train(home: Path, name: str, args: list[str], epochs: int) -> Path:
+    from modforge.cli.main import main
+
+    run = home / name
+    code = main(["train", *args, "--epochs", str(epochs), "--run-dir", str(run), "train.progress=never",
+                 "train.callbacks=[]"])  # fmt: skip
+    if code != 0:
+        raise SystemExit(f"training {name} failed")
+    return run
+
+
+def median_of_rounds(call, rounds: int, per_round: int = 20) -> list[float]:
+    return [statistics.median(_timed(call) for _ in range(per_round)) for _ in range(rounds)]
+
+
+def _timed(call) -> float:
+    start = time.perf_counter()
+    call()
+    return (time.perf_counter() - start) * 1000.0
+
+
+def latencies(fp32_path: Path, int8_path: Path, sample, threads: int, rounds: int) -> tuple[float, float]:
+    from modforge.engines.onnx_runtime import OnnxRunner
+
+    runners = {kind: OnnxRunner.from_file(path, threads=threads) for kind, path in (("fp32", fp32_path),
+                                                                                     ("int8", int8_path))}
+    for runner in runners.values():
+        for _ in range(5):
+            runner({"input": sample})
+    times: dict[str, list[float]] = {"fp32": [], "int8": []}
+    for _ in range(rounds):  # alternate, so drift hits both alike
+        for kind, runner in runners.items():
+            times[kind] += median_of_rounds(lambda r=runner: r({"input": sample}), 1)
+    return statistics.median(times["fp32"]), statistics.median(times["int8"])
+
+
+def run_model(home: Path, name: str, run: Path, mode: str, threads: int, rounds: int) -> dict:
+    import dataclasses
+
+    from modforge.data.loader import make_loader
+    from modforge.experiment.export import export_run
+    from modforge.experiment.runner import load_trained
+
+    engine = {"type": "onnx", "args": {"threads": threads}}
+    fp32 = export_run(run, engine, home / f"{name}-fp32.onnx", force=True)
+    int8 = export_run(run, engine, home / f"{name}-{mode}.onnx", force=True, quantize=mode)
+    exp, _ = load_trained(run)
+    sample = next(iter(make_loader(exp.splits.test, dataclasses.replace(exp.loader, num_workers=0),
+                                   train=False)))["input"][:1].numpy()  # fmt: skip
+    fp32_ms, int8_ms = latencies(fp32.path, int8.path, sample, threads, rounds)
+    report = int8.quantization
+    return {"model": name, "mode": mode, "params": sum(p.numel() for p in exp.model.parameters()),
+            "fp32_acc": report.fp32_accuracy, "int8_acc": report.int8_accuracy, "agreement": report.agreement,
+            "fp32_ms": fp32_ms, "int8_ms": int8_ms}  # fmt: skip
+
+
+def run_aasist(home: Path, threads: int, rounds: int) -> dict | None:
+    if not AASIST_WEIGHTS.is_file():
+        print(f"AASIST skipped: {AASIST_WEIGHTS} is absent", file=sys.stderr)
+        return None
+    import numpy as np
+    import torch
+
+    import modforge as mf
+    from modforge.engines import build_engine
+    from modforge.engines.onnx_runtime import OnnxRunner
+    from modforge.engines.quantize import quantize_onnx
+
+    model = mf.build_model({"frontend": "raw", "backbone": "aasist", "head": "linear",
+                            "init": {"path": str(AASIST_WEIGHTS), "format": "aasist_official"}},
+                           in_dim=1, num_classes=2, layout="waveform", input_shape=(64000,)).eval()  # fmt: skip
+    rng = np.random.default_rng(0)
+    waves = (0.1 * rng.standard_normal((24, 64000))).astype(np.float32)
+    fp32 = build_engine({"type": "onnx", "args": {"threads": threads}}).prepare(model, {"input": torch.from_numpy(waves[:1])})
+    int8 = OnnxRunner(quantize_onnx(fp32.model_bytes, "int8", [waves[i : i + 1] for i in range(8)]), threads=threads)
+    (home / "aasist-fp32.onnx").write_bytes(fp32.model_bytes)
+    (home / "aasist-int8.onnx").write_bytes(int8.model_bytes)
+    a = np.concatenate([fp32({"input": waves[i : i + 1]})["logits"] for i in range(8, 24)])
+    b = np.concatenate([int8({"input": waves[i : i + 1]})["logits"] for i in range(8, 24)])
+    timed = {}
+    for kind, runner in (("fp32", fp32), ("int8", int8)):
+        timed[kind] = statistics.median(median_of_rounds(lambda r=runner: r({"input": waves[:1]}), max(1, rounds // 2), 5))
+    score_a, score_b = a[:, 1] - a[:, 0], b[:, 1] - b[:, 0]
+    return {"model": "aasist", "mode": "int8", "params": sum(p.numel() for p in model.parameters()),
+            "fp32_acc": None, "int8_acc": None, "agreement": float((a.argmax(1) == b.argmax(1)).mean()),
+            "fp32_ms": timed["fp32"], "int8_ms": timed["int8"],
+            "score_shift": float(np.abs(score_a - score_b).max()), "score_range": float(np.ptp(score_a))}  # fmt: skip
+
+
+def table(rows: list[dict], threads: int, rounds: int) -> str:
+    lines = ["| model | quantization | parameters | test accuracy fp32 → int8 | top-1 agreement | batch-1 latency fp32 → int8 (ms) | speed-up |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    verdicts = []
+    for r in rows:
+        speedup = r["fp32_ms"] / r["int8_ms"]
+        if r["fp32_acc"] is not None:
+            accuracy = f"{100 * r['fp32_acc']:.1f} → {100 * r['int8_acc']:.1f} % ({100 * (r['int8_acc'] - r['fp32_acc']):+.1f})"
+        else:
+            accuracy = f"— (scores moved ≤ {r['score_shift']:.3f} on a range of {r['score_range']:.2f})"
+        lines.append(f"| {r['model']} | {r['mode']} | {r['params']:,} | {accuracy} | {r['agreement']:.3f} | "
+                     f"{r['fp32_ms']:.3f} → {r['int8_ms']:.3f} | **{speedup:.2f}×** |")  # fmt: skip
+        if r["model"] in GOALS:
+            need, lost = GOALS[r["model"]]
+            drop = 100 * (r["fp32_acc"] - r["int8_acc"])
+            met = speedup >= need and drop <= lost
+            verdicts.append(f"**{r['model']}: {speedup:.2f}× at {drop:+.1f} points lost** "
+                            f"({'meets' if met else 'misses'} the ≥ {need}× / ≤ {lost} point goal)")  # fmt: skip
+    notes = (f"\n\n{'; '.join(verdicts)}. ONNX Runtime on {threads} thread(s), batch 1, medians of {rounds} rounds "
+             "of 20 calls, fp32 and int8 alternating.")  # fmt: skip
+    return "\n".join(lines) + notes
+
+
+def main() -> int:
+    from _report import publish
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--write", action="store_true", help="record the figures in benchmarks/README.md")
+    ns = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(ns.threads)
+    with tempfile.TemporaryDirectory(prefix="modforge-quantize-bench-") as folder:
+        home = Path(folder)
+        (home / "resnet.yaml").write_text(RESNET.format(digits=DIGITS))
+        threads = [f"train.num_threads={ns.threads}"]
+        runs = {
+            "digits cnn": (train(home, "cnn", [DIGITS, *threads], ns.epochs), "int8"),
+            "resnet18": (train(home, "resnet18", [str(home / "resnet.yaml"), *threads], ns.epochs), "int8"),
+            "digits mlp": (train(home, "mlp", [DIGITS, "--backbone", "mlp", "--hidden-dims", "256,256", "--neck",
+                                               "identity", "data.args.as_image=false", *threads], ns.epochs), "int8-dynamic"),
+        }  # fmt: skip
+        rows = [run_model(home, name, run, mode, ns.threads, ns.rounds) for name, (run, mode) in runs.items()]
+        aasist = run_aasist(home, ns.threads, ns.rounds)
+        if aasist is not None:
+            rows.append(aasist)
+    return publish("quantize", table(rows, ns.threads, ns.rounds), ns.write)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
