@@ -90,3 +90,20 @@ def test_negative_seeds_split_the_bundled_data_too():
     assert torch.equal(splits.test.ids, again.test.ids) and len(splits.train) > 0
     synthetic = mf.DATASETS.build({"type": "synthetic_classification", "args": {"num_samples": 100}}, seed=-7)
     assert len(synthetic.train) > 0
+
+
+def test_digits_at_a_larger_size_are_the_scans_interpolated():
+    from modforge.data.digits import digits
+
+    small, large = digits(seed=0), digits(seed=0, size=32)
+    assert large.input_shape == (1, 32, 32) and large.image["height"] == 32
+    first_small, first_large = small.train[0], large.train[0]
+    x8 = first_small["input"] if isinstance(first_small, dict) else first_small[0]
+    x32 = first_large["input"] if isinstance(first_large, dict) else first_large[0]
+    assert x32.shape == (1, 32, 32)
+    # the same samples in the same split, each scan interpolated bilinearly (torch's, unaligned corners)
+    expected = torch.nn.functional.interpolate(x8[None], size=(32, 32), mode="bilinear", align_corners=False)[0]
+    assert torch.allclose(x32, expected) and float(x32.min()) >= 0.0 and float(x32.max()) <= 1.0
+    assert [int(small.train[i]["label"]) for i in range(20)] == [int(large.train[i]["label"]) for i in range(20)]
+    with pytest.raises(ValueError, match="needs as_image: true"):
+        digits(as_image=False, size=16)
