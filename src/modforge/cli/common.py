@@ -13,6 +13,7 @@ __all__ = [
     "add_checkpoint_option",
     "add_plugins_option",
     "load_cli_plugins",
+    "positive_int",
     "split_plugin_values",
     "suggest_flag",
 ]
@@ -143,3 +144,14 @@ def load_cli_plugins(specs: list[str]) -> list[str]:
     modules = load_plugins(specs, origin="--plugins")
     return [os.path.abspath(s) if s.endswith(".py") or os.path.isdir(s) else s
             for s, module in zip(specs, modules, strict=True) if module is not None]  # fmt: skip
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (one clear message otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value

@@ -100,9 +100,11 @@ def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *,
     if quantize is None:
         written = engine.save(runnable, path, metadata)
         loaded, _ = engine.load(written)
-        got = torch.as_tensor(loaded({"input": batch["input"]})["logits"])
+        with torch.no_grad():
+            got = torch.as_tensor(loaded({"input": batch["input"]})["logits"])
     else:  # the fp32 graph must be the model before it is quantized
-        got = torch.as_tensor(runnable({"input": batch["input"]})["logits"])
+        with torch.no_grad():
+            got = torch.as_tensor(runnable({"input": batch["input"]})["logits"])
         written = None
     diff, scale = exp.task.export_difference(got, reference, metadata)
     if not diff <= PARITY_TOLERANCE * max(1.0, scale):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from ...core.config import display_path
-from ..common import CommandParser, add_plugins_option, load_cli_plugins
+from ..common import CommandParser, add_plugins_option, load_cli_plugins, positive_int
 from ..output import print_table
 
 HELP = ("data utilities: make-spoof-corpus (a synthetic audio deepfake corpus), make-shapes (a synthetic COCO "
@@ -34,14 +34,14 @@ def _parser() -> CommandParser:
         "only in eval, as wav files with ASVspoof 2019 LA-format protocols for train/dev/eval.",
     )
     corpus.add_argument("out", metavar="OUT", help="folder to create (must not exist or be empty)")
-    corpus.add_argument("--utts", type=_positive, default=2000, metavar="N", help="utterances in all (default 2000)")
+    corpus.add_argument("--utts", type=positive_int, default=2000, metavar="N", help="utterances in all (default 2000)")
     corpus.add_argument("--seed", type=int, default=0, metavar="S", help="generation seed (default 0)")
     corpus.add_argument("--duration", type=float, default=2.0, metavar="SEC", help="seconds per utterance (default 2)")
-    corpus.add_argument("--sample-rate", type=_positive, default=16000, metavar="HZ", help="default 16000")
+    corpus.add_argument("--sample-rate", type=positive_int, default=16000, metavar="HZ", help="default 16000")
     corpus.add_argument("--eval-channels", default="none,telephone,reverb,noise", metavar="A,B,...",
                         help="transmission conditions of the eval split, balanced per class "
                         "(none, telephone, reverb, noise; default all four; 'none' for a clean eval split)")
-    corpus.add_argument("--workers", type=_positive, default=1, metavar="N", help="processes (same files for any N)")
+    corpus.add_argument("--workers", type=positive_int, default=1, metavar="N", help="processes (same files for any N)")
     corpus.add_argument("--overwrite", action="store_true", help="replace a corpus made earlier in OUT (only a folder whose meta.json says modforge made it as one, holding nothing else)")
     add_plugins_option(corpus)  # --plugins works on every command
     shapes = tools.add_parser(
@@ -51,19 +51,19 @@ def _parser() -> CommandParser:
         "partly occluded, on textured noisy backgrounds — with COCO instances files for train/val/test.",
     )
     shapes.add_argument("out", metavar="OUT", help="folder to create (must not exist or be empty)")
-    shapes.add_argument("--images", type=_positive, default=2000, metavar="N", help="pictures in all (default 2000)")
+    shapes.add_argument("--images", type=positive_int, default=2000, metavar="N", help="pictures in all (default 2000)")
     shapes.add_argument("--seed", type=int, default=0, metavar="S", help="generation seed (default 0)")
-    shapes.add_argument("--size", type=_positive, default=128, metavar="PX", help="picture side (default 128)")
+    shapes.add_argument("--size", type=positive_int, default=128, metavar="PX", help="picture side (default 128)")
     shapes.add_argument("--classes", type=_names, default=None, metavar="A,B,...",
                         help="shape classes (default circle,square,triangle,star,cross; also hexagon)")  # fmt: skip
-    shapes.add_argument("--min-objects", type=_positive, default=1, metavar="N", help="per picture (default 1)")
-    shapes.add_argument("--max-objects", type=_positive, default=6, metavar="N", help="per picture (default 6)")
+    shapes.add_argument("--min-objects", type=positive_int, default=1, metavar="N", help="per picture (default 1)")
+    shapes.add_argument("--max-objects", type=positive_int, default=6, metavar="N", help="per picture (default 6)")
     shapes.add_argument("--min-object", type=float, default=8.0, metavar="PX", help="smallest shape (default 8)")
     shapes.add_argument("--max-object", type=float, default=None, metavar="PX",
                         help="largest shape (default 64, at most half the picture)")  # fmt: skip
     shapes.add_argument("--max-occlusion", type=float, default=0.7, metavar="F",
                         help="largest share of a shape others may hide (default 0.7)")  # fmt: skip
-    shapes.add_argument("--workers", type=_positive, default=1, metavar="N", help="processes (same files for any N)")
+    shapes.add_argument("--workers", type=positive_int, default=1, metavar="N", help="processes (same files for any N)")
     shapes.add_argument("--overwrite", action="store_true", help="replace a shapes set made earlier in OUT (only a folder whose meta.json says modforge made it as one, holding nothing else)")
     add_plugins_option(shapes)
     _add_download(tools)
@@ -105,14 +105,6 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def run(argv: list[str]) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..common import CommandParser, add_plugins_option, load_cli_plugins
+from ..common import CommandParser, add_plugins_option, load_cli_plugins, positive_int
 from ..config_args import resolve_config_from_cli
 from ..output import print_table
 
@@ -25,20 +25,10 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _own_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-shape", type=_shape, metavar="C,H,W",
                         help="profile the model section alone on a random batch of this sample shape (no data read)")
-    parser.add_argument("--num-classes", type=_count, default=1000, metavar="N",
+    parser.add_argument("--num-classes", type=positive_int, default=1000, metavar="N",
                         help="outputs of the model built for --input-shape (default 1000, as ImageNet)")
     _measuring_options(parser)
 
@@ -46,7 +36,7 @@ def _own_options(parser: argparse.ArgumentParser) -> None:
 def _measuring_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engines", default=ENGINES, metavar="NAMES",
                         help=f"engines whose forward latency is measured, comma-separated (default {ENGINES})")
-    parser.add_argument("--repeats", type=_count, default=20, metavar="N",
+    parser.add_argument("--repeats", type=positive_int, default=20, metavar="N",
                         help="timed forward passes per engine, after 3 warm-up passes (the median is shown)")
 
 
