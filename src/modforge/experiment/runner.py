@@ -258,6 +258,8 @@ class Experiment:
 
     def _trainer(self, optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir, cls, extra) -> Trainer:
         settings = self.settings
+        if settings.distill is not None:
+            cls, extra = self._distilling(cls, train_loader, extra)
         return cls(
             self.model,
             optimizer,
@@ -283,6 +285,22 @@ class Experiment:
             ema=settings.ema,
             **extra,
         )
+
+    def _distilling(self, cls: type, train_loader: Any, extra: dict[str, Any]) -> tuple[type, dict[str, Any]]:
+        """The distillation trainer and its teacher (``train.distill``), for the standard run only."""
+        from ..data.base import collate
+        from ..train.distill import DistillTrainer
+        from .teacher import load_teacher
+
+        if cls is not Trainer:
+            raise ConfigError(f"train.distill trains a model against a teacher in the standard run; this run's "
+                              f"trainer is {cls.__name__} (a continual run or train.trainer)", path="train.distill",
+                              source=self.cfg.where("train.distill"))  # fmt: skip
+        teacher, fingerprint = load_teacher(self.settings.distill.teacher, self.cfg)
+        dataset = train_loader.dataset
+        example = collate([dataset[i] for i in range(min(2, len(dataset)))])  # not through the sampler: no draw
+        return DistillTrainer, {**extra, "teacher": teacher, "distill": self.settings.distill, "example": example,
+                                "teacher_fingerprint": fingerprint}  # fmt: skip
 
     def evaluator(self) -> Trainer:
         """A trainer of the run's own class for evaluating ``self.model`` as the run's final test

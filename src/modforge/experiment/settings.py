@@ -25,6 +25,7 @@ from ..core.registries import CALLBACKS, DATASETS, ENGINES, METRICS, OPTIMIZERS,
 from ..core.safe_files import is_relative_name
 from ..core.text_safety import plain_text
 from ..data.loader import LoaderSettings
+from ..train.distill import DistillSettings
 from ..train.distributed import DistributedSettings
 from ..train.ema import EmaSettings
 from ..train.ranges import check_ranges
@@ -73,6 +74,8 @@ class TrainSettings:
         async_checkpoints: commit checkpoints in the background (the commit helper process); False: on the training thread.
         distributed: multi-process settings (torchrun): ``{backend: auto|gloo|nccl, timeout: seconds,
             find_unused_parameters: bool}``; ignored with one process.
+        distill: knowledge distillation from a frozen teacher: ``{teacher, temperature, logit_weight,
+            task_weight, features: [{student, teacher, weight}]}`` (:mod:`modforge.train.distill`).
         ema: keep an exponential moving average of the weights: ``{decay, warmup_steps, every,
             evaluate}`` (:mod:`modforge.train.ema`); validation, ``best.pt``, test, export and
             predict use it unless ``evaluate: false``. None: no average.
@@ -103,6 +106,7 @@ class TrainSettings:
         async_checkpoints: bool = True,
         distributed: Optional[dict[str, Any]] = None,
         ema: Optional[dict[str, Any]] = None,
+        distill: Optional[dict[str, Any]] = None,
         trainer: Optional[str] = None,
     ):
         self.max_epochs, self.max_steps = max_epochs, max_steps
@@ -118,6 +122,7 @@ class TrainSettings:
         self.async_checkpoints = async_checkpoints
         self.distributed = DistributedSettings(**(distributed or {}))
         self.ema = EmaSettings(**ema) if ema is not None else None
+        self.distill = DistillSettings(**distill) if distill is not None else None
         self.trainer = trainer
 
 
@@ -190,6 +195,16 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
             DistributedSettings(**values["distributed"])
         except ValueError as exc:
             raise ConfigValueError(str(exc), path="train.distributed", source=where("train.distributed")) from None
+    if values.get("distill") is not None:
+        values["distill"] = signature_of(DistillSettings).validate(values["distill"], path="train.distill",
+                                                                   origin_of=where, plain=True)  # fmt: skip
+        try:
+            DistillSettings(**values["distill"])
+        except ValueError as exc:
+            raise ConfigValueError(str(exc), path="train.distill", source=where("train.distill")) from None
+        if values.get("trainer") is not None:
+            raise ConfigValueError("train.distill runs its own training step; it cannot be combined with train.trainer",
+                                   path="train.distill", source=where("train.distill"))  # fmt: skip
     if values.get("ema") is not None:
         values["ema"] = signature_of(EmaSettings).validate(values["ema"], path="train.ema", origin_of=where, plain=True)
         try:

@@ -1,0 +1,59 @@
+"""The teacher of ``train.distill``: built by its own config, frozen, checked against the student's data.
+
+A teacher is a run folder or a checkpoint (built from its stored config, its run's plug-ins verified as
+for ``modforge test``; the weights a test would use — the weight average when the run kept one), or a
+config file (built with its ``model.init`` weights, e.g. published AASIST weights). A relative path is
+relative to the student's config file (to the current folder for a config given as a mapping).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..core.config import display_path, load_config
+from ..core.errors import ConfigError
+
+__all__ = ["load_teacher", "teacher_path"]
+
+
+def teacher_path(spec: str, cfg: Any) -> Path:
+    """Where ``train.distill.teacher`` points (one clear error when nothing is there)."""
+    path = Path(spec).expanduser()
+    if not path.is_absolute() and cfg.base_dir is not None:
+        path = Path(cfg.base_dir) / path
+    if not path.exists():
+        raise ConfigError(f"the teacher {display_path(path)} does not exist (a run folder, a checkpoint or a config "
+                          "file)", path="train.distill.teacher", source=cfg.where("train.distill.teacher"))  # fmt: skip
+    return path
+
+
+def load_teacher(spec: str, cfg: Any) -> tuple[torch.nn.Module, str]:
+    """The teacher model (eval mode, frozen) and a fingerprint of what it was built from (the
+    checkpoint's SHA-256, or the config's)."""
+    from .runner import Experiment, load_trained
+    from .schema import validate_config
+
+    path = teacher_path(spec, cfg)
+    if path.is_dir() or path.suffix == ".pt":
+        exp, checkpoint = load_trained(path)
+        fingerprint = _sha256(checkpoint)
+    else:
+        teacher_cfg = validate_config(load_config(path))
+        exp = Experiment.build(teacher_cfg)
+        fingerprint = _sha256(path)
+    model = exp.model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model, fingerprint
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,242 @@
+"""Knowledge distillation (``train.distill``): a student trained against a frozen teacher, for any
+task whose model returns a ``loss`` (and ``logits`` for the logit term).
+
+The step's loss is
+
+    task_weight · (the student's own loss)
+    + logit_weight · T² · KL(softmax(teacher logits / T) ‖ softmax(student logits / T))      (Hinton et al.)
+    + Σ weight_i · MSE(adapter_i(student feature_i), teacher feature_i)                      (FitNets-style mimicking)
+
+Features are the outputs of named modules (dotted paths in ``model.named_modules()``: a part such as
+``backbone``, a stage such as ``backbone.layer3``, an FPN level such as ``neck`` — ``parts.`` may be left
+out), read by forward hooks. Where the student's channels differ from the teacher's, a learned adapter
+(a 1×1 convolution on ``[B, C, ...]`` maps, a linear layer on ``[B, ..., D]`` vectors) maps the student's
+to the teacher's width; it trains with the student (in the optimizer's first parameter group, so the
+learning-rate schedule covers it) and lives in the checkpoints, not in the model. Shapes are checked once, on a batch before training, with one clear
+message naming both modules.
+
+The teacher is frozen: eval mode, no gradients, never given to the optimizer; it runs eagerly (its
+hooks must fire), the student by the run's engine (feature terms need the student's hooks too, so they
+need ``eager``). Under several processes the adapters' gradients are averaged like the model's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.errors import ConfigError, ModforgeError
+from ..engines.eager import Eager
+from . import distributed
+from .trainer import Trainer, loss_of
+
+__all__ = ["DistillSettings", "DistillTrainer", "FeaturePair", "distillation_loss"]
+
+
+@dataclasses.dataclass
+class FeaturePair:
+    """One mimicking term: the student module's output against the teacher module's."""
+
+    student: str
+    teacher: str
+    weight: float = 1.0
+
+
+@dataclasses.dataclass
+class DistillSettings:
+    """The ``train.distill:`` section.
+
+    Args:
+        teacher: the teacher — a run folder or a checkpoint (its stored config builds it, with its
+            weight average when it kept one), or a config file (its ``model.init`` weights).
+        temperature: T of the logit term (> 0).
+        logit_weight: weight of the logit term (0: features only).
+        task_weight: weight of the student's own loss.
+        features: mimicking terms, ``[{student: backbone.layer3, teacher: backbone.layer3, weight: 1.0}]``.
+    """
+
+    teacher: str
+    temperature: float = 4.0
+    logit_weight: float = 1.0
+    task_weight: float = 1.0
+    features: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be positive, got {self.temperature}")
+        if self.logit_weight < 0 or self.task_weight < 0:
+            raise ValueError("logit_weight and task_weight must not be negative")
+        pairs = []
+        for i, spec in enumerate(self.features):
+            if not isinstance(spec, dict) or set(spec) - {"student", "teacher", "weight"} or "student" not in spec:
+                raise ValueError(f"features.{i}: expected {{student: MODULE, teacher: MODULE, weight: W}}, got {spec!r}")
+            pair = FeaturePair(str(spec["student"]), str(spec.get("teacher", spec["student"])),
+                               float(spec.get("weight", 1.0)))  # fmt: skip
+            if pair.weight < 0:
+                raise ValueError(f"features.{i}.weight must not be negative, got {pair.weight}")
+            pairs.append(pair)
+        self.pairs = pairs
+        if not self.logit_weight and not any(p.weight for p in pairs):
+            raise ValueError("nothing to distil: logit_weight is 0 and no feature term has a weight")
+
+
+def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``T² · KL(softmax(teacher / T) ‖ softmax(student / T))``, averaged over the batch (and over
+    any positions beyond the class axis, which is the last one)."""
+    classes = student.shape[-1]
+    s = F.log_softmax(student.reshape(-1, classes).float() / temperature, dim=1)
+    t = F.log_softmax(teacher.reshape(-1, classes).float() / temperature, dim=1)
+    return F.kl_div(s, t, reduction="batchmean", log_target=True) * temperature**2
+
+
+def _module(model: nn.Module, path: str, who: str) -> nn.Module:
+    names = dict(model.named_modules())
+    for candidate in (path, f"parts.{path}"):
+        if candidate in names and candidate:
+            return names[candidate]
+    import difflib
+
+    close = difflib.get_close_matches(path, [n for n in names if n], n=3)
+    hint = f"; close: {', '.join(close)}" if close else ""
+    raise ConfigError(f"the {who} has no module '{path}'{hint} (dotted paths of model.named_modules(), "
+                      "'parts.' optional)", path="train.distill.features")  # fmt: skip
+
+
+def _adapter(student: torch.Tensor, teacher: torch.Tensor, names: str) -> nn.Module | None:
+    """What maps the student's feature to the teacher's shape: nothing, a 1×1 convolution
+    (channel maps) or a linear layer (vectors and sequences); a clear error otherwise."""
+    if student.shape == teacher.shape:
+        return None
+    if student.dim() == teacher.dim() >= 3 and student.shape[2:] == teacher.shape[2:] and student.dim() <= 5:
+        conv = {3: nn.Conv1d, 4: nn.Conv2d, 5: nn.Conv3d}[student.dim()]
+        return conv(student.shape[1], teacher.shape[1], kernel_size=1)
+    if student.dim() == teacher.dim() and student.shape[:-1] == teacher.shape[:-1]:
+        return nn.Linear(student.shape[-1], teacher.shape[-1])
+    raise ConfigError(f"{names}: the student's feature {list(student.shape)} cannot be mapped to the teacher's "
+                      f"{list(teacher.shape)} (only the channel width may differ)", path="train.distill.features")
+
+
+class _Capture:
+    """The outputs of some modules during one forward pass (forward hooks)."""
+
+    def __init__(self, modules: list[nn.Module]):
+        self.outputs: list[torch.Tensor | None] = [None] * len(modules)
+        self.handles = [m.register_forward_hook(self._hook(i)) for i, m in enumerate(modules)]
+
+    def _hook(self, i: int) -> Any:
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            self.outputs[i] = output if isinstance(output, torch.Tensor) else _first_tensor(output)
+
+        return hook
+
+    def take(self) -> list[torch.Tensor]:
+        taken, self.outputs = self.outputs, [None] * len(self.outputs)
+        if any(o is None for o in taken):
+            raise ModforgeError("a distillation feature module did not run in this forward pass")
+        return taken  # type: ignore[return-value]
+
+
+def _first_tensor(output: Any) -> torch.Tensor | None:
+    if isinstance(output, dict):
+        output = output.get("features", next(iter(output.values()), None))
+    if isinstance(output, (list, tuple)) and output:
+        output = output[0]
+    return output if isinstance(output, torch.Tensor) else None
+
+
+class DistillTrainer(Trainer):
+    """A :class:`Trainer` whose step adds the distillation terms (module doc).
+
+    Args:
+        teacher: the frozen teacher model.
+        distill: the settings.
+        example: a batch to size the adapters with (not trained on).
+        teacher_fingerprint: what the teacher was built from (a checkpoint's SHA-256), kept in the
+            checkpoints: a run resumes only with the same teacher.
+        *args, **kwargs: the Trainer's.
+    """
+
+    def __init__(self, *args: Any, teacher: nn.Module, distill: DistillSettings, example: dict[str, Any],
+                 teacher_fingerprint: str = "", **kwargs: Any):  # fmt: skip
+        super().__init__(*args, **kwargs)
+        self.distill, self.teacher_fingerprint = distill, teacher_fingerprint
+        self.teacher = teacher.to(self.device).eval()
+        for p in self.teacher.parameters():
+            p.requires_grad_(False)
+        pairs = distill.pairs
+        if pairs and not isinstance(self.engine, Eager):
+            raise ConfigError(f"train.distill.features read the student's modules through hooks, which the "
+                              f"'{self.engine.name}' engine does not run; train with engine eager (or use only "
+                              "logit_weight)", path="train.engine")  # fmt: skip
+        self._student = _Capture([_module(self.model, p.student, "student") for p in pairs])
+        self._teacher = _Capture([_module(self.teacher, p.teacher, "teacher") for p in pairs])
+        self.adapters = nn.ModuleDict()
+        if pairs:
+            self._size_adapters(self.prepare_batch(example))
+
+    def _size_adapters(self, example: dict[str, Any]) -> None:
+        was = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                self.model(example)
+                self.teacher(example)
+        finally:
+            self.model.train(was)
+        for i, (s, t) in enumerate(zip(self._student.take(), self._teacher.take(), strict=True)):
+            pair = self.distill.pairs[i]
+            adapter = _adapter(s, t, f"train.distill.features.{i} ({pair.student} → {pair.teacher})")
+            if adapter is not None:
+                self.adapters[str(i)] = adapter.to(self.device)
+        if len(self.adapters):  # into the first group: a schedule built for the optimizer's groups still fits
+            self.optimizer.param_groups[0]["params"].extend(self.adapters.parameters())
+
+    def training_step(self, batch: dict[str, Any]) -> torch.Tensor:
+        out = self.runnable(batch)
+        with torch.no_grad():
+            teacher_out = self.teacher(batch)
+        terms: dict[str, torch.Tensor] = {}
+        loss = self.distill.task_weight * loss_of(out)
+        if self.distill.logit_weight:
+            if "logits" not in out or "logits" not in teacher_out:
+                raise ModforgeError("train.distill.logit_weight needs 'logits' from the student and the teacher")
+            if out["logits"].shape != teacher_out["logits"].shape:
+                raise ModforgeError(f"the student's logits {list(out['logits'].shape)} and the teacher's "
+                                    f"{list(teacher_out['logits'].shape)} differ in shape")  # fmt: skip
+            terms["distill_logit_loss"] = distillation_loss(out["logits"], teacher_out["logits"],
+                                                            self.distill.temperature)  # fmt: skip
+            loss = loss + self.distill.logit_weight * terms["distill_logit_loss"]
+        if self.distill.pairs:
+            feature = torch.zeros((), device=loss.device)
+            students, teachers = self._student.take(), self._teacher.take()
+            for i, (pair, s, t) in enumerate(zip(self.distill.pairs, students, teachers, strict=True)):
+                adapter = self.adapters[str(i)] if str(i) in self.adapters else None
+                mapped = adapter(s) if adapter is not None else s
+                feature = feature + pair.weight * F.mse_loss(mapped.float(), t.float())
+            terms["distill_feature_loss"] = feature
+            loss = loss + feature
+        self.note_loss_parts({**out, **terms})
+        return loss
+
+    def optimizer_step(self) -> None:
+        if self.world_size > 1 and len(self.adapters):  # outside DDP: averaged here, as DDP averages the model's
+            distributed.average_gradients(list(self.adapters.parameters()), "averaging the distillation adapters")
+        super().optimizer_step()
+
+    def checkpoint_payload(self) -> dict[str, Any]:
+        return {**super().checkpoint_payload(), "distill_adapters": self.adapters.state_dict(),
+                "distill_teacher": self.teacher_fingerprint}  # fmt: skip
+
+    def load_state(self, payload: dict[str, Any], generator: torch.Generator | None = None) -> None:
+        saved_teacher = payload.get("distill_teacher")
+        if saved_teacher and self.teacher_fingerprint and saved_teacher != self.teacher_fingerprint:
+            raise ModforgeError("the teacher changed since this checkpoint was written (its file's SHA-256 differs): "
+                                "a distilled run resumes only with the teacher it was trained against")  # fmt: skip
+        saved = payload.get("distill_adapters")
+        if saved is not None:
+            self.adapters.load_state_dict(saved)
+        super().load_state(payload, generator)

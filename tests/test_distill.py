@@ -1,0 +1,125 @@
+"""``train.distill``: the logit term is Hinton's T²·KL, feature mimicking learns adapters where widths
+differ, the teacher never trains (its file and weights unchanged), a distilled run resumes bitwise and
+only with its own teacher, and every misconfiguration is one clear error."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from modforge.train.distill import distillation_loss
+
+DIGITS = str(Path(__file__).parents[1] / "configs" / "digits.yaml")
+STUDENT = """
+_base_: {digits}
+model:
+  backbone: {{type: cnn, args: {{channels: [8, 16], dropout: 0.1}}}}
+train:
+  max_epochs: 2
+  num_threads: 1
+  progress: never
+  callbacks: []
+  checkpoint: {{every_n_steps: 25, keep_last: 10}}
+  distill:
+    teacher: {teacher}
+    temperature: 4.0
+    logit_weight: 1.0
+    features: [{{student: backbone.block2, teacher: backbone.block2, weight: 0.5}}, {{student: head, teacher: head}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> Path:
+    from modforge.cli.main import main
+
+    home = tmp_path_factory.mktemp("teacher")
+    code = main(["train", DIGITS, "--epochs", "2", "--run-dir", str(home / "teacher"), "train.num_threads=1",
+                 "train.progress=never", "train.callbacks=[]"])  # fmt: skip
+    assert code == 0
+    return home / "teacher"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_logit_term_is_hintons_temperature_scaled_kl():
+    torch.manual_seed(0)
+    student, teacher = torch.randn(6, 5), torch.randn(6, 5)
+    p_teacher = F.softmax(teacher / 3.0, dim=1)
+    expected = (p_teacher * (p_teacher.log() - F.log_softmax(student / 3.0, dim=1))).sum(1).mean() * 9.0
+    torch.testing.assert_close(distillation_loss(student, teacher, 3.0), expected)
+    assert float(distillation_loss(teacher, teacher, 3.0)) == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_a_student_learns_from_a_frozen_teacher_and_resumes_bitwise(cli, write, tmp_path, teacher):
+    before = _digest(teacher / "checkpoints" / "best.pt")
+    config = write("student.yaml", STUDENT.format(digits=DIGITS, teacher=teacher))
+    res = cli("train", str(config), "--run-dir", "student")
+    assert res.code == 0, res.err
+    assert _digest(teacher / "checkpoints" / "best.pt") == before  # the teacher's file is only read
+    last = torch.load(tmp_path / "student" / "checkpoints" / "last.pt", weights_only=True)
+    adapters = last["distill_adapters"]
+    assert set(adapters) == {"0.weight", "0.bias"} and adapters["0.weight"].shape == (64, 16, 1, 1)  # 16 → 64 channels
+    first = torch.load(tmp_path / "student" / "checkpoints" / "epoch0000-step0000025.pt", weights_only=True)
+    assert not torch.equal(first["distill_adapters"]["0.weight"], adapters["0.weight"])  # the adapter trains
+    assert last["distill_teacher"] == _digest(teacher / "checkpoints" / "best.pt")
+    header = (tmp_path / "student" / "metrics.csv").read_text().splitlines()[0]
+    assert "train_distill_logit_loss" in header and "train_distill_feature_loss" in header
+
+    res = cli("train", "--resume", str(tmp_path / "student" / "checkpoints" / "epoch0000-step0000025.pt"),
+              "--run-dir", "resumed")  # fmt: skip
+    assert res.code == 0, res.err
+    again = torch.load(tmp_path / "resumed" / "checkpoints" / "last.pt", weights_only=True)
+    for name, value in last["model"].items():
+        assert torch.equal(again["model"][name], value), name
+    assert all(torch.equal(again["distill_adapters"][k], v) for k, v in adapters.items())
+
+
+@pytest.mark.slow
+def test_the_teachers_weights_never_change_during_training(teacher):
+    from modforge.core.config import load_config
+    from modforge.experiment.runner import Experiment
+    from modforge.experiment.schema import validate_config
+
+    cfg = validate_config(load_config(DIGITS, ["train.max_epochs=1", "train.num_threads=1", "train.progress=never",
+                                               "train.callbacks=[]", f"train.distill={{teacher: {teacher}}}"]))  # fmt: skip
+    exp = Experiment.build(cfg)
+    train_loader, val_loader, _ = exp.loaders()
+    trainer = exp.trainer(train_loader, None)
+    frozen = {k: v.clone() for k, v in trainer.teacher.state_dict().items()}
+    trainer.fit(train_loader, val_loader)
+    assert all(torch.equal(trainer.teacher.state_dict()[k], v) for k, v in frozen.items())
+    assert not any(p.requires_grad for p in trainer.teacher.parameters()) and not trainer.teacher.training
+    in_optimizer = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    assert not in_optimizer & {id(p) for p in trainer.teacher.parameters()}
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ("{teacher: nowhere}", "the teacher nowhere does not exist"),
+    ("{teacher: TEACHER, temperature: 0}", "temperature must be positive"),
+    ("{teacher: TEACHER, logit_weight: 0}", "nothing to distil"),
+    ("{teacher: TEACHER, features: [{student: backbone.blok2}]}", "the student has no module 'backbone.blok2'"),
+    ("{teacher: TEACHER, features: [{student: backbone.block2}]}\n  engine: torchscript",
+     "train.distill.features read the student's modules through hooks"),
+])  # fmt: skip
+def test_a_bad_distillation_is_one_clear_error(cli, write, teacher, section, message):
+    config = write("bad.yaml", f"_base_: {DIGITS}\ntrain:\n  max_epochs: 1\n  distill: {section.replace('TEACHER', str(teacher))}\n")
+    res = cli("train", str(config), "--run-dir", "bad")
+    assert res.code == 2 and message in res.err and "Traceback" not in res.err, res.err
+
+
+def test_a_continual_run_refuses_distillation(cli, write, teacher):
+    config = write("seq.yaml", f"""
+        _base_: {Path(DIGITS).parent / 'continual' / 'base.yaml'}
+        train: {{distill: {{teacher: {teacher}}}}}
+        continual: {{epochs_per_task: 1}}
+    """)
+    res = cli("train", str(config), "--run-dir", "seq")
+    assert res.code == 2 and "train.distill trains a model against a teacher in the standard run" in res.err, res.err
+    assert not (Path(config).parent / "seq").exists()  # refused before the run folder was made
