@@ -32,7 +32,7 @@ train:
   num_threads: 1
   progress: never
   distributed: {{timeout: 60}}
-continual: {{algorithm: {{type: {method}, args: {args}}}, epochs_per_task: 2}}
+continual: {{algorithm: {{type: {method}, args: {args}}}, epochs_per_task: 1}}
 """
 ARGS = {"gdumb": "{buffer_size: 100, fitting_epochs: 2}"}
 
@@ -80,7 +80,7 @@ def test_two_processes_train_a_continual_method_as_one_process_with_twice_the_ba
                 assert row_two == pytest.approx(row_one, abs=1e-9), (method, setting)
         for key, value in _weights(one / method).items():
             torch.testing.assert_close(_weights(two / method)[key], value, rtol=1e-4, atol=1e-5, msg=method)
-    assert json.loads((one / "derpp" / "summary.json").read_text())["class_il"]["average_accuracy"] > 0.5
+    assert json.loads((one / "derpp" / "summary.json").read_text())["task_il"]["average_accuracy"] > 0.7  # it learned
 
     # a 2-process run resumed from its checkpoint at the end of task 2 ends bitwise where it ended
     resumed = modforge("train", "--resume", str(_boundary(two / "derpp", 2)), "--run-dir", "resumed", "--nproc", "2",

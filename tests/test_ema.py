@@ -95,7 +95,7 @@ def test_a_bad_ema_section_is_one_error_naming_it(cli, write, section, message):
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["eager", "torchscript", "compile"])
 def test_validation_best_and_test_use_the_average_under_every_training_engine(cli, write, tmp_path, engine):
-    config = write("run.yaml", RUN.replace("max_epochs: 3", "max_epochs: 2") + f"  engine: {engine}\n")
+    config = write("run.yaml", RUN.replace("max_epochs: 3", "max_epochs: 1") + f"  engine: {engine}\n")
     res = cli("train", str(config), "--run-dir", "run")
     assert res.code == 0, res.err
     best = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)
