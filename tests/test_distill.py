@@ -59,7 +59,10 @@ def test_the_logit_term_is_hintons_temperature_scaled_kl():
 @pytest.mark.slow
 def test_a_student_learns_from_a_frozen_teacher_and_resumes_bitwise(cli, write, tmp_path, teacher):
     before = _digest(teacher / "checkpoints" / "best.pt")
-    config = write("student.yaml", STUDENT.format(digits=DIGITS, teacher=teacher))
+    import os
+
+    relative = os.path.relpath(teacher, tmp_path)  # relative to the config: the resumed run must still find it
+    config = write("student.yaml", STUDENT.format(digits=DIGITS, teacher=relative))
     res = cli("train", str(config), "--run-dir", "student")
     assert res.code == 0, res.err
     assert _digest(teacher / "checkpoints" / "best.pt") == before  # the teacher's file is only read

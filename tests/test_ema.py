@@ -131,3 +131,17 @@ def test_a_resumed_run_continues_the_average_bitwise_and_evaluate_false_keeps_it
     assert cli("train", str(aside), "--run-dir", "aside").code == 0
     kept = torch.load(tmp_path / "aside" / "checkpoints" / "best.pt", weights_only=True)
     assert kept["ema"]["evaluate"] is False and inference_weights(kept) is kept["model"]
+
+
+def test_a_continual_method_that_changes_weights_outside_its_steps_refuses_an_evaluated_average(cli, write):
+    from pathlib import Path
+
+    base = Path(__file__).parents[1] / "configs" / "continual" / "base.yaml"
+    config = write("gdumb.yaml", f"""
+        _base_: {base}
+        train: {{ema: {{decay: 0.9}}}}
+        continual: {{algorithm: gdumb, epochs_per_task: 1}}
+    """)
+    res = cli("train", str(config), "--run-dir", "gdumb")
+    assert res.code == 2 and "algorithm 'gdumb' cannot be evaluated with train.ema's weight average" in res.err, res.err
+    assert "retrains the model from scratch" in res.err and "train.ema.evaluate: false" in res.err

@@ -9,7 +9,8 @@ per step (the stream, one or two replay minibatches, a teacher), computes gradie
 own (A-GEM, GEM) and changes them before the step (SI), which DDP's backward hooks do not
 follow. Every process runs the plain model and the gradients are averaged once per optimizer
 step, before the method sees them — what DDP's reducer would leave, at the point the method
-expects it (see :mod:`~modforge.continual.processes` for the method's state). The runner gives
+expects it (see :mod:`~modforge.continual.processes` for the method's state) — and, as DDP does,
+every process takes rank 0's buffers (BatchNorm statistics) after each step. The runner gives
 every process rank 0's starting weights before the method is built.
 """
 
@@ -40,6 +41,7 @@ class ContinualTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.algorithm = algorithm
         algorithm.processes = Processes(self.world_size, self.rank)
+        self._float_buffers = any(b.is_floating_point() for b in self.model.buffers())
         self.train_loader: Any = None  # the loader of the current fit() (the task being trained)
         # the task loop's progress (saved with every checkpoint): tasks whose end-of-task work
         # and evaluation are done, and the accuracy matrices so far
@@ -68,6 +70,8 @@ class ContinualTrainer(Trainer):
             distributed.average_gradients([p for p in self.model.parameters() if p.requires_grad])
         self.algorithm.before_step(self)
         super().optimizer_step()
+        if self.world_size > 1 and self._float_buffers:  # as DDP would: one set of BatchNorm statistics
+            distributed.broadcast_buffers(self.model, what="sharing buffers after a step")
         self.algorithm.after_step(self)
 
     def save_checkpoint(self, *, keep_last: int = 3, best: bool = False) -> Any:

@@ -296,9 +296,15 @@ class Experiment:
             raise ConfigError(f"train.distill trains a model against a teacher in the standard run; this run's "
                               f"trainer is {cls.__name__} (a continual run or train.trainer)", path="train.distill",
                               source=self.cfg.where("train.distill"))  # fmt: skip
-        teacher, fingerprint = load_teacher(self.settings.distill.teacher, self.cfg)
+        teacher, fingerprint, path = load_teacher(self.settings.distill.teacher, self.cfg)
+        # the run's config.yaml names the teacher absolutely: a resumed run reads its config from its own folder
+        self.cfg.data["train"]["distill"]["teacher"] = str(path)
         dataset = train_loader.dataset
-        example = collate([dataset[i] for i in range(min(2, len(dataset)))])  # not through the sampler: no draw
+        if len(dataset) == 0:
+            raise ConfigError("the training split is empty: no batch to size the distillation with", path="data")
+        first = [0, 1] if len(dataset) > 1 else [0]  # not through the sampler: no random draw
+        getitems = getattr(dataset, "__getitems__", None)  # a dataset that collates its own batches (COCO)
+        example = getitems(first) if callable(getitems) else collate([dataset[i] for i in first])
         return DistillTrainer, {**extra, "teacher": teacher, "distill": self.settings.distill, "example": example,
                                 "teacher_fingerprint": fingerprint}  # fmt: skip
 

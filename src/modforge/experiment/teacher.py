@@ -31,9 +31,9 @@ def teacher_path(spec: str, cfg: Any) -> Path:
     return path
 
 
-def load_teacher(spec: str, cfg: Any) -> tuple[torch.nn.Module, str]:
-    """The teacher model (eval mode, frozen) and a fingerprint of what it was built from (the
-    checkpoint's SHA-256, or the config's)."""
+def load_teacher(spec: str, cfg: Any) -> tuple[torch.nn.Module, str, Path]:
+    """The teacher model (eval mode, frozen), a fingerprint of what it was built from (the
+    checkpoint's SHA-256, or the config's) and its absolute path."""
     from .runner import Experiment, load_trained
     from .schema import validate_config
 
@@ -48,7 +48,7 @@ def load_teacher(spec: str, cfg: Any) -> tuple[torch.nn.Module, str]:
     model = exp.model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    return model, fingerprint
+    return model, fingerprint, path.resolve()
 
 
 def _sha256(path: Path) -> str:

@@ -193,6 +193,7 @@ class DistillTrainer(Trainer):
             if adapter is not None:
                 self.adapters[str(i)] = adapter.to(self.device)
         if len(self.adapters):  # into the first group: a schedule built for the optimizer's groups still fits
+            distributed.broadcast_module(self.adapters, what="sharing the distillation adapters")  # one start
             self.optimizer.param_groups[0]["params"].extend(self.adapters.parameters())
 
     def training_step(self, batch: dict[str, Any]) -> torch.Tensor:

@@ -75,12 +75,16 @@ class Algorithm:
             through ``processes.gather_rows``, what it draws to replay through ``processes.share``.
         distributed: why the method cannot train over several processes (its loss is not a mean
             over samples, so shards would not average to the whole batch's), or "" when it can.
+        weight_average: why the method cannot be evaluated with ``train.ema``'s average (it changes
+            the weights outside optimizer steps, or classifies with state built from the trained
+            weights), or "" when it can.
     """
 
     uses_buffer = False
     cumulative = False  # True: task t trains on the data of tasks 0..t (JOINT)
     settings: tuple[str, ...] = ("class-il", "domain-il")  # the task sequences the method works on
     distributed = ""  # "": trains over several processes as over one; else the reason it cannot
+    weight_average = ""  # "": evaluated with train.ema's average like any model; else the reason it cannot
 
     def __init__(self, model: torch.nn.Module, num_classes: int | None = None):
         self.model, self.num_classes = model, num_classes

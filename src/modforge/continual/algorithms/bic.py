@@ -120,6 +120,10 @@ class BiC(Algorithm):
         seed: seeds the draws of exemplars and the correction's minibatches (the config's seed).
     """
 
+    weight_average = (  # why train.ema cannot evaluate it
+        "its bias correction is fitted at task ends on the trained weights' logits"
+    )
+
     distributed = (  # why it trains in one process only
         "it holds out the first samples of each new class in the order the stream brings them, a decision "
         "each process would take on its own shard"

@@ -91,6 +91,10 @@ class GDumb(ReplayAlgorithm):
         seed: seeds the memory's and the retraining's draws (wired from the config's seed).
     """
 
+    weight_average = (  # why train.ema cannot evaluate it
+        "it retrains the model from scratch at each task end, outside the optimizer steps the average follows"
+    )
+
     settings = ("class-il",)
 
     def __init__(

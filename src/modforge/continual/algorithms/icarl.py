@@ -43,6 +43,10 @@ class ICaRL(Algorithm):
         seed: seeds the draws of exemplars (wired from the config's seed).
     """
 
+    weight_average = (  # why train.ema cannot evaluate it
+        "it classifies by exemplar means computed from the trained weights' features"
+    )
+
     uses_buffer = True
     settings = ("class-il",)
 

@@ -114,6 +114,11 @@ class LUCIR(Algorithm):
         seed: seeds the draws of exemplars (wired from the config's seed).
     """
 
+    weight_average = (  # why train.ema cannot evaluate it
+        "it imprints the new classes' weights at each task start, outside the optimizer steps the average "
+        "follows"
+    )
+
     distributed = (  # why it trains in one process only
         "its margin-ranking term is averaged over the old-class samples each batch happens to hold (a "
         "process's share would weigh them differently) and it imprints the new classes' weights from the "
