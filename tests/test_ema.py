@@ -54,8 +54,13 @@ def test_the_average_follows_during_warmup_then_decays_every_nth_step():
     _nudge(net, 1.0)
     average.step()  # step 2: past the warm-up → 0.75 · old + 0.25 · now
     torch.testing.assert_close(average.average["0.weight"], start["0.weight"] + 0.25 * 2.0)
-    torch.testing.assert_close(average.average["1.running_mean"], start["1.running_mean"] + 0.25 * 2.0)
+    torch.testing.assert_close(average.average["1.running_mean"], start["1.running_mean"] + 2.0)  # copied
     assert int(average.average["1.num_batches_tracked"]) == 2  # integer buffers are copied, not averaged
+    timm_like = WeightAverage(_net(), EmaSettings(decay=0.75, average_buffers=True))
+    initial = timm_like.average["1.running_mean"].clone()
+    _nudge(timm_like.model, 2.0)
+    timm_like.step()
+    torch.testing.assert_close(timm_like.average["1.running_mean"], initial + 0.25 * 2.0)  # averaged on request
     warm = WeightAverage(_net(), EmaSettings(decay=0.75, warmup_steps=4))
     _nudge(warm.model, 3.0)
     warm.step()  # within the warm-up: the weights themselves

@@ -2,9 +2,11 @@
 mmengine's ``EMAHook`` and Lightning's weight averaging keep beside the trained weights.
 
 After every ``every``-th optimizer step the average moves towards the weights:
-``average ← decay · average + (1 − decay) · weights`` (one fused ``lerp`` over every floating
-tensor of the state, BatchNorm's running statistics included; integer buffers such as
-``num_batches_tracked`` are copied). For the first ``warmup_steps`` optimizer steps the average
+``average ← decay · average + (1 − decay) · weights`` (one fused ``lerp`` over the parameters).
+Buffers — BatchNorm's running statistics — are copied from the model, as mmengine does by default:
+statistics averaged along the trajectory do not describe the averaged weights' activations (measured:
+an LCNN whose trained weights have 0 % validation EER scored 34 % with averaged statistics and 0 %
+with the current ones). ``average_buffers`` averages the floating buffers too (timm's way). For the first ``warmup_steps`` optimizer steps the average
 simply follows the weights (mmengine's ``begin_iter``): early weights, far from any minimum,
 would otherwise weigh on it for thousands of steps.
 
@@ -41,12 +43,15 @@ class EmaSettings:
         every: update the average every N optimizer steps.
         evaluate: validate, select ``best.pt``, test, export and predict with the average;
             False: the average is only kept (in every checkpoint's ``ema``).
+        average_buffers: average the floating buffers (BatchNorm statistics) too; False: copy
+            them from the model at each update.
     """
 
     decay: float = 0.999
     warmup_steps: int = 0
     every: int = 1
     evaluate: bool = True
+    average_buffers: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.decay < 1.0:
@@ -73,14 +78,17 @@ class WeightAverage:
         self.updates = 0  # optimizer steps seen (the average's own counter, checkpointed)
 
     def _pairs(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
-        """(floating averages, their weights, other averages, their weights) in state order."""
+        """(averaged entries, their current values, copied entries, their current values) in state
+        order: parameters are averaged, buffers copied (floating ones averaged with ``average_buffers``)."""
         state = self.model.state_dict()
         if state.keys() != self.average.keys():
             raise ValueError("the model's state changed names since the average was made")
+        parameters = {name for name, _ in self.model.named_parameters()}
         floats, float_src, others, other_src = [], [], [], []
         for name, avg in self.average.items():
             value = state[name].detach()
-            if avg.is_floating_point():
+            averaged = name in parameters or self.settings.average_buffers
+            if avg.is_floating_point() and averaged:
                 floats.append(avg)
                 float_src.append(value)
             else:
