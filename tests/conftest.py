@@ -17,6 +17,17 @@ os.environ.setdefault("MODFORGE_HOME", tempfile.mkdtemp(prefix="modforge-home-")
 
 
 @pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Each test starts on one torch thread. Two test workers share two cores, and a config run
+    in-process with ``train.num_threads: 2`` would otherwise leave its worker on two threads for
+    every later test — both workers oversubscribed, the suite about a third slower."""
+    import torch
+
+    torch.set_num_threads(1)
+    yield
+
+
+@pytest.fixture(autouse=True)
 def restore_registries():
     """Every test may register parts; none leaks them into the next test."""
     with registries_restored():
