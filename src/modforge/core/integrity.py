@@ -24,7 +24,8 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 
-__all__ = ["CHECKSUM_KEY", "IntegrityError", "checksum_trailer", "torch_zip_checksums", "verify_trailer", "verify_zip"]
+__all__ = ["CHECKSUM_KEY", "IntegrityError", "checksum_trailer", "file_sha256", "torch_zip_checksums", "verify_trailer",
+           "verify_zip"]
 
 CHECKSUM_KEY = "modforge.sha256"
 _CHUNK = 1 << 20
@@ -166,3 +167,14 @@ def verify_trailer(data: bytes) -> bool:
     if CHECKSUM_KEY.encode() in data:
         raise IntegrityError(f"damaged: its {CHECKSUM_KEY} entry is not where modforge writes it (the end of the file)")
     return False
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 1 MiB blocks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..core.cwd import working_directory
 from .base import EngineError
 
 __all__ = ["QUANTIZE_MODES", "quantize_onnx"]
@@ -44,7 +45,7 @@ def quantize_onnx(model_bytes: bytes, mode: str, calibration: Iterable[Any] = ()
         source, prepared, target = (Path(folder) / name for name in ("fp32.onnx", "prepared.onnx", "int8.onnx"))
         source.write_bytes(model_bytes)
         try:  # in the scratch folder: a failed symbolic shape inference leaves its temporary files in the cwd
-            with _working_directory(folder):
+            with working_directory(folder):
                 quant_pre_process(str(source), str(prepared))
         except Exception:  # noqa: BLE001 - pre-processing is an optimisation; quantize the graph as exported
             prepared = source
@@ -102,17 +103,3 @@ def _quiet_root_logger() -> Iterator[None]:
         yield
     finally:
         root.setLevel(level)
-
-
-@contextlib.contextmanager
-def _working_directory(folder: str) -> Iterator[None]:
-    """``folder`` as the working directory for the duration (ONNX Runtime's pre-processing writes
-    ``sym_shape_infer_temp.onnx`` and its external data there when it fails)."""
-    import os
-
-    before = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(before)

@@ -8,7 +8,6 @@ relative to the student's config file (to the current folder for a config given 
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import torch
 
 from ..core.config import display_path, load_config
 from ..core.errors import ConfigError
+from ..core.integrity import file_sha256
 
 __all__ = ["load_teacher", "teacher_path"]
 
@@ -40,20 +40,13 @@ def load_teacher(spec: str, cfg: Any) -> tuple[torch.nn.Module, str, Path]:
     path = teacher_path(spec, cfg)
     if path.is_dir() or path.suffix == ".pt":
         exp, checkpoint = load_trained(path)
-        fingerprint = _sha256(checkpoint)
+        fingerprint = file_sha256(checkpoint)
     else:
         teacher_cfg = validate_config(load_config(path))
         exp = Experiment.build(teacher_cfg)
-        fingerprint = _sha256(path)
+        fingerprint = file_sha256(path)
     model = exp.model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model, fingerprint, path.resolve()
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

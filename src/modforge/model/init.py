@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -40,6 +39,7 @@ import torch.nn as nn
 
 from ..core.config import check_keys, display_path
 from ..core.errors import ConfigError, ConfigValueError
+from ..core.integrity import file_sha256
 from ..core.registries import CHECKPOINT_FORMATS
 from ..core.weight_formats import CheckpointFormat, WeightFormatError
 
@@ -155,14 +155,6 @@ def _check_device(name: str, bad: Callable[[str, str], ConfigValueError]) -> Non
 
 
 # ----------------------------------------------------------------- loading
-def _digest(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
-
-
 def _fail(spec: InitSpec, message: str, key: str = "") -> ModelInitError:
     at = f"{spec.where}.{key}" if key else spec.where
     return ModelInitError(message, path=at, source=spec.source)
@@ -179,7 +171,7 @@ class _Pin:
     def digest(self, file: Path) -> str:
         if file not in self.digests:
             try:
-                self.digests[file] = _digest(file)
+                self.digests[file] = file_sha256(file)
             except OSError as exc:
                 raise _fail(self.spec, f"cannot read {display_path(file)} to check its SHA-256 "
                                        f"({exc.strerror or exc})", "path") from None  # fmt: skip

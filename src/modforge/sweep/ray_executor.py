@@ -51,6 +51,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.cwd import working_directory
 from ..core.errors import UsageError
 from ..core.safe_files import ensure_folder, open_append, open_lock
 from .command import TrialJob
@@ -122,18 +123,6 @@ def _loopback_node(ray: Any) -> Iterator[None]:
             os.environ[_CLUSTER_ENV] = before_env
         if constants is not None and before is not None:
             constants.ENABLE_RAY_CLUSTER = before
-
-
-@contextlib.contextmanager
-def _from_folder(folder: str) -> Iterator[None]:
-    """Run the block with ``folder`` as the working directory (Ray gives its workers the
-    driver's working directory on ``sys.path``)."""
-    previous = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(previous)
 
 
 def _on_loopback(address: str) -> bool:
@@ -210,7 +199,7 @@ class RayExecutor:
         handlers = _signal_handlers()  # ray.init installs its own: SIGTERM would end the sweep unrecorded
         self._empty = tempfile.mkdtemp(prefix="modforge-ray-")  # 0700: nothing importable, nobody else writes
         try:
-            with _from_folder(self._empty):
+            with working_directory(self._empty):
                 if address:
                     # a cluster on this machine's loopback (as the sweep's own and the tests' are): this driver's
                     # node is 127.0.0.1 too, or Ray would wait for a node at the machine's network address
