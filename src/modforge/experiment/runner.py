@@ -132,6 +132,10 @@ class Experiment:
         )
         if model.init_records:
             _record_init(cfg, model.init_records)
+        if settings.qat is not None:  # after model.init: QAT fine-tunes the loaded weights; a checkpoint fits after
+            from ..model.qat import prepare_parts
+
+            prepare_parts(model, settings.qat.parts, torch.zeros(2, *splits.input_shape))
         _check_soft_targets(cfg, splits, model)
         if distributed.rank() > 0:  # same weights everywhere (DDP starts from rank 0's), own randomness
             seed_everything(seed + distributed.rank())  # dropout masks, augmentation drawn from torch's RNG
@@ -609,6 +613,10 @@ def _load_trained(
     cfg = _overridden(cfg, overrides) if overrides else _validated_stored(cfg, what)
     exp = Experiment.build(cfg, init_weights=False)
     _load_weights(exp.model, inference_weights(payload), path)  # the weight average, when the run kept one
+    if exp.settings.qat is not None:  # evaluated and exported with the ranges it learned
+        from ..model.qat import observing
+
+        observing(exp.model, False)
     return exp, path, payload
 
 

@@ -25,6 +25,7 @@ from ..core.registries import CALLBACKS, DATASETS, ENGINES, METRICS, OPTIMIZERS,
 from ..core.safe_files import is_relative_name
 from ..core.text_safety import plain_text
 from ..data.loader import LoaderSettings
+from ..model.qat import QatSettings
 from ..train.distill import DistillSettings
 from ..train.distributed import DistributedSettings
 from ..train.ema import EmaSettings
@@ -76,6 +77,8 @@ class TrainSettings:
             find_unused_parameters: bool}``; ignored with one process.
         distill: knowledge distillation from a frozen teacher: ``{teacher, temperature, logit_weight,
             task_weight, features: [{student, teacher, weight}]}`` (:mod:`modforge.train.distill`).
+        qat: quantization-aware training of some parts: ``{parts: [backbone]}`` (:mod:`modforge.model.qat`;
+            engine eager); ``modforge export --engine onnx`` then writes an int8 graph.
         ema: keep an exponential moving average of the weights: ``{decay, warmup_steps, every,
             evaluate}`` (:mod:`modforge.train.ema`); validation, ``best.pt``, test, export and
             predict use it unless ``evaluate: false``. None: no average.
@@ -107,6 +110,7 @@ class TrainSettings:
         distributed: Optional[dict[str, Any]] = None,
         ema: Optional[dict[str, Any]] = None,
         distill: Optional[dict[str, Any]] = None,
+        qat: Optional[dict[str, Any]] = None,
         trainer: Optional[str] = None,
     ):
         self.max_epochs, self.max_steps = max_epochs, max_steps
@@ -123,6 +127,7 @@ class TrainSettings:
         self.distributed = DistributedSettings(**(distributed or {}))
         self.ema = EmaSettings(**ema) if ema is not None else None
         self.distill = DistillSettings(**distill) if distill is not None else None
+        self.qat = QatSettings(**qat) if qat is not None else None
         self.trainer = trainer
 
 
@@ -195,6 +200,16 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
             DistributedSettings(**values["distributed"])
         except ValueError as exc:
             raise ConfigValueError(str(exc), path="train.distributed", source=where("train.distributed")) from None
+    if values.get("qat") is not None:
+        values["qat"] = signature_of(QatSettings).validate(values["qat"], path="train.qat", origin_of=where, plain=True)
+        try:
+            QatSettings(**values["qat"])
+        except ValueError as exc:
+            raise ConfigValueError(str(exc), path="train.qat", source=where("train.qat")) from None
+        engine = values.get("engine") or "eager"
+        if (engine if isinstance(engine, str) else engine.get("type")) != "eager":
+            raise ConfigValueError("train.qat trains fake-quantized parts with the eager engine (export to onnx after)",
+                                   path="train.qat", source=where("train.qat"))  # fmt: skip
     if values.get("distill") is not None:
         values["distill"] = signature_of(DistillSettings).validate(values["distill"], path="train.distill",
                                                                    origin_of=where, plain=True)  # fmt: skip

@@ -220,13 +220,22 @@ def load_weights(model: torch.nn.Module, state: Any, what: str) -> None:
     target = model.state_dict()
     missing = [k for k in target if k not in state]
     unexpected = [str(k) for k in state if k not in target]
-    mismatched = [k for k, v in state.items() if k in target and getattr(v, "shape", None) != target[k].shape]
+    resized = _quantization_statistics(model)  # their modules resize them on loading (per-channel ranges)
+    mismatched = [k for k, v in state.items()
+                  if k in target and getattr(v, "shape", None) != target[k].shape and not k.startswith(resized)]  # fmt: skip
     if missing or unexpected or mismatched:
         parts = [f"{len(keys)} {label}: {', '.join(keys[:5])}{' …' if len(keys) > 5 else ''}"
                  for label, keys in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", mismatched))
                  if keys]  # fmt: skip
         raise CheckpointError(f"the weights in {what} do not fit the model its config builds ({'; '.join(parts)})")
     model.load_state_dict(state)
+
+
+def _quantization_statistics(model: torch.nn.Module) -> tuple[str, ...]:
+    """The state-dict prefixes of the model's fake-quantization modules (``train.qat``): their
+    scales and observed ranges are sized by the data they saw, and they load any size."""
+    return tuple(f"{name}." for name, module in model.named_modules()
+                 if name and type(module).__name__ == "FakeQuantize")  # fmt: skip
 
 
 def remove_abandoned_temps(directory: Path) -> list[Path]:

@@ -178,6 +178,7 @@ class Trainer:
         self.model = model.to(self.device)
         self.find_unused_parameters = find_unused_parameters
         self.ema = WeightAverage(self.model, ema) if ema is not None else None
+        self._fake_quantized = any(type(m).__name__ == "FakeQuantize" for m in self.model.modules())
         self.ddp: nn.Module | None = None  # the DistributedDataParallel wrapper, built by fit()
         self.optimizer, self.scheduler = optimizer, scheduler
         self.scheduler_interval, self.scheduler_monitor = scheduler_interval, scheduler_monitor
@@ -386,10 +387,15 @@ class Trainer:
         return self.model if self.ddp is not None else self.runnable
 
     def train_mode(self, training: bool) -> None:
-        """Train or eval mode for the model and, when it is a separate module, the runnable."""
+        """Train or eval mode for the model and, when it is a separate module, the runnable; a
+        fake-quantized model (``train.qat``) records ranges only while it trains."""
         self.model.train(training)
         if self.runnable is not self.model and isinstance(self.runnable, nn.Module):
             self.runnable.train(training)
+        if self._fake_quantized:
+            from ..model.qat import observing
+
+            observing(self.model, training)
 
     def _steps_done(self) -> bool:
         return self.max_steps is not None and self.global_step >= self.max_steps
