@@ -23,6 +23,7 @@ train:
   num_threads: 1
   progress: never
   callbacks: []
+  device: cpu   # bitwise resume: a GPU's convolution backward (cuDNN) is not deterministic
   checkpoint: {{every_n_steps: 25, keep_last: 10}}
   distill:
     teacher: {teacher}
