@@ -80,6 +80,9 @@ def prepare_parts(model: nn.Module, parts: Sequence[str], example: torch.Tensor)
         model.eval()
         with torch.no_grad():
             model({"input": example})
+    except Exception as exc:  # noqa: BLE001 - any model's failure on a plain input batch: one clear error
+        raise ConfigError(f"train.qat: the model cannot run on a plain batch of its input shape {list(example.shape)} "
+                          f"to trace its parts ({type(exc).__name__}: {str(exc)[:160]})", path="train.qat") from None
     finally:
         for hook in hooks:
             hook.remove()
