@@ -127,3 +127,50 @@ def test_a_continual_run_refuses_distillation(cli, write, teacher):
     res = cli("train", str(config), "--run-dir", "seq")
     assert res.code == 2 and "train.distill trains a model against a teacher in the standard run" in res.err, res.err
     assert not (Path(config).parent / "seq").exists()  # refused before the run folder was made
+
+
+class _Pyramid(torch.nn.Module):
+    """A model whose 'neck' returns two levels (an FPN's shape), with a loss and logits."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(1, width, 3, padding=1)
+        self.neck = _Levels(width)
+        self.head = torch.nn.Linear(width, 3)
+
+    def forward(self, batch):
+        levels = self.neck(self.stem(batch["input"]))
+        logits = self.head(levels[-1].mean((2, 3)))
+        out = {"logits": logits}
+        if "label" in batch:
+            out["loss"] = F.cross_entropy(logits, batch["label"])
+        return out
+
+
+class _Levels(torch.nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.down = torch.nn.Conv2d(width, width, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        return [x, self.down(x)]
+
+
+def test_a_feature_pyramid_is_mimicked_level_by_level_with_an_adapter_per_level():
+    from modforge.train.distill import DistillSettings, DistillTrainer
+
+    torch.manual_seed(0)
+    student, teacher = _Pyramid(4), _Pyramid(8)
+    batch = {"input": torch.randn(6, 1, 8, 8), "label": torch.tensor([0, 1, 2, 0, 1, 2])}
+    settings = DistillSettings(teacher="unused", logit_weight=0.0, features=[{"student": "neck", "teacher": "neck"}])
+    trainer = DistillTrainer(student, torch.optim.SGD(student.parameters(), lr=0.1), teacher=teacher,
+                             distill=settings, example=batch)  # fmt: skip
+    assert set(trainer.adapters) == {"0_0", "0_1"}  # 4 → 8 channels on each of the two levels
+    loss = trainer.training_step(batch)
+    with torch.no_grad():
+        s, t = student.neck(student.stem(batch["input"])), teacher.neck(teacher.stem(batch["input"]))
+        expected = F.cross_entropy(student(batch)["logits"], batch["label"]) + sum(
+            F.mse_loss(trainer.adapters[f"0_{j}"](s[j]), t[j]) for j in range(2)) / 2  # fmt: skip
+    torch.testing.assert_close(loss.detach(), expected)
+    in_optimizer = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    assert all(id(p) in in_optimizer for p in trainer.adapters.parameters())

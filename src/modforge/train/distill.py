@@ -8,8 +8,9 @@ The step's loss is
     + Σ weight_i · MSE(adapter_i(student feature_i), teacher feature_i)                      (FitNets-style mimicking)
 
 Features are the outputs of named modules (dotted paths in ``model.named_modules()``: a part such as
-``backbone``, a stage such as ``backbone.layer3``, an FPN level such as ``neck`` — ``parts.`` may be left
-out), read by forward hooks. Where the student's channels differ from the teacher's, a learned adapter
+``backbone``, a stage such as ``backbone.layer3``, a neck such as ``neck`` — ``parts.`` may be left out),
+read by forward hooks; a module that returns a list (an FPN's levels) is mimicked level by level, the
+term being the levels' mean. Where the student's channels differ from the teacher's, a learned adapter
 (a 1×1 convolution on ``[B, C, ...]`` maps, a linear layer on ``[B, ..., D]`` vectors) maps the student's
 to the teacher's width; it trains with the student (in the optimizer's first parameter group, so the
 learning-rate schedule covers it) and lives in the checkpoints, not in the model. Shapes are checked once, on a batch before training, with one clear
@@ -121,31 +122,41 @@ def _adapter(student: torch.Tensor, teacher: torch.Tensor, names: str) -> nn.Mod
 
 
 class _Capture:
-    """The outputs of some modules during one forward pass (forward hooks)."""
+    """The outputs of some modules during one forward pass (forward hooks), each as its list of
+    levels: one tensor, or every tensor of a list output (a feature pyramid)."""
 
     def __init__(self, modules: list[nn.Module]):
-        self.outputs: list[torch.Tensor | None] = [None] * len(modules)
+        self.outputs: list[list[torch.Tensor] | None] = [None] * len(modules)
         self.handles = [m.register_forward_hook(self._hook(i)) for i, m in enumerate(modules)]
 
     def _hook(self, i: int) -> Any:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            self.outputs[i] = output if isinstance(output, torch.Tensor) else _first_tensor(output)
+            self.outputs[i] = _levels(output)
 
         return hook
 
-    def take(self) -> list[torch.Tensor]:
+    def take(self) -> list[list[torch.Tensor]]:
         taken, self.outputs = self.outputs, [None] * len(self.outputs)
-        if any(o is None for o in taken):
-            raise ModforgeError("a distillation feature module did not run in this forward pass")
+        if any(not o for o in taken):
+            raise ModforgeError("a distillation feature module did not run in this forward pass (or gave no tensor)")
         return taken  # type: ignore[return-value]
 
 
-def _first_tensor(output: Any) -> torch.Tensor | None:
+def _levels(output: Any) -> list[torch.Tensor]:
+    """A module's output as feature levels: a tensor, the tensors of a list or tuple (an FPN's
+    levels), or a dict's ``features``."""
     if isinstance(output, dict):
         output = output.get("features", next(iter(output.values()), None))
-    if isinstance(output, (list, tuple)) and output:
-        output = output[0]
-    return output if isinstance(output, torch.Tensor) else None
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, (list, tuple)):
+        return [o for o in output if isinstance(o, torch.Tensor)]
+    return []
+
+
+def _key(pair: int, level: int, levels: int) -> str:
+    """The adapter's name: the pair's index, and the level's when the feature has several."""
+    return str(pair) if levels == 1 else f"{pair}_{level}"
 
 
 class DistillTrainer(Trainer):
@@ -187,11 +198,16 @@ class DistillTrainer(Trainer):
                 self.teacher(example)
         finally:
             self.model.train(was)
-        for i, (s, t) in enumerate(zip(self._student.take(), self._teacher.take(), strict=True)):
+        for i, (student, teacher) in enumerate(zip(self._student.take(), self._teacher.take(), strict=True)):
             pair = self.distill.pairs[i]
-            adapter = _adapter(s, t, f"train.distill.features.{i} ({pair.student} → {pair.teacher})")
-            if adapter is not None:
-                self.adapters[str(i)] = adapter.to(self.device)
+            names = f"train.distill.features.{i} ({pair.student} → {pair.teacher})"
+            if len(student) != len(teacher):
+                raise ConfigError(f"{names}: the student gives {len(student)} feature levels, the teacher "
+                                  f"{len(teacher)}", path="train.distill.features")  # fmt: skip
+            for j, (s, t) in enumerate(zip(student, teacher, strict=True)):
+                adapter = _adapter(s, t, names if len(student) == 1 else f"{names}, level {j}")
+                if adapter is not None:
+                    self.adapters[_key(i, j, len(student))] = adapter.to(self.device)
         if len(self.adapters):  # into the first group: a schedule built for the optimizer's groups still fits
             distributed.broadcast_module(self.adapters, what="sharing the distillation adapters")  # one start
             self.optimizer.param_groups[0]["params"].extend(self.adapters.parameters())
@@ -214,10 +230,12 @@ class DistillTrainer(Trainer):
         if self.distill.pairs:
             feature = torch.zeros((), device=loss.device)
             students, teachers = self._student.take(), self._teacher.take()
-            for i, (pair, s, t) in enumerate(zip(self.distill.pairs, students, teachers, strict=True)):
-                adapter = self.adapters[str(i)] if str(i) in self.adapters else None
-                mapped = adapter(s) if adapter is not None else s
-                feature = feature + pair.weight * F.mse_loss(mapped.float(), t.float())
+            for i, (pair, student, teacher) in enumerate(zip(self.distill.pairs, students, teachers, strict=True)):
+                levels = len(student)
+                for j, (s, t) in enumerate(zip(student, teacher, strict=True)):  # the levels' mean
+                    key = _key(i, j, levels)
+                    mapped = self.adapters[key](s) if key in self.adapters else s
+                    feature = feature + pair.weight * F.mse_loss(mapped.float(), t.float()) / levels
             terms["distill_feature_loss"] = feature
             loss = loss + feature
         self.note_loss_parts({**out, **terms})
