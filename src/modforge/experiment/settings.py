@@ -192,41 +192,30 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
             {"type": "checkpoint", "args": values["checkpoint"]}, path="train.checkpoint", **common
         )
         values["checkpoint"] = spec["args"]
-    if values.get("distributed") is not None:
-        values["distributed"] = signature_of(DistributedSettings).validate(
-            values["distributed"], path="train.distributed", origin_of=where, plain=True
-        )
-        try:
-            DistributedSettings(**values["distributed"])
-        except ValueError as exc:
-            raise ConfigValueError(str(exc), path="train.distributed", source=where("train.distributed")) from None
+    for key, settings_class in (("distributed", DistributedSettings), ("qat", QatSettings),
+                                ("distill", DistillSettings), ("ema", EmaSettings)):  # fmt: skip
+        if values.get(key) is not None:
+            values[key] = _settings_section(settings_class, values[key], f"train.{key}", where)
     if values.get("qat") is not None:
-        values["qat"] = signature_of(QatSettings).validate(values["qat"], path="train.qat", origin_of=where, plain=True)
-        try:
-            QatSettings(**values["qat"])
-        except ValueError as exc:
-            raise ConfigValueError(str(exc), path="train.qat", source=where("train.qat")) from None
         engine = values.get("engine") or "eager"
         if (engine if isinstance(engine, str) else engine.get("type")) != "eager":
             raise ConfigValueError("train.qat trains fake-quantized parts with the eager engine (export to onnx after)",
                                    path="train.qat", source=where("train.qat"))  # fmt: skip
-    if values.get("distill") is not None:
-        values["distill"] = signature_of(DistillSettings).validate(values["distill"], path="train.distill",
-                                                                   origin_of=where, plain=True)  # fmt: skip
-        try:
-            DistillSettings(**values["distill"])
-        except ValueError as exc:
-            raise ConfigValueError(str(exc), path="train.distill", source=where("train.distill")) from None
-        if values.get("trainer") is not None:
-            raise ConfigValueError("train.distill runs its own training step; it cannot be combined with train.trainer",
-                                   path="train.distill", source=where("train.distill"))  # fmt: skip
-    if values.get("ema") is not None:
-        values["ema"] = signature_of(EmaSettings).validate(values["ema"], path="train.ema", origin_of=where, plain=True)
-        try:
-            EmaSettings(**values["ema"])
-        except ValueError as exc:
-            raise ConfigValueError(str(exc), path="train.ema", source=where("train.ema")) from None
+    if values.get("distill") is not None and values.get("trainer") is not None:
+        raise ConfigValueError("train.distill runs its own training step; it cannot be combined with train.trainer",
+                               path="train.distill", source=where("train.distill"))  # fmt: skip
     return values
+
+
+def _settings_section(settings_class: type, value: Any, path: str, where: Callable[[str], str | None]) -> dict:
+    """A settings section (``train.ema``…) checked by its class's signature and then by the class
+    itself (its ranges and combinations): one error naming the section, either way."""
+    checked = signature_of(settings_class).validate(value, path=path, origin_of=where, plain=True)
+    try:
+        settings_class(**checked)
+    except ValueError as exc:
+        raise ConfigValueError(str(exc), path=path, source=where(path)) from None
+    return checked
 
 
 def _check_optimizer(spec: dict[str, Any], cfg: Config) -> None:
