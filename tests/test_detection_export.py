@@ -42,6 +42,16 @@ def run_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def retinanet_run(run_dir) -> Path:
+    """The same tiny detector with the ``retinanet`` head, on the same pictures."""
+    run = run_dir.parent / "retinanet"
+    code = main(["train", str(CONFIG.with_name("shapes_retinanet.yaml")), f"data.args.root={run_dir.parent / 'set'}",
+                 *SMALL, "train.optimizer.args.lr=3e-3", "--run-dir", str(run)])  # fmt: skip
+    assert code == 0
+    return run
+
+
+@pytest.fixture(scope="module")
 def pictures(run_dir) -> list[Path]:
     """A test picture as it is (64 px: scale 1) and another stretched to 128×64 (resized to
     64×32 for the model: scale 0.5, another padded shape — a free height in the graph)."""
@@ -79,6 +89,19 @@ def eager_detections(run_dir: Path, path: Path) -> tuple[np.ndarray, float]:
 @pytest.mark.parametrize("engine", ["onnx", "torchscript", "eager"])
 def test_an_exported_detector_predicts_the_eager_detections_in_original_pixels(run_dir, pictures, engine, capsys,
                                                                                tmp_path):  # fmt: skip
+    post = check_predictions(run_dir, pictures, engine, capsys, tmp_path)
+    assert post["type"] == "fcos" and post["nms_threshold"] == 0.5  # the run's own head settings
+
+
+@pytest.mark.slow
+def test_an_exported_retinanet_predicts_the_eager_detections(retinanet_run, pictures, capsys, tmp_path):
+    post = check_predictions(retinanet_run, pictures, "onnx", capsys, tmp_path)
+    assert post["type"] == "retinanet" and post["score"] == "probability" and post["nms_threshold"] == 0.5
+
+
+def check_predictions(run_dir: Path, pictures: list[Path], engine: str, capsys, tmp_path: Path) -> dict:
+    """Export ``run_dir`` with ``engine``, predict ``pictures`` with the artifact and check every
+    detection against the eager model's; the artifact's post-processing settings."""
     from PIL import Image
 
     from modforge.experiment.export import export_run
@@ -91,7 +114,6 @@ def test_an_exported_detector_predicts_the_eager_detections_in_original_pixels(r
     assert (norm["min_size"], norm["max_size"], norm["size_divisor"]) == (64, 64, 32)
     assert len(norm["mean"]) == len(norm["std"]) == 3
     post = metadata["postprocess"]
-    assert post["type"] == "fcos" and post["nms_threshold"] == 0.5  # the run's own head settings
     assert (post["score_threshold"], post["pre_nms_topk"], post["max_detections"]) == (0.05, 1000, 100)
     assert post["strides"] == [4, 8, 16, 32]  # the shipped config's P2–P5
     assert result.task_report is not None and result.task_report.equal and result.task_report.eager > 0
@@ -115,6 +137,7 @@ def test_an_exported_detector_predicts_the_eager_detections_in_original_pixels(r
             assert np.asarray(picture.convert("RGB")).tolist() != np.asarray(original.convert("RGB")).tolist()
     wide = np.array([d["box"] for d in lines[1]["detections"]])
     assert wide[:, 2].max() > 64 and wide[:, [0, 2]].max() <= 128 + BOX_TOLERANCE  # back in the 128-px picture
+    return post
 
 
 def test_the_predictor_prepares_a_picture_exactly_as_the_dataset_does(tmp_path):

@@ -305,6 +305,7 @@ def test_unequal_level_widths_get_projections_and_equal_ones_do_not():
 
 
 def test_network_and_postprocess_compile_with_torchscript():
+    pytest.importorskip("torchvision")  # scripting resolves the NMS kernel, torch.ops.torchvision.nms
     torch.manual_seed(0)
     head = FCOSHead([16, 16, 16], num_classes=3, tower_depth=1, norm_groups=4, score_threshold=0.0).eval()
     feats = _raw_for(head)

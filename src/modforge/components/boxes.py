@@ -1,4 +1,5 @@
-"""Box operations in plain torch: area, IoU, GIoU, FCOS distance encode/decode, (batched) NMS.
+"""Box operations: area, IoU, GIoU, FCOS distance and anchor delta encode/decode in plain torch;
+(class-aware) greedy NMS on ``torchvision.ops.nms``'s kernel.
 
 Boxes are ``x1, y1, x2, y2`` in pixels, in the last dimension. Every function is vectorised
 (no Python loop over boxes), works on any device and dtype, and is compilable by
@@ -12,16 +13,24 @@ Conventions (what the brute-force tests in ``tests/test_box_ops.py`` check):
   ``bbox_overlaps`` convention, ``eps = 1e-6``), so a pair of empty boxes gives IoU 0 and
   GIoU 0 — never NaN — and gradients stay finite.
 * **Empty sets.** ``[0, 4]`` inputs give ``[0, M]``/``[N, 0]`` matrices and empty index sets.
-* **NMS** is greedy NMS exactly as ``torchvision.ops.nms``: boxes in decreasing score order
-  (ties: the earlier index first), a box is dropped when its IoU with an already *kept* box
-  of the same group is strictly greater than the threshold; the kept indices are returned
-  in decreasing score order. :func:`batched_nms` is class-aware (boxes of different
-  ``idxs`` never suppress each other) by masking the IoU matrix, not by torchvision's
-  coordinate-offset trick, which loses float32 precision when there are many groups.
+* **NMS** is greedy NMS as ``torchvision.ops.nms`` computes it (its kernel runs it): boxes in
+  decreasing score order (ties: the earlier index first — made certain here, the kernel's own
+  sort is not stable), a box is dropped when its IoU with an already *kept* box of the same
+  group is strictly greater than the threshold; the kept indices are returned in decreasing
+  score order. :func:`batched_nms` is class-aware (boxes of different ``idxs`` never
+  suppress each other) by running the kernel per group, not by torchvision's
+  coordinate-offset trick, which rounds the shifted float32 coordinates differently.
+  torchvision is imported on the first call (the ``vision`` extra); ``torch.jit.script``
+  compiles both functions once it has been imported.
+
+Why the rest stays in plain torch: torchvision has no aligned (pairwise-by-index) IoU/GIoU,
+no FCOS distance coder, and its ``box_iou`` divides by a union that can be 0 (NaN for two
+empty boxes), where these return 0; its anchor ``BoxCoder`` lives in a private module.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -30,11 +39,18 @@ __all__ = [
     "batched_nms",
     "box_area",
     "box_iou",
+    "clip_to_image",
+    "decode_deltas",
     "decode_ltrb",
+    "encode_deltas",
     "encode_ltrb",
     "generalized_box_iou",
     "nms",
 ]
+
+DELTA_CLIP = math.log(1000.0 / 16)
+"""Largest log-scale a decoded width or height may take (Detectron's and torchvision's
+``bbox_xform_clip``): a box at most 62.5× its anchor, so ``exp`` cannot overflow."""
 
 EPS = 1e-6
 """Smallest denominator of an IoU/GIoU ratio (mmdetection's ``bbox_overlaps`` default)."""
@@ -120,24 +136,50 @@ def decode_ltrb(
     """
     boxes = torch.cat([points - distances[..., :2], points + distances[..., 2:]], dim=-1)
     if max_shape is not None:
-        wh = max_shape.flip(-1).to(boxes.dtype)  # (h, w) → (w, h)
-        limit = torch.cat([wh, wh], dim=-1)
-        boxes = torch.minimum(boxes.clamp(min=0), limit)
+        boxes = clip_to_image(boxes, max_shape)
     return boxes
 
 
-def batched_nms(
-    boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float, chunk: int = 2048
-) -> torch.Tensor:
-    """Greedy NMS within each group (class-aware NMS when ``idxs`` are labels).
+def encode_deltas(anchors: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+    """RetinaNet's (Faster R-CNN's) regression targets of boxes ``[..., 4]`` from their anchors
+    ``[..., 4]``: ``(dx, dy, dw, dh) = ((x − xₐ)/wₐ, (y − yₐ)/hₐ, log(w/wₐ), log(h/hₐ))`` of the
+    centres and sizes — weights (1, 1, 1, 1), as torchvision's and mmdetection's RetinaNet."""
+    anchor_wh = anchors[..., 2:] - anchors[..., :2]
+    anchor_centre = anchors[..., :2] + 0.5 * anchor_wh
+    wh = boxes[..., 2:] - boxes[..., :2]
+    centre = boxes[..., :2] + 0.5 * wh
+    return torch.cat([(centre - anchor_centre) / anchor_wh, torch.log(wh / anchor_wh)], dim=-1)
 
-    Vectorised: the "suppresses" relation ``S[i, j]`` (``i`` ranks above ``j``, same group,
-    IoU > threshold) is built once, row chunks at a time (``chunk`` rows, bounding memory to
-    ``chunk × N``), then ``keep[j] = not any_i(keep[i] and S[i, j])`` is iterated from
-    all-kept to its fixed point. The fixed point is unique and is exactly greedy NMS (by
-    induction on rank: after ``t`` rounds the ``t`` best-ranked boxes are settled), so the
-    loop ends after at most ``N`` rounds — in practice after the length of the longest
-    chain of suppressions, a handful.
+
+def decode_deltas(anchors: torch.Tensor, deltas: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`encode_deltas`: boxes ``[..., 4]`` from anchors and deltas, the
+    log-sizes clipped at :data:`DELTA_CLIP` (no clipping to the image: see :func:`decode_ltrb`)."""
+    anchor_wh = anchors[..., 2:] - anchors[..., :2]
+    anchor_centre = anchors[..., :2] + 0.5 * anchor_wh
+    centre = deltas[..., :2] * anchor_wh + anchor_centre
+    half = 0.5 * torch.exp(deltas[..., 2:].clamp(max=DELTA_CLIP)) * anchor_wh
+    return torch.cat([centre - half, centre + half], dim=-1)
+
+
+def clip_to_image(boxes: torch.Tensor, max_shape: torch.Tensor) -> torch.Tensor:
+    """Boxes ``[..., 4]`` clipped to ``[0, width] × [0, height]``, ``max_shape`` ``(h, w)``
+    broadcastable to ``[..., 2]`` (one size, or one per box)."""
+    wh = max_shape.flip(-1).to(boxes.dtype)  # (h, w) → (w, h)
+    return torch.minimum(boxes.clamp(min=0), torch.cat([wh, wh], dim=-1))
+
+
+def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+    """Greedy NMS within each group (class-aware NMS when ``idxs`` are labels), by
+    ``torchvision.ops.nms``'s kernel, one group at a time.
+
+    Why not ``torchvision.ops.batched_nms``: it separates the groups by shifting each group's
+    boxes by ``group × (largest coordinate + 1)``, and the shifted float32 coordinates round
+    differently, so an IoU near the threshold can fall on the other side of it. Why ranks
+    instead of the scores: the kernel sorts the scores with an unstable sort, so equal scores
+    would keep an unspecified order; the boxes are ranked here by a stable sort (ties: the
+    earlier index first) and the kernel is given the ranks, which are all different. The
+    result is the greedy NMS of the module doc exactly (tested against a brute-force loop, and
+    against ``modforge predict``'s numpy NMS on a trained detector's outputs).
 
     Args:
         boxes: ``[N, 4]``.
@@ -145,7 +187,6 @@ def batched_nms(
         idxs: ``[N]`` integer group of each box (class, or ``image * num_classes + class``).
         iou_threshold: a box is dropped when its IoU with a kept, better box of its group is
             strictly greater than this.
-        chunk: rows of the IoU matrix computed at once.
 
     Returns:
         ``[K]`` long indices into ``boxes`` of the kept boxes, by decreasing score.
@@ -153,22 +194,18 @@ def batched_nms(
     n = boxes.shape[0]
     if n == 0:
         return torch.zeros(0, dtype=torch.long, device=boxes.device)
+    if not torch.jit.is_scripting():
+        _load_torchvision_ops()
     order = torch.sort(scores, descending=True, stable=True)[1]
     ranked, groups = boxes[order], idxs[order]
-    rank = torch.arange(n, device=boxes.device)
-    suppresses = torch.zeros(n, n, dtype=torch.bool, device=boxes.device)
-    for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        overlap = box_iou(ranked[start:stop], ranked) > iou_threshold
-        same = groups[start:stop].unsqueeze(1) == groups.unsqueeze(0)
-        later = rank[start:stop].unsqueeze(1) < rank.unsqueeze(0)
-        suppresses[start:stop] = overlap & same & later
-    keep = torch.ones(n, dtype=torch.bool, device=boxes.device)
-    for _ in range(n):
-        new_keep = ~(suppresses & keep.unsqueeze(1)).any(dim=0)
-        if bool(torch.equal(new_keep, keep)):
-            break
-        keep = new_keep
+    # n, n − 1, …, 1: distinct, exact in float64 well past any box count
+    ranks = torch.arange(n, 0, -1, dtype=torch.float64, device=boxes.device).to(ranked.dtype)
+    keep = torch.zeros(n, dtype=torch.bool, device=boxes.device)
+    distinct: list[int] = torch.unique(groups).tolist()
+    for group in distinct:
+        members = torch.nonzero(groups == group).reshape(-1)
+        kept = torch.ops.torchvision.nms(ranked[members], ranks[members], iou_threshold)
+        keep[members[kept]] = True
     return order[keep]
 
 
@@ -176,3 +213,14 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
     """Greedy NMS over all boxes (one group); see :func:`batched_nms`. Returns the kept
     indices by decreasing score, as ``torchvision.ops.nms``."""
     return batched_nms(boxes, scores, torch.zeros_like(scores, dtype=torch.long), iou_threshold)
+
+
+@torch.jit.unused
+def _load_torchvision_ops() -> None:
+    """Register torchvision's operators (``torch.ops.torchvision.nms``): importing torchvision does
+    it, once; a clear error names the extra when it is not installed."""
+    try:
+        import torchvision  # noqa: F401 - registers torch.ops.torchvision
+    except ImportError:
+        raise ImportError("NMS runs torchvision's kernel (torchvision.ops.nms): pip install 'modforge[vision]' "
+                          "(or pip install torchvision)") from None  # fmt: skip

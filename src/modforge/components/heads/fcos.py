@@ -56,8 +56,9 @@ Export. The head splits into three pieces so a detector can be exported up to an
 location's box, class probabilities and quality) has no data-dependent shapes, so it traces
 and exports to ONNX as well (tested: ONNX Runtime equals eager within 1e-4 px); and
 :func:`fcos_postprocess` (threshold, per-level top-k, class-aware NMS) is
-``torch.jit.script``-able but not ONNX-exportable — **NMS runs there**, a data-dependent loop
-(:func:`~modforge.components.boxes.batched_nms`). The dict-in/dict-out ``forward`` is
+``torch.jit.script``-able (once torchvision is imported: its NMS kernel) but not
+ONNX-exportable — **NMS runs there**, a data-dependent loop
+(:func:`~modforge.components.boxes.batched_nms`, torchvision's kernel). The dict-in/dict-out ``forward`` is
 neither scriptable nor traceable (a batch dict of mixed values). ``modforge export`` ends the
 graph at :meth:`FCOSHead.export_outputs` (:func:`fcos_outputs`: decoded boxes, probabilities,
 quality and level of every location, one tensor) and records :meth:`FCOSHead.export_settings`;
@@ -77,9 +78,10 @@ import torch.nn.functional as F
 from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_head
 from ..base import Head
-from ..boxes import batched_nms, box_area, box_iou, decode_ltrb, encode_ltrb
+from ..boxes import box_area, box_iou, decode_ltrb, encode_ltrb
 from ..layouts import Layout
 from ..losses.detection import giou_loss, quality_bce_loss, sigmoid_focal_loss
+from .dense import DenseDetectionHead, conv_tower, detections_per_image, prior_bias, top_candidates
 
 __all__ = ["FCOSHead", "FCOSNet", "fcos_decode", "fcos_outputs", "fcos_postprocess", "fcos_targets", "level_points"]
 
@@ -254,35 +256,23 @@ def fcos_postprocess(
     for n in range(len(raw)):
         boxes, prob, quality = fcos_decode([raw[n].detach().float()], [strides[n]], num_classes, image_sizes)
         joint = torch.where(prob > score_threshold, prob * quality.unsqueeze(2), torch.full_like(prob, -1.0))
-        k = min(pre_nms_topk, joint.shape[1] * num_classes)
-        top, index = joint.flatten(1).topk(k, dim=1)  # [B, k]
+        top, index = top_candidates(joint, pre_nms_topk)  # [B, k]
         location = torch.div(index, num_classes, rounding_mode="floor")
-        images = torch.arange(batch, device=boxes.device).unsqueeze(1).expand(-1, k)
+        images = torch.arange(batch, device=boxes.device).unsqueeze(1).expand(-1, top.shape[1])
         valid = top >= 0
         all_boxes.append(boxes.gather(1, location.unsqueeze(2).expand(-1, -1, 4))[valid])
         all_scores.append(top[valid].sqrt())
         all_labels.append(torch.remainder(index, num_classes)[valid])
         all_images.append(images[valid])
-    boxes, scores = torch.cat(all_boxes), torch.cat(all_scores)
-    labels, images = torch.cat(all_labels), torch.cat(all_images)
-    rows: list[torch.Tensor] = []
-    for i in range(batch):
-        mine = torch.nonzero(images == i).reshape(-1)
-        keep = mine[batched_nms(boxes[mine], scores[mine], labels[mine], nms_threshold)[:max_detections]]
-        rows.append(
-            torch.cat(
-                [
-                    images[keep].unsqueeze(1).to(boxes.dtype),
-                    boxes[keep],
-                    scores[keep].unsqueeze(1),
-                    labels[keep].unsqueeze(1).to(boxes.dtype),
-                ],
-                dim=1,
-            )
-        )
-    if len(rows) == 0:
-        return boxes.new_zeros(0, 7)
-    return torch.cat(rows)
+    return detections_per_image(
+        torch.cat(all_boxes),
+        torch.cat(all_scores),
+        torch.cat(all_labels),
+        torch.cat(all_images),
+        batch,
+        nms_threshold,
+        max_detections,
+    )
 
 
 class _Level(nn.Module):
@@ -297,17 +287,6 @@ class _Level(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.project(x)
-
-
-def _tower(in_channels: int, width: int, depth: int, groups: int) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for d in range(depth):
-        layers += [
-            nn.Conv2d(in_channels if d == 0 else width, width, 3, padding=1, bias=False),
-            nn.GroupNorm(groups, width),
-            nn.ReLU(inplace=True),
-        ]
-    return nn.Sequential(*layers)
 
 
 class FCOSNet(nn.Module):
@@ -341,8 +320,8 @@ class FCOSNet(nn.Module):
         project = len(set(in_dim)) > 1
         tower_in = width if project else in_dim[0]
         self.levels = nn.ModuleList(_Level(c, width, project, s) for c, s in zip(in_dim, strides, strict=True))
-        self.cls_tower = _tower(tower_in, width, depth, groups)
-        self.reg_tower = _tower(tower_in, width, depth, groups)
+        self.cls_tower = conv_tower(tower_in, width, depth, groups)
+        self.reg_tower = conv_tower(tower_in, width, depth, groups)
         self.cls_logits = nn.Conv2d(width, num_classes, 3, padding=1)
         self.bbox_pred = nn.Conv2d(width, 4, 3, padding=1)
         self.quality = nn.Conv2d(width, 1, 3, padding=1)
@@ -353,7 +332,7 @@ class FCOSNet(nn.Module):
                 nn.init.normal_(module.weight, std=0.01)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        nn.init.constant_(self.cls_logits.bias, -math.log((1 - prior_prob) / prior_prob))
+        nn.init.constant_(self.cls_logits.bias, prior_bias(prior_prob))
 
     def forward(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
         if len(features) != self.num_levels:
@@ -372,7 +351,7 @@ class FCOSNet(nn.Module):
 
 
 @register_head("fcos")
-class FCOSHead(Head):
+class FCOSHead(DenseDetectionHead, Head):
     """FCOS detection head (Tian et al., 2019) with centre sampling, GIoU and a centerness or
     IoU quality branch; batch dict in, batch dict out (see the module doc for every key).
 
@@ -407,6 +386,7 @@ class FCOSHead(Head):
     produces = Layout.MULTISCALE
     output_key = "logits"
     out_dim_rule = "num_classes + 5 channels per level (class logits, 4 distances, quality logit)"
+    head_name = "fcos"
 
     def __init__(
         self,
@@ -429,12 +409,8 @@ class FCOSHead(Head):
         max_detections: PositiveInt = 100,
     ):
         super().__init__()
-        if isinstance(in_dim, int) or not in_dim:
-            raise ValueError(f"fcos needs a list of channel counts (a multiscale input), got {in_dim!r}")
-        levels = len(in_dim)
-        strides = [8 * 2**i for i in range(levels)] if strides is None else [int(s) for s in strides]
-        if len(strides) != levels:
-            raise ValueError(f"fcos: {len(strides)} strides {strides} for {levels} input levels; give one per level")
+        strides = self.level_strides(in_dim, strides)
+        levels = len(strides)
         if regress_ranges is None:
             regress_ranges = [8.0 * s for s in strides[:-1]]
         if len(regress_ranges) != levels - 1 or any(
@@ -465,52 +441,6 @@ class FCOSHead(Head):
         self.score_threshold, self.pre_nms_topk = float(score_threshold), int(pre_nms_topk)
         self.nms_threshold, self.max_detections = float(nms_threshold), int(max_detections)
         self.out_dim = [num_classes + 5] * levels
-
-    # ----------------------------------------------------------------- batch
-    def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
-        features = self._input_maps(batch)
-        raw = self.net(features)
-        batch[self.output_key] = raw
-        targets = batch.get("targets")
-        if targets is not None:
-            batch.update(self.losses(raw, targets))
-        if not self.training:
-            batch["dt_bboxes"] = self.predict(raw, self._image_sizes(batch, features))
-        return batch
-
-    def _input_maps(self, batch: Mapping[str, Any]) -> list[torch.Tensor]:
-        for key in ("embedding", "features"):
-            maps = batch.get(key)
-            if maps is not None:
-                break
-        else:
-            raise KeyError("fcos reads its feature maps from batch['embedding'] (set by the model) or batch['features']; "
-                           f"the batch has neither (keys: {', '.join(map(str, batch))})")  # fmt: skip
-        if isinstance(maps, torch.Tensor) or not isinstance(maps, Sequence):
-            raise TypeError(f"fcos needs a list of feature maps (multiscale), got {type(maps).__name__}")
-        image = batch.get("input")
-        if isinstance(image, torch.Tensor) and image.dim() == 4:
-            height, width = image.shape[-2:]
-            for m, stride in zip(maps, self.strides, strict=False):
-                if abs(m.shape[-2] - height / stride) >= 1 or abs(m.shape[-1] - width / stride) >= 1:
-                    raise ValueError(
-                        f"fcos: a {tuple(m.shape[-2:])} map cannot have stride {stride} on a {height}×{width} input; "
-                        f"the strides {self.strides} do not match the maps {[tuple(f.shape[-2:]) for f in maps]}"
-                    )
-        return list(maps)
-
-    def _image_sizes(self, batch: Mapping[str, Any], features: list[torch.Tensor]) -> torch.Tensor:
-        """``image_sizes`` when given, else the padded input's size, else the finest map × stride."""
-        device, count = features[0].device, features[0].shape[0]
-        sizes = batch.get("image_sizes")
-        if sizes is not None:
-            return torch.as_tensor(sizes).to(device).reshape(-1, 2)
-        image = batch.get("input")
-        if isinstance(image, torch.Tensor) and image.dim() == 4:
-            height, width = image.shape[-2:]
-        else:
-            height, width = features[0].shape[-2] * self.strides[0], features[0].shape[-1] * self.strides[0]
-        return torch.tensor([[height, width]], device=device).expand(count, 2)
 
     # ------------------------------------------------------------- inference
     def predict(self, raw: list[torch.Tensor], image_sizes: torch.Tensor) -> torch.Tensor:
@@ -563,16 +493,7 @@ class FCOSHead(Head):
         )
         labels, boxes = [], []
         for target in targets:
-            gt_boxes = torch.as_tensor(target["boxes"]).to(device=device, dtype=dtype).reshape(-1, 4)
-            gt_labels = torch.as_tensor(target["labels"]).to(device=device, dtype=torch.long).reshape(-1)
-            crowd = target.get("iscrowd")
-            if crowd is not None:
-                kept = ~torch.as_tensor(crowd).to(device=device, dtype=torch.bool).reshape(-1)
-                gt_boxes, gt_labels = gt_boxes[kept], gt_labels[kept]
-            if gt_labels.numel() and (int(gt_labels.min()) < 0 or int(gt_labels.max()) >= self.num_classes):
-                raise ValueError(
-                    f"fcos: target labels must be in 0..{self.num_classes - 1}, got {sorted(set(gt_labels.tolist()))}"
-                )
+            gt_boxes, gt_labels = self.target_boxes(target, dtype, device)
             assigned, regressed = fcos_targets(
                 points, strides, ranges, gt_boxes, gt_labels, self.num_classes, self.center_radius
             )

@@ -13,8 +13,9 @@ the post-processing runs here, after the runtime, for every engine alike:
 * one implementation for every engine gives every artifact the same detections, from the
   settings its metadata records (``postprocess``), and keeps ``predict`` free of torch.
 
-:func:`fcos_detections` is :func:`~modforge.components.heads.fcos.fcos_postprocess`
-operation for operation in float32 (clip, ``probability > threshold``, rank by probability ×
+:func:`fcos_detections` is :func:`~modforge.components.heads.fcos.fcos_postprocess` (and
+:func:`dense_detections` without the quality column is
+:func:`~modforge.components.heads.retinanet.retinanet_postprocess`) operation for operation in float32 (clip, ``probability > threshold``, rank by probability ×
 quality, top-k per level, score ``sqrt(probability × quality)``, class-aware greedy NMS with
 IoU computed as :func:`~modforge.components.boxes.box_iou`, ``max_detections`` per image), so
 on the same decoded outputs it gives the eager model's ``dt_bboxes``: the same boxes (bit for
@@ -53,6 +54,7 @@ __all__ = [
     "Picture",
     "detection_records",
     "draw_detections",
+    "dense_detections",
     "fcos_detections",
     "postprocess",
     "prepare_picture",
@@ -152,6 +154,11 @@ def _resize_scale(height: int, width: int, min_size: int | None, max_size: int |
     return scale
 
 
+RULES = {"fcos": 6, "retinanet": 5}
+"""The post-processing rules this version knows, with the columns each adds to the classes: ``fcos`` —
+box, quality, level; ``retinanet`` — box, level."""
+
+
 def postprocess(outputs: np.ndarray, image_sizes: np.ndarray, settings: dict[str, Any]) -> np.ndarray:
     """Detections ``[M, 7]`` (``image, x1, y1, x2, y2, score, label``, float32) from an exported
     detector's outputs, by the rule its metadata's ``postprocess`` names.
@@ -160,25 +167,37 @@ def postprocess(outputs: np.ndarray, image_sizes: np.ndarray, settings: dict[str
         EngineError: a rule this version does not know, or outputs of the wrong width.
     """
     kind = settings.get("type") if isinstance(settings, dict) else None
-    if kind != "fcos":
+    if kind not in RULES:
         raise EngineError(f"the artifact's detections need post-processing of type {kind!r}, which this version of "
-                          "modforge does not know (it knows 'fcos')")  # fmt: skip
-    expected = int(settings["num_classes"]) + 6
+                          f"modforge does not know (it knows {', '.join(map(repr, RULES))})")  # fmt: skip
+    expected = int(settings["num_classes"]) + RULES[kind]
     if outputs.ndim != 3 or outputs.shape[2] != expected:
         raise EngineError(f"the detector returned outputs of shape {list(outputs.shape)}; its metadata promises "
                           f"[batch, locations, {expected}]")  # fmt: skip
-    return fcos_detections(outputs, image_sizes, settings)
+    return dense_detections(outputs, image_sizes, settings, quality=kind == "fcos")
 
 
 def fcos_detections(outputs: np.ndarray, image_sizes: np.ndarray, settings: dict[str, Any]) -> np.ndarray:
     """:func:`~modforge.components.heads.fcos.fcos_postprocess` on
-    :func:`~modforge.components.heads.fcos.fcos_outputs`' columns, in numpy (the module doc).
+    :func:`~modforge.components.heads.fcos.fcos_outputs`' columns, in numpy (the module doc)."""
+    return dense_detections(outputs, image_sizes, settings, quality=True)
+
+
+def dense_detections(
+    outputs: np.ndarray, image_sizes: np.ndarray, settings: dict[str, Any], quality: bool
+) -> np.ndarray:
+    """A dense head's post-processing on its exported columns, in numpy: with ``quality``,
+    :func:`~modforge.components.heads.fcos.fcos_postprocess` (rank by probability × quality, score
+    its square root); without, :func:`~modforge.components.heads.retinanet.retinanet_postprocess`
+    (rank and score by the probability).
 
     Args:
-        outputs: ``[B, P, C + 6]`` float32: unclipped box, C probabilities, quality, level.
+        outputs: ``[B, P, C + 6]`` (fcos) or ``[B, P, C + 5]`` (retinanet) float32: unclipped box,
+            C probabilities, [quality], level.
         image_sizes: ``[B, 2]`` ``(h, w)`` of each image inside its padding.
         settings: ``num_classes``, ``strides``, ``score_threshold``, ``pre_nms_topk``,
             ``nms_threshold``, ``max_detections``.
+        quality: whether the outputs carry FCOS's quality column.
 
     Returns:
         ``[M, 7]`` float32 rows, images in order, each image's detections by decreasing score.
@@ -187,21 +206,23 @@ def fcos_detections(outputs: np.ndarray, image_sizes: np.ndarray, settings: dict
     classes, levels = int(settings["num_classes"]), len(settings["strides"])
     threshold, topk = np.float32(settings["score_threshold"]), int(settings["pre_nms_topk"])
     iou_threshold, most = np.float32(settings["nms_threshold"]), int(settings["max_detections"])
+    level_column = classes + (5 if quality else 4)
     rows: list[np.ndarray] = []
     for i in range(outputs.shape[0]):
         h, w = (float(v) for v in np.asarray(image_sizes)[i])
         limit = np.asarray([w, h, w, h], dtype=np.float32)
         image = outputs[i]
-        level_of = image[:, classes + 5]
+        level_of = image[:, level_column]
         boxes, scores, labels = [], [], []
         for level in range(levels):
             mine = image[level_of == level]
-            prob, quality = mine[:, 4 : 4 + classes], mine[:, 4 + classes]
-            joint = np.where(prob > threshold, prob * quality[:, None], np.float32(-1.0)).reshape(-1)
+            prob = mine[:, 4 : 4 + classes]
+            ranked = prob * mine[:, 4 + classes][:, None] if quality else prob
+            joint = np.where(prob > threshold, ranked, np.float32(-1.0)).reshape(-1)
             order = np.argsort(-joint, kind="stable")[: min(topk, joint.size)]
             order = order[joint[order] >= 0]
             boxes.append(np.minimum(np.maximum(mine[order // classes, :4], np.float32(0.0)), limit))
-            scores.append(np.sqrt(joint[order]))
+            scores.append(np.sqrt(joint[order]) if quality else joint[order])
             labels.append(order % classes)
         found_boxes, found_scores = np.concatenate(boxes), np.concatenate(scores)
         found_labels = np.concatenate(labels)
