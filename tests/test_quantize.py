@@ -71,3 +71,67 @@ def test_a_wrong_combination_is_one_clear_error_and_writes_nothing(trained, cli,
     res = cli("export", str(trained / "cnn"), *args, "--out", str(trained / "refused.onnx"))
     assert res.code == 2 and message in res.err and "Traceback" not in res.err, res.err
     assert not (trained / "refused.onnx").exists()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_float_tail_is_the_last_convolutions_and_what_follows_them():
+    import io
+
+    import torch
+
+    from modforge.engines.quantize import float_tail_nodes
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.branch = torch.nn.Conv2d(3, 4, 3), torch.nn.Conv2d(4, 4, 1)
+            self.predict = torch.nn.Conv2d(4, 2, 1)
+
+        def forward(self, x):
+            y = torch.relu(self.body(x))
+            y = y + self.branch(y)  # a residual: the Add is followed by a convolution
+            z = self.predict(y)
+            return torch.cat([torch.sigmoid(z), z * 4.0], dim=1)
+
+    buffer = io.BytesIO()
+    torch.onnx.export(Net(), (torch.zeros(1, 3, 8, 8),), buffer, dynamo=False)
+    import onnx
+
+    nodes = {n.name: n.op_type for n in onnx.load_from_string(buffer.getvalue()).graph.node}
+    tail = float_tail_nodes(buffer.getvalue())
+    assert sorted(nodes[n] for n in tail if nodes[n] != "Constant") == ["Concat", "Conv", "Mul", "Sigmoid"]
+    assert [n for n in tail if nodes[n] == "Conv"] == ["/predict/Conv"]
+    assert not {"/body/Conv", "/branch/Conv", "/Relu", "/Add"} & set(tail)
+
+
+@pytest.mark.slow
+def test_a_detector_quantizes_its_network_keeps_its_decoding_in_float_and_reports_map(tmp_path, cli):
+    """int8 of a (tiny) FCOS detector: the backbone, neck and towers quantized, the predictors and the
+    decoding in float32, both graphs scored by COCO mAP on the test split, and the int8 artifact
+    predicts a picture like any detector artifact."""
+    import onnx
+
+    from modforge.data.detection.shapes import make_shapes
+
+    make_shapes(tmp_path / "set", images=40, size=64, seed=0, max_object=32)
+    config = str(Path(__file__).parents[1] / "configs" / "detection" / "shapes_fcos.yaml")
+    small = ["data.args.min_size=64", "data.args.max_size=64", "data.batch_size=8", "train.max_epochs=2",
+             "model.backbone.args.width=0.25", "model.neck.args.out_channels=32", "train.progress=never",
+             "train.num_threads=1", "train.scheduler.args.warmup=2", "train.optimizer.args.lr=3e-3"]  # fmt: skip
+    run = tmp_path / "run"
+    assert cli("train", config, f"data.args.root={tmp_path / 'set'}", *small, "--run-dir", str(run)).code == 0
+    res = cli("export", str(run), "--engine", "onnx", "--quantize", "int8", "--calibration-batches", "1")
+    assert res.code == 0, res.err
+    assert "test mAP fp32 → int8" in res.out and "mAP@0.5 fp32 → int8" in res.out and "× faster" in res.out
+    assert "top-1 agreement" not in res.out
+    artifact = run / "exports" / "best-onnx-int8.onnx"
+    graph = onnx.load(str(artifact)).graph
+    dequantized = {out for node in graph.node if node.op_type == "DequantizeLinear" for out in node.output}
+    convs = {node.name: node for node in graph.node if node.op_type == "Conv"}
+    quantized = {name for name, node in convs.items() if node.input[1] in dequantized}  # int8 weights
+    predictors = {name for name in convs if any(k in name for k in ("cls_logits", "bbox_pred", "quality"))}
+    assert predictors and not predictors & quantized  # the predictors keep float32 weights
+    assert len(quantized) >= len(convs) - len(predictors) - 1  # the rest is int8
+    picture = sorted((tmp_path / "set" / "images" / "test").glob("*.png"))[0]
+    predicted = cli("predict", str(artifact), str(picture))
+    assert predicted.code == 0 and '"detections"' in predicted.out, predicted.err

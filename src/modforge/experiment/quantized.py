@@ -4,9 +4,13 @@ on the run's own validation data, reported beside the fp32 graph it came from.
 The fp32 graph is exported and checked against eager first (as every export is); it is then
 quantized (:mod:`modforge.engines.quantize`) and the int8 graph is written in its place, its
 metadata recording how (``quantization``: mode, calibration batches and split). The report runs
-both graphs on the test split (else validation): each one's top-1 accuracy, how often they agree,
-and each one's forward latency at batch 1 (median of 50 runs after 5 warm-up runs, the engine's
-threads) — the accuracy given up for the speed gained.
+both graphs on the test split (else validation): each one's metric — top-1 accuracy, or for a
+detector the COCO mAP of its outputs post-processed as ``modforge predict`` does — how often a
+classifier's two graphs agree, and each one's forward latency at batch 1 (median of 50 runs after
+5 warm-up runs, the engine's threads) — the accuracy given up for the speed gained.
+
+A detector keeps its predictors and decoding in float32 (``float_tail``): its artifact is decoded
+boxes, which int8 would round to 256 levels over the image.
 """
 
 from __future__ import annotations
@@ -41,9 +45,13 @@ class QuantizationReport:
     samples: int
     fp32_accuracy: float | None
     int8_accuracy: float | None
-    agreement: float
+    agreement: float | None
     fp32_ms: float
     int8_ms: float
+    metric: str = "accuracy"
+    """What ``fp32_accuracy``/``int8_accuracy`` measure: top-1 ``accuracy``, or ``mAP`` (COCO, 0.50:0.95)."""
+    extra: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    """Further figures of both graphs (a detector's mAP@0.5 and mAP@0.75)."""
 
     @property
     def speedup(self) -> float:
@@ -54,10 +62,14 @@ class QuantizationReport:
                if self.mode == "int8" else "dynamic (weights int8, activations per batch)")  # fmt: skip
         rows = [("quantization", f"{self.mode}: {how}")]
         if self.fp32_accuracy is not None and self.int8_accuracy is not None:
-            rows.append((f"{self.split} accuracy fp32 → int8",
-                         f"{self.fp32_accuracy:.4f} → {self.int8_accuracy:.4f} "
-                         f"({100 * (self.int8_accuracy - self.fp32_accuracy):+.2f} points, {self.samples} samples)"))  # fmt: skip
-        rows.append((f"{self.split} top-1 agreement", f"{self.agreement:.4f}"))
+            change = (f"{100 * (self.int8_accuracy - self.fp32_accuracy):+.2f} points" if self.metric == "accuracy"
+                      else f"{self.int8_accuracy - self.fp32_accuracy:+.4f}")  # fmt: skip
+            rows.append((f"{self.split} {self.metric} fp32 → int8",
+                         f"{self.fp32_accuracy:.4f} → {self.int8_accuracy:.4f} ({change}, {self.samples} samples)"))  # fmt: skip
+        for name, (a, b) in self.extra.items():
+            rows.append((f"{self.split} {name} fp32 → int8", f"{a:.4f} → {b:.4f} ({b - a:+.4f})"))
+        if self.agreement is not None:
+            rows.append((f"{self.split} top-1 agreement", f"{self.agreement:.4f}"))
         rows.append(("latency batch 1 fp32 → int8",
                      f"{self.fp32_ms:.3f} → {self.int8_ms:.3f} ms ({self.speedup:.2f}× faster)"))  # fmt: skip
         return rows
@@ -65,16 +77,13 @@ class QuantizationReport:
 
 def check_quantizable(exp: Any, engine: Any, mode: str, calibration_batches: int) -> None:
     """Refuse, before anything is exported, what cannot be quantized: another engine, an unknown
-    mode, no calibration batch, a model whose artifact is not class logits (a detector)."""
+    mode, no calibration batch."""
     if not isinstance(engine, Onnx):
         raise UsageError(f"--quantize makes an int8 ONNX graph: use it with --engine onnx (not '{engine.name}')")
     if mode not in QUANTIZE_MODES:
         raise UsageError(f"--quantize {mode!r}: expected one of {', '.join(QUANTIZE_MODES)}")
     if calibration_batches < 1:
         raise UsageError(f"--calibration-batches must be at least 1, got {calibration_batches}")
-    if exp.task.name == "detection":
-        raise UsageError("--quantize: int8 export of a detector is not supported (its artifact is decoded boxes, "
-                         "whose int8 error the accuracy report here cannot measure); export it in fp32")  # fmt: skip
 
 
 def quantize_export(exp: Any, engine: Onnx, fp32: OnnxRunner, path: Path, metadata: dict[str, Any], mode: str,
@@ -87,7 +96,8 @@ def quantize_export(exp: Any, engine: Onnx, fp32: OnnxRunner, path: Path, metada
     if mode == "int8":
         batches = make_loader(calibration_split, settings, train=False)
         calibration = [batch["input"].numpy() for batch in itertools.islice(batches, calibration_batches)]
-    int8 = OnnxRunner(quantize_onnx(fp32.model_bytes, mode, calibration), threads=engine.threads,
+    detector = exp.task.name == "detection"
+    int8 = OnnxRunner(quantize_onnx(fp32.model_bytes, mode, calibration, float_tail=detector), threads=engine.threads,
                       optimization=engine.optimization)  # fmt: skip
     metadata = {**metadata, "quantization": {"mode": mode, "calibration_batches": len(calibration),
                                              "calibration_split": calibration_name if calibration else None}}
@@ -96,8 +106,29 @@ def quantize_export(exp: Any, engine: Onnx, fp32: OnnxRunner, path: Path, metada
     test, name = (splits.test, "test") if splits.test is not None else (splits.val, "val")
     if test is None:
         test, name = splits.train, "train"
-    report = _compare(fp32, loaded, make_loader(test, settings, train=False))
+    loader = make_loader(test, settings, train=False)
+    if detector:
+        return written, _compare_detectors(exp, fp32, loaded, loader, metadata, mode, len(calibration),
+                                           calibration_name, name, len(test))  # fmt: skip
+    report = _compare(fp32, loaded, loader)
     return written, QuantizationReport(mode, len(calibration), calibration_name, name, *report)
+
+
+def _compare_detectors(exp: Any, fp32: Any, int8: Any, loader: Any, metadata: dict[str, Any], mode: str,
+                       calibration: int, calibration_name: str, split: str, samples: int) -> QuantizationReport:  # fmt: skip
+    """Both detector graphs' COCO metrics on ``loader`` and their latency at batch 1."""
+    from ..tasks.detection.export_check import artifact_box_metrics
+
+    names = list(getattr(exp.splits.train, "class_names", None) or []) or None
+    settings = metadata["postprocess"]
+    metrics = artifact_box_metrics({"fp32": fp32, "int8": int8}, loader, settings, int(settings["num_classes"]), names)
+    first = next(iter(loader))["input"].numpy()[:1]
+    fp32_ms = median_ms(lambda: fp32({"input": first}), LATENCY_RUNS, LATENCY_WARMUP)
+    int8_ms = median_ms(lambda: int8({"input": first}), LATENCY_RUNS, LATENCY_WARMUP)
+    a, b = metrics["fp32"], metrics["int8"]
+    extra = {label: (a[key], b[key]) for key, label in (("map_50", "mAP@0.5"), ("map_75", "mAP@0.75"))}
+    return QuantizationReport(mode, calibration, calibration_name, split, samples, a["map"], b["map"],
+                              None, fp32_ms, int8_ms, metric="mAP", extra=extra)  # fmt: skip
 
 
 def _compare(fp32: Any, int8: Any, loader: Any) -> tuple[int, float | None, float | None, float, float, float]:

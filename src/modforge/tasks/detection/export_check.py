@@ -17,7 +17,14 @@ import torch
 
 from ...engines.artifact import PARITY_TOLERANCE
 
-__all__ = ["BOX_TOLERANCE", "SCORE_TOLERANCE", "DetectionParity", "detection_parity", "detector_difference"]
+__all__ = [
+    "BOX_TOLERANCE",
+    "SCORE_TOLERANCE",
+    "DetectionParity",
+    "artifact_box_metrics",
+    "detection_parity",
+    "detector_difference",
+]
 
 BOX_TOLERANCE = 1e-4
 """Pixels: how far an artifact's boxes may be from the eager model's."""
@@ -95,3 +102,28 @@ def detection_parity(
         np.abs(found[:, 5] - eager[:, 5]).max(initial=0.0) <= SCORE_TOLERANCE
     )
     return DetectionParity(len(eager), len(found), same and box_diff <= BOX_TOLERANCE, box_diff, settings)
+
+
+def artifact_box_metrics(
+    runners: dict[str, Any], loader: Any, settings: dict[str, Any], num_classes: int, class_names: Any = None
+) -> dict[str, dict[str, Any]]:
+    """COCO box metrics (pycocotools, :func:`~.coco_eval.coco_box_metrics`) of each exported graph
+    in ``runners`` (name → a runnable taking ``{"input": array}``) on every batch of ``loader``,
+    each graph's outputs post-processed as ``modforge predict`` does — the figures ``modforge
+    test`` reports for the eager model, here for artifacts (an int8 graph beside its fp32 one)."""
+    from .coco_eval import DetectionRecords, coco_box_metrics
+    from .predict import postprocess
+
+    records = {name: DetectionRecords() for name in runners}
+    for batch in loader:
+        x = batch["input"].numpy()
+        sizes = torch.as_tensor(batch["image_sizes"]).reshape(-1, 2).numpy()
+        for name, runner in runners.items():
+            outputs = np.asarray(runner({"input": x})["logits"])
+            found = postprocess(outputs, sizes, settings)
+            records[name].add_batch({**batch, "dt_bboxes": torch.from_numpy(found)})
+    metrics = {}
+    for name, record in records.items():
+        ground_truth, results = record.to_coco(num_classes)
+        metrics[name] = coco_box_metrics(ground_truth, results, class_names)
+    return metrics
