@@ -13,10 +13,11 @@ mAP ≥ 0.65 on the test split, trained in at most 15 minutes on two cores.
                                    [--systems shapes_fcos shapes_fcos_r18_w025 ...]
                                    [--report-only] [--write]
 
-``--report-only`` rebuilds the table from the run folders of an earlier invocation
-(``runs/detection-benchmark/<system>``). ``--write`` keeps whatever follows the notes marker
-line of the existing ``detection.md`` (as ``modforge sweep-report --write-to`` does): the
-hand-written reading of the figures.
+Each system's figures are kept in ``benchmarks/detection.json`` (with the date and machine they
+were measured on), so one system can be trained again — or a new one added — without the others:
+the table holds every system of the JSON file. ``--report-only`` rebuilds the table from it.
+``--write`` keeps whatever follows the notes marker line of the existing ``detection.md`` (as
+``modforge sweep-report --write-to`` does): the hand-written reading of the figures.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SYSTEMS = ("shapes_fcos", "shapes_fcos_r18_w025")
-"""Default systems: the reference config and the same with a quarter-width backbone."""
+SYSTEMS = ("shapes_fcos", "shapes_fcos_r18_w025", "shapes_retinanet")
+"""Default systems (and the table's order): the reference config, the same with a quarter-width
+backbone, and the same with the retinanet head."""
 REFERENCE = "shapes_fcos"
 TARGETS = {"map_50": 0.90, "map": 0.65, "train_seconds": 15 * 60}
 """The reference config's targets (the seconds: an upper bound)."""
 BENCH = ROOT / "benchmarks" / "detection.md"
+RESULTS = ROOT / "benchmarks" / "detection.json"
 RUNS = ROOT / "runs" / "detection-benchmark"
 
 
@@ -109,29 +112,31 @@ def main() -> int:
     ns = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     data = ns.data.resolve()
-    made = ensure_data(data, ns.images, ns.seed)
+    ensure_data(data, ns.images, ns.seed)
     meta = json.loads((data / "meta.json").read_text())
-    rows = []
-    for system in ns.systems:
+    results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    for system in [] if ns.report_only else ns.systems:
         run_dir = RUNS / system
-        if ns.report_only:
-            summary = json.loads((run_dir / "summary.json").read_text())
-            wall = float((run_dir / "wall_seconds.txt").read_text())
-        else:
-            summary, wall = train(system, data, run_dir)
+        summary, wall = train(system, data, run_dir)
+        results[system] = {"model": describe(run_dir), "params": summary["params"], "test": summary["test"],
+                           "train_seconds": summary["train_seconds"], "wall": wall,
+                           "measured": f"{date.today().isoformat()}, {_machine()}"}  # fmt: skip
         test = summary["test"]
-        rows.append((system, describe(run_dir), summary, test, wall))
         print(f"{system}: mAP {test['map']:.3f}, mAP@0.5 {test['map_50']:.3f}, "
               f"{summary['train_seconds']:.0f} s training", flush=True)  # fmt: skip
+        RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    order = [k for k in SYSTEMS if k in results] + sorted(k for k in results if k not in SYSTEMS)
+    rows = [(k, results[k]["model"], results[k], results[k]["test"], results[k]["wall"]) for k in order]
+    machines = sorted({results[k]["measured"] for k in order})
     lines = [
         "# Detection results on the synthetic shapes set",
         "",
-        f"_Produced by `python benchmarks/detection.py{' --write' if ns.write else ''}` on {date.today().isoformat()}"
-        f" ({_machine()})._",
+        "_Produced by `python benchmarks/detection.py --write` (figures kept in `benchmarks/detection.json`); "
+        f"measured on {'; '.join(machines)}._",
         "",
         f"Data: `modforge data make-shapes` with {meta.get('images', '?')} images of "
         f"{'×'.join(str(v) for v in meta.get('image_size', ['?']))} px, "
-        f"seed {meta.get('seed', '?')}" + (f" (made in {made:.0f} s)" if made else "") + "; "
+        f"seed {meta.get('seed', '?')}; "
         f"classes {', '.join(meta.get('classes', []))}; splits {_split_sizes(meta)}. Every system: its "
         "`configs/detection/` config, trained from scratch (no pretrained weights), seed 0, 2 CPU threads, the "
         "checkpoint with the best validation mAP evaluated on the test split by pycocotools.",

@@ -6,7 +6,11 @@ the same digits at CIFAR's 32×32 (bilinear, `data.args.size: 32`), trained here
 quantized statically (`int8`: calibrated on 8 validation batches); the digits MLP on 64-feature vectors, quantized dynamically (`int8-dynamic`); AASIST with
 its authors' published weights (`../shared/weights/AASIST.pth`; skipped when absent) on 4 s of
 audio, calibrated on 8 random waveforms and compared on 16 others (no trained corpus needed: the
-figure is how far int8 moves the scores, and the speed).
+figure is how far int8 moves the scores, and the speed); and the detection reference
+(`configs/detection/shapes_fcos.yaml`, its run folder given by `--detector`, default
+`runs/teachers/shapes_fcos`; skipped when absent) at 128×128, calibrated on 8 validation batches, its
+backbone, neck and towers in int8 and its predictors and decoding in float32, both graphs scored by
+pycocotools mAP on the shapes test split (1,250 images).
 
 Method: each model is exported by `export_run` twice, fp32 and int8 (the int8 export reports both
 graphs' test accuracy); then both artifacts are loaded with the same ONNX Runtime threads and timed
@@ -14,7 +18,8 @@ at batch 1 in alternation (fp32, int8, fp32, ...) — `--rounds` rounds of 20 ca
 warm-up calls; each figure is the median over rounds of the per-round median. The speed-up is
 fp32's median / int8's.
 
-    python benchmarks/quantize.py [--rounds 7] [--threads 2] [--epochs 4] [--write]
+    python benchmarks/quantize.py [--rounds 7] [--threads 2] [--epochs 4] [--detector RUN] [--only-detector]
+                                  [--write]
 """
 
 from __future__ import annotations
@@ -31,7 +36,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "configs" / "digits.yaml")
 AASIST_WEIGHTS = ROOT.parent / "shared" / "weights" / "AASIST.pth"
-GOALS = {"resnet18 (32×32)": (1.8, 1.0)}  # speed-up at least, accuracy points lost at most
+GOALS = {"resnet18 (32×32)": (1.8, 1.0), "fcos detector (128×128)": (1.5, 0.01)}
+"""Speed-up at least, and accuracy points (a detector: mAP) lost at most."""
+DETECTOR = ROOT / "runs" / "teachers" / "shapes_fcos"
+"""The detection reference trained by `modforge train configs/detection/shapes_fcos.yaml --run-dir
+runs/teachers/shapes_fcos` (the detection-distillation sweep's teacher); its row is skipped when absent."""
 
 RESNET = """
 _base_: {digits}
@@ -96,7 +105,7 @@ def run_model(home: Path, name: str, run: Path, mode: str, threads: int, rounds:
     report = int8.quantization
     return {"model": name, "mode": mode, "params": sum(p.numel() for p in exp.model.parameters()),
             "fp32_acc": report.fp32_accuracy, "int8_acc": report.int8_accuracy, "agreement": report.agreement,
-            "fp32_ms": fp32_ms, "int8_ms": int8_ms}  # fmt: skip
+            "metric": report.metric, "fp32_ms": fp32_ms, "int8_ms": int8_ms}  # fmt: skip
 
 
 def run_aasist(home: Path, threads: int, rounds: int) -> dict | None:
@@ -133,23 +142,28 @@ def run_aasist(home: Path, threads: int, rounds: int) -> dict | None:
 
 
 def table(rows: list[dict], threads: int, rounds: int) -> str:
-    lines = ["| model | quantization | parameters | test accuracy fp32 → int8 | top-1 agreement | batch-1 latency fp32 → int8 (ms) | speed-up |",
+    lines = ["| model | quantization | parameters | test accuracy (detector: mAP) fp32 → int8 | top-1 agreement | batch-1 latency fp32 → int8 (ms) | speed-up |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     verdicts = []
     for r in rows:
         speedup = r["fp32_ms"] / r["int8_ms"]
-        if r["fp32_acc"] is not None:
+        detector = r.get("metric") == "mAP"
+        if detector:
+            accuracy = f"mAP {r['fp32_acc']:.3f} → {r['int8_acc']:.3f} ({r['int8_acc'] - r['fp32_acc']:+.3f})"
+        elif r["fp32_acc"] is not None:
             accuracy = f"{100 * r['fp32_acc']:.1f} → {100 * r['int8_acc']:.1f} % ({100 * (r['int8_acc'] - r['fp32_acc']):+.1f})"
         else:
             accuracy = f"— (scores moved ≤ {r['score_shift']:.3f} on a range of {r['score_range']:.2f})"
-        lines.append(f"| {r['model']} | {r['mode']} | {r['params']:,} | {accuracy} | {r['agreement']:.3f} | "
+        agreement = "—" if r["agreement"] is None else f"{r['agreement']:.3f}"
+        lines.append(f"| {r['model']} | {r['mode']} | {r['params']:,} | {accuracy} | {agreement} | "
                      f"{r['fp32_ms']:.3f} → {r['int8_ms']:.3f} | **{speedup:.2f}×** |")  # fmt: skip
         if r["model"] in GOALS:
             need, lost = GOALS[r["model"]]
-            drop = 100 * (r["fp32_acc"] - r["int8_acc"])
+            drop = (1 if detector else 100) * (r["fp32_acc"] - r["int8_acc"])
             met = speedup >= need and drop <= lost
-            verdicts.append(f"**{r['model']}: {speedup:.2f}× at {drop:+.1f} points lost** "
-                            f"({'meets' if met else 'misses'} the ≥ {need}× / ≤ {lost} point goal)")  # fmt: skip
+            unit = "mAP" if detector else "points"
+            verdicts.append(f"**{r['model']}: {speedup:.2f}× at {drop:+.{3 if detector else 1}f} {unit} lost** "
+                            f"({'meets' if met else 'misses'} the ≥ {need}× / ≤ {lost} {unit} goal)")  # fmt: skip
     notes = (f"\n\n{'; '.join(verdicts)}. ONNX Runtime on {threads} thread(s), batch 1, medians of {rounds} rounds "
              "of 20 calls, fp32 and int8 alternating.")  # fmt: skip
     return "\n".join(lines) + notes
@@ -162,6 +176,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--detector", type=Path, default=DETECTOR, help="a trained detector's run folder")
+    parser.add_argument("--only-detector", action="store_true", help="the detector's row alone (no training)")
     parser.add_argument("--write", action="store_true", help="record the figures in benchmarks/README.md")
     ns = parser.parse_args()
     import torch
@@ -171,14 +187,18 @@ def main() -> int:
         home = Path(folder)
         (home / "resnet.yaml").write_text(RESNET.format(digits=DIGITS))
         threads = [f"train.num_threads={ns.threads}"]
-        runs = {
+        runs = {} if ns.only_detector else {
             "digits cnn": (train(home, "cnn", [DIGITS, *threads], ns.epochs), "int8"),
             "resnet18 (32×32)": (train(home, "resnet18", [str(home / "resnet.yaml"), *threads], ns.epochs), "int8"),
             "digits mlp": (train(home, "mlp", [DIGITS, "--backbone", "mlp", "--hidden-dims", "256,256", "--neck",
                                                "identity", "data.args.as_image=false", *threads], ns.epochs), "int8-dynamic"),
         }  # fmt: skip
+        if (ns.detector / "checkpoints" / "best.pt").is_file():
+            runs["fcos detector (128×128)"] = (ns.detector, "int8")
+        else:
+            print(f"the detector row is skipped: {ns.detector} holds no trained run", file=sys.stderr)
         rows = [run_model(home, name, run, mode, ns.threads, ns.rounds) for name, (run, mode) in runs.items()]
-        aasist = run_aasist(home, ns.threads, ns.rounds)
+        aasist = None if ns.only_detector else run_aasist(home, ns.threads, ns.rounds)
         if aasist is not None:
             rows.append(aasist)
     return publish("quantize", table(rows, ns.threads, ns.rounds), ns.write)
