@@ -16,15 +16,18 @@ import torch
 from ..core.config import display_path, load_config
 from ..core.errors import ConfigError
 from ..core.integrity import file_sha256
+from ..core.origins import typed_here
 
 __all__ = ["load_teacher", "teacher_path"]
 
 
 def teacher_path(spec: str, cfg: Any) -> Path:
-    """Where ``train.distill.teacher`` points (one clear error when nothing is there)."""
+    """Where ``train.distill.teacher`` points (one clear error when nothing is there): a relative path
+    typed on the command line (an override, a sweep's trial) is relative to the current folder, one
+    written in a config file to that file's folder — ``model.init``'s rule."""
     path = Path(spec).expanduser()
-    if not path.is_absolute() and cfg.base_dir is not None:
-        path = Path(cfg.base_dir) / path
+    if not path.is_absolute() and not typed_here(cfg.where("train.distill.teacher")):
+        path = Path(cfg.base_dir) / path  # written in a config file: beside it, as model.init's paths
     if not path.exists():
         raise ConfigError(f"the teacher {display_path(path)} does not exist (a run folder, a checkpoint or a config "
                           "file)", path="train.distill.teacher", source=cfg.where("train.distill.teacher"))  # fmt: skip
