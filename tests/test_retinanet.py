@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import modforge as mf
 from modforge.components.boxes import DELTA_CLIP, box_iou, decode_deltas, encode_deltas
 from modforge.components.heads.retinanet import (
     IGNORED,
@@ -277,39 +276,10 @@ def test_settings_are_checked():
 
 
 def test_tiny_training_through_build_model_recovers_the_boxes():
-    from tests.test_fcos import SquaresNet, squares
+    from tests.test_fcos import assert_finds_every_square, fit_squares
 
-    name = "_test_retinanet_squares_net"
-    mf.BACKBONES.add(SquaresNet, name)
-    try:
-        torch.manual_seed(0)
-        model = mf.build_model(
-            {"backbone": name,
-             "head": {"type": "retinanet", "args": {"feat_channels": 32, "tower_depth": 2, "norm_groups": 8,
-                                                      "anchor_scale": 3.0, "score_threshold": 0.2}}},
-            in_dim=3, num_classes=2, input_shape=(3, 64, 64))  # fmt: skip
-    finally:
-        mf.BACKBONES.remove(name)
-    images, targets = squares()
-    batch = {"input": images, "targets": targets, "image_sizes": torch.tensor([[64, 64], [64, 64]])}
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    model.train()
-    history = []
-    for _ in range(150):
-        out = model(batch)
-        assert torch.allclose(out["loss"], out["cls_loss"] + out["box_loss"])  # the model sums the *_loss keys
-        optimizer.zero_grad()
-        out["loss"].backward()
-        optimizer.step()
-        history.append(out["loss"].item())
+    head = {"type": "retinanet", "args": {"feat_channels": 32, "tower_depth": 2, "norm_groups": 8, "anchor_scale": 3.0,
+                                          "score_threshold": 0.2}}  # fmt: skip
+    history, dt, targets = fit_squares(head, {"cls_loss", "box_loss"})
     assert sum(history[-5:]) / 5 < 0.3 * history[0], history[::10]
-    model.eval()
-    with torch.no_grad():
-        dt = model(batch)["dt_bboxes"]
-    for i, target in enumerate(targets):
-        mine = dt[dt[:, 0] == i]
-        for box, label in zip(target["boxes"], target["labels"], strict=True):
-            same = mine[mine[:, 6] == label]
-            assert len(same), f"image {i}: nothing of class {int(label)} (detections: {mine.tolist()})"
-            best = same[box_iou(same[:, 1:5], box[None])[:, 0].argmax()]
-            assert box_iou(best[None, 1:5], box[None]).item() > 0.5, (box.tolist(), mine.tolist())
+    assert_finds_every_square(dt, targets, 0.2)

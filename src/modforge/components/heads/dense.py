@@ -20,7 +20,7 @@ import torch.nn as nn
 
 from ..boxes import batched_nms
 
-__all__ = ["DenseDetectionHead", "conv_tower", "detections_per_image", "prior_bias", "top_candidates"]
+__all__ = ["DenseDetectionHead", "conv_tower", "detections_per_image", "level_candidates", "prior_bias"]
 
 
 def conv_tower(in_channels: int, width: int, depth: int, groups: int) -> nn.Sequential:
@@ -120,27 +120,36 @@ class DenseDetectionHead:
         return torch.tensor([[height, width]], device=device).expand(count, 2)
 
 
-def top_candidates(ranking: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The best ``topk`` candidates of each image of one level.
+def level_candidates(
+    boxes: torch.Tensor, ranking: torch.Tensor, topk: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The best ``topk`` (location, class) candidates of each image of one level, flat.
 
     Args:
+        boxes: ``[B, P, 4]`` every location's (or anchor's) box, clipped to its image.
         ranking: ``[B, P, C]`` the value each (location, class) is ranked by, −1 where the class
             probability did not pass the score threshold (the caller sets it).
         topk: candidates kept per image (at most ``P × C``).
 
     Returns:
-        ``(values [B, k], flat indices [B, k])`` into ``P × C`` (location ``index // C``,
-        class ``index % C``); values below 0 are candidates that did not pass.
+        ``(boxes [N, 4], values [N], labels [N], images [N])`` of the candidates that passed,
+        each image's by decreasing value.
     """
-    k = min(topk, ranking.shape[1] * ranking.shape[2])
-    return ranking.flatten(1).topk(k, dim=1)
+    batch, classes = ranking.shape[0], ranking.shape[2]
+    k = min(topk, ranking.shape[1] * classes)
+    top, index = ranking.flatten(1).topk(k, dim=1)  # [B, k]
+    location = torch.div(index, classes, rounding_mode="floor")
+    images = torch.arange(batch, device=boxes.device).unsqueeze(1).expand(-1, k)
+    valid = top >= 0
+    chosen = boxes.gather(1, location.unsqueeze(2).expand(-1, -1, 4))
+    return chosen[valid], top[valid], torch.remainder(index, classes)[valid], images[valid]
 
 
 def detections_per_image(
-    boxes: torch.Tensor,
-    scores: torch.Tensor,
-    labels: torch.Tensor,
-    images: torch.Tensor,
+    level_boxes: list[torch.Tensor],
+    level_scores: list[torch.Tensor],
+    level_labels: list[torch.Tensor],
+    level_images: list[torch.Tensor],
     batch: int,
     nms_threshold: float,
     max_detections: int,
@@ -150,14 +159,16 @@ def detections_per_image(
     by decreasing score, images in order.
 
     Args:
-        boxes: ``[N, 4]`` candidates' boxes (clipped to their image).
-        scores: ``[N]`` their final scores (what NMS and the output rank by).
-        labels: ``[N]`` long classes.
-        images: ``[N]`` long image index of each candidate.
+        level_boxes: per level, ``[N, 4]`` candidates' boxes (clipped to their image).
+        level_scores: per level, ``[N]`` their final scores (what NMS and the output rank by).
+        level_labels: per level, ``[N]`` long classes.
+        level_images: per level, ``[N]`` long image index of each candidate.
         batch: number of images.
         nms_threshold: IoU above which the lower-scored box of a class is dropped.
         max_detections: detections kept per image.
     """
+    boxes, scores = torch.cat(level_boxes), torch.cat(level_scores)
+    labels, images = torch.cat(level_labels), torch.cat(level_images)
     rows: list[torch.Tensor] = []
     for i in range(batch):
         mine = torch.nonzero(images == i).reshape(-1)

@@ -81,7 +81,7 @@ from ..base import Head
 from ..boxes import box_area, box_iou, decode_ltrb, encode_ltrb
 from ..layouts import Layout
 from ..losses.detection import giou_loss, quality_bce_loss, sigmoid_focal_loss
-from .dense import DenseDetectionHead, conv_tower, detections_per_image, prior_bias, top_candidates
+from .dense import DenseDetectionHead, conv_tower, detections_per_image, level_candidates, prior_bias
 
 __all__ = ["FCOSHead", "FCOSNet", "fcos_decode", "fcos_outputs", "fcos_postprocess", "fcos_targets", "level_points"]
 
@@ -256,23 +256,12 @@ def fcos_postprocess(
     for n in range(len(raw)):
         boxes, prob, quality = fcos_decode([raw[n].detach().float()], [strides[n]], num_classes, image_sizes)
         joint = torch.where(prob > score_threshold, prob * quality.unsqueeze(2), torch.full_like(prob, -1.0))
-        top, index = top_candidates(joint, pre_nms_topk)  # [B, k]
-        location = torch.div(index, num_classes, rounding_mode="floor")
-        images = torch.arange(batch, device=boxes.device).unsqueeze(1).expand(-1, top.shape[1])
-        valid = top >= 0
-        all_boxes.append(boxes.gather(1, location.unsqueeze(2).expand(-1, -1, 4))[valid])
-        all_scores.append(top[valid].sqrt())
-        all_labels.append(torch.remainder(index, num_classes)[valid])
-        all_images.append(images[valid])
-    return detections_per_image(
-        torch.cat(all_boxes),
-        torch.cat(all_scores),
-        torch.cat(all_labels),
-        torch.cat(all_images),
-        batch,
-        nms_threshold,
-        max_detections,
-    )
+        found, value, labels, images = level_candidates(boxes, joint, pre_nms_topk)
+        all_boxes.append(found)
+        all_scores.append(value.sqrt())
+        all_labels.append(labels)
+        all_images.append(images)
+    return detections_per_image(all_boxes, all_scores, all_labels, all_images, batch, nms_threshold, max_detections)
 
 
 class _Level(nn.Module):

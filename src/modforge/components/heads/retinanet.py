@@ -63,7 +63,7 @@ from ...core.registries import register_head
 from ..base import Head
 from ..boxes import clip_to_image, decode_deltas, encode_deltas
 from ..layouts import Layout
-from .dense import DenseDetectionHead, conv_tower, detections_per_image, prior_bias, top_candidates
+from .dense import DenseDetectionHead, conv_tower, detections_per_image, level_candidates, prior_bias
 
 __all__ = [
     "RetinaNetHead",
@@ -268,24 +268,13 @@ def retinanet_postprocess(
     for n in range(len(raw)):
         boxes, prob, _ = retinanet_decode([raw[n].detach().float()], [strides[n]], [cell_anchors[n]], num_classes)
         ranking = torch.where(prob > score_threshold, prob, torch.full_like(prob, -1.0))
-        top, index = top_candidates(ranking, pre_nms_topk)
-        anchor = torch.div(index, num_classes, rounding_mode="floor")
-        valid = top >= 0
-        images = torch.arange(batch, device=boxes.device).unsqueeze(1).expand(-1, top.shape[1])
-        chosen = clip_to_image(boxes.gather(1, anchor.unsqueeze(2).expand(-1, -1, 4)), image_sizes.unsqueeze(1))
-        all_boxes.append(chosen[valid])
-        all_scores.append(top[valid])
-        all_labels.append(torch.remainder(index, num_classes)[valid])
-        all_images.append(images[valid])
-    return detections_per_image(
-        torch.cat(all_boxes),
-        torch.cat(all_scores),
-        torch.cat(all_labels),
-        torch.cat(all_images),
-        batch,
-        nms_threshold,
-        max_detections,
-    )
+        found, value, labels, images = level_candidates(clip_to_image(boxes, image_sizes.unsqueeze(1)), ranking,
+                                                        pre_nms_topk)  # fmt: skip
+        all_boxes.append(found)
+        all_scores.append(value)
+        all_labels.append(labels)
+        all_images.append(images)
+    return detections_per_image(all_boxes, all_scores, all_labels, all_images, batch, nms_threshold, max_detections)
 
 
 @register_head("retinanet")
