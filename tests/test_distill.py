@@ -174,3 +174,27 @@ def test_a_feature_pyramid_is_mimicked_level_by_level_with_an_adapter_per_level(
     torch.testing.assert_close(loss.detach(), expected)
     in_optimizer = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
     assert all(id(p) in in_optimizer for p in trainer.adapters.parameters())
+
+
+@pytest.mark.slow
+def test_a_detector_distils_through_its_fpn_and_a_logit_term_is_refused_with_the_way_out(cli, tmp_path):
+    """A detector's 'logits' are per-level maps: the default logit term is one clear error naming
+    the setting and the alternative, before training; features of the neck (an FPN) train."""
+    from modforge.data.detection.shapes import make_shapes
+
+    make_shapes(tmp_path / "set", images=24, size=64, seed=0, max_object=32)
+    configs = Path(DIGITS).parent / "detection"
+    small = [f"data.args.root={tmp_path / 'set'}", "data.args.min_size=64", "data.args.max_size=64",
+             "data.batch_size=8", "train.max_epochs=1", "model.neck.args.out_channels=32", "train.progress=never",
+             "train.num_threads=1", "train.scheduler.args.warmup=2"]  # fmt: skip
+    teacher = tmp_path / "teacher"
+    assert cli("train", str(configs / "shapes_retinanet.yaml"), *small, "model.backbone.args.width=0.25",
+               "--run-dir", str(teacher)).code == 0  # fmt: skip
+    student = [str(configs / "shapes_fcos_r18_w025.yaml"), *small, "model.backbone.args.width=0.125"]
+    res = cli("train", *student, f"train.distill={{teacher: {teacher}}}", "--run-dir", str(tmp_path / "refused"))
+    assert res.code == 2 and "Traceback" not in res.err, res.err
+    assert "set train.distill.logit_weight: 0 and distil through train.distill.features" in res.err
+    section = f"train.distill={{teacher: {teacher}, logit_weight: 0, features: [{{student: neck, teacher: neck}}]}}"
+    assert cli("train", *student, section, "--run-dir", str(tmp_path / "student")).code == 0
+    header = (tmp_path / "student" / "metrics.csv").read_text().splitlines()[0]
+    assert "train_distill_feature_loss" in header and "val_map" in header

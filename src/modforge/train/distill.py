@@ -94,6 +94,22 @@ def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, temperature:
     return F.kl_div(s, t, reduction="batchmean", log_target=True) * temperature**2
 
 
+def _check_logits(student: Any, teacher: Any) -> None:
+    """The logit term needs class scores of one shape from both models."""
+    for who, out in (("student", student), ("teacher", teacher)):
+        logits = out.get("logits") if isinstance(out, dict) else None
+        if not isinstance(logits, torch.Tensor):
+            what = "none" if logits is None else f"a {type(logits).__name__}"
+            raise ConfigError(f"the logit term needs class logits (a tensor) from the {who}, whose 'logits' is {what} "
+                              "(a detector's are per-level maps): set train.distill.logit_weight: 0 and distil "
+                              "through train.distill.features (a detector's neck)",
+                              path="train.distill.logit_weight")  # fmt: skip
+    if student["logits"].shape[1:] != teacher["logits"].shape[1:]:
+        raise ConfigError(f"the student's logits {list(student['logits'].shape)} and the teacher's "
+                          f"{list(teacher['logits'].shape)} differ in shape: the logit term compares them class by "
+                          "class", path="train.distill.logit_weight")  # fmt: skip
+
+
 def _module(model: nn.Module, path: str, who: str) -> nn.Module:
     names = dict(model.named_modules())
     for candidate in (path, f"parts.{path}"):
@@ -186,18 +202,25 @@ class DistillTrainer(Trainer):
         self._student = _Capture([_module(self.model, p.student, "student") for p in pairs])
         self._teacher = _Capture([_module(self.teacher, p.teacher, "teacher") for p in pairs])
         self.adapters = nn.ModuleDict()
-        if pairs:
-            self._size_adapters(self.prepare_batch(example))
+        if pairs or distill.logit_weight:
+            self._probe(self.prepare_batch(example))
 
-    def _size_adapters(self, example: dict[str, Any]) -> None:
+    def _probe(self, example: dict[str, Any]) -> None:
+        """One forward pass of both models on ``example`` before training: the logit term's
+        inputs checked, the adapters sized (one clear error naming the setting otherwise)."""
         was = self.model.training
         self.model.eval()
         try:
             with torch.no_grad():
-                self.model(example)
-                self.teacher(example)
+                ours, theirs = self.model(example), self.teacher(example)
         finally:
             self.model.train(was)
+        if self.distill.logit_weight:
+            _check_logits(ours, theirs)
+        if self.distill.pairs:
+            self._size_adapters()
+
+    def _size_adapters(self) -> None:
         for i, (student, teacher) in enumerate(zip(self._student.take(), self._teacher.take(), strict=True)):
             pair = self.distill.pairs[i]
             names = f"train.distill.features.{i} ({pair.student} → {pair.teacher})"
