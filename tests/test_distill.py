@@ -198,3 +198,23 @@ def test_a_detector_distils_through_its_fpn_and_a_logit_term_is_refused_with_the
     assert cli("train", *student, section, "--run-dir", str(tmp_path / "student")).code == 0
     header = (tmp_path / "student" / "metrics.csv").read_text().splitlines()[0]
     assert "train_distill_feature_loss" in header and "val_map" in header
+
+
+def test_loading_the_teacher_leaves_the_students_threads_and_generators_alone(teacher):
+    """The teacher's stored config seeds the generators and sets torch's threads when its experiment
+    is built; the student's run must keep its own seed's random stream and its own thread count."""
+    from modforge.core.config import load_config
+    from modforge.experiment.teacher import load_teacher
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)  # the teacher's config says 1
+        torch.manual_seed(1234)
+        expected = torch.rand(4)
+        torch.manual_seed(1234)
+        model, fingerprint, _ = load_teacher(str(teacher), load_config(DIGITS))
+        assert torch.get_num_threads() == 3
+        assert torch.equal(torch.rand(4), expected)
+        assert len(fingerprint) == 64 and not model.training
+    finally:
+        torch.set_num_threads(threads)

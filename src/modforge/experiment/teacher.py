@@ -8,6 +8,8 @@ relative to the student's config file (to the current folder for a config given 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from ..core.config import display_path, load_config
 from ..core.errors import ConfigError
 from ..core.integrity import file_sha256
 from ..core.origins import typed_here
+from ..train.rng import capture_rng, restore_rng
 
 __all__ = ["load_teacher", "teacher_path"]
 
@@ -34,6 +37,20 @@ def teacher_path(spec: str, cfg: Any) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _student_state_kept() -> Iterator[None]:
+    """Building the teacher's experiment seeds the random generators and sets torch's thread count
+    from the *teacher's* config; the student's run keeps its own (restored afterwards): its seed
+    decides its randomness, its ``train.num_threads`` its threads (two processes each running
+    two threads on two cores slowed the distillation sweep tenfold)."""
+    threads, generators = torch.get_num_threads(), capture_rng()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        restore_rng(generators)
+
+
 def load_teacher(spec: str, cfg: Any) -> tuple[torch.nn.Module, str, Path]:
     """The teacher model (eval mode, frozen), a fingerprint of what it was built from (the
     checkpoint's SHA-256, or the config's) and its absolute path."""
@@ -41,13 +58,14 @@ def load_teacher(spec: str, cfg: Any) -> tuple[torch.nn.Module, str, Path]:
     from .schema import validate_config
 
     path = teacher_path(spec, cfg)
-    if path.is_dir() or path.suffix == ".pt":
-        exp, checkpoint = load_trained(path)
-        fingerprint = file_sha256(checkpoint)
-    else:
-        teacher_cfg = validate_config(load_config(path))
-        exp = Experiment.build(teacher_cfg)
-        fingerprint = file_sha256(path)
+    with _student_state_kept():
+        if path.is_dir() or path.suffix == ".pt":
+            exp, checkpoint = load_trained(path)
+            fingerprint = file_sha256(checkpoint)
+        else:
+            teacher_cfg = validate_config(load_config(path))
+            exp = Experiment.build(teacher_cfg)
+            fingerprint = file_sha256(path)
     model = exp.model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
