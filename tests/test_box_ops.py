@@ -184,3 +184,20 @@ def test_batched_nms_under_torchscript_agrees_and_differs_from_the_coordinate_tr
     assert torchvision.ops.batched_nms(boxes, scores, labels, 0.45).tolist() == reference.tolist()
     assert torch.equal(torch.jit.script(nms)(boxes, scores, 0.45), nms(boxes, scores, 0.45))
     assert torch.equal(torch.jit.script(decode_ltrb)(boxes[:, :2], boxes, None), decode_ltrb(boxes[:, :2], boxes))
+
+
+def test_an_iou_exactly_at_the_threshold_keeps_both_boxes_as_predicts_numpy_nms_does():
+    """IoU 60/100 is float32's 0.6, a hair above the double 0.6: the kernel's double comparison would
+    drop the second box; rounded to float32 first, the threshold keeps it, as the numpy NMS of
+    ``modforge predict`` (float32 throughout) does — eager and exported detections stay equal."""
+    import numpy as np
+
+    from modforge.tasks.detection.predict import _greedy_nms
+
+    boxes = torch.tensor([[0.0, 0, 10, 10], [0.0, 0, 10, 6]])
+    scores = torch.tensor([0.9, 0.8])
+    assert box_iou(boxes[:1], boxes[1:]).item() == np.float32(0.6)
+    assert nms(boxes, scores, 0.6).tolist() == [0, 1]
+    kept = _greedy_nms(boxes.numpy(), scores.numpy(), np.zeros(2, dtype=np.int64), np.float32(0.6), 100)
+    assert kept.tolist() == [0, 1]
+    assert nms(boxes, scores, 0.59).tolist() == [0]

@@ -2,7 +2,8 @@
 (class-aware) greedy NMS on ``torchvision.ops.nms``'s kernel.
 
 Boxes are ``x1, y1, x2, y2`` in pixels, in the last dimension. Every function is vectorised
-(no Python loop over boxes), works on any device and dtype, and is compilable by
+(no Python loop over boxes), works on any device and floating dtype (NMS computes in float32
+unless the boxes are float64), and is compilable by
 ``torch.jit.script`` (the tests script :func:`nms`, :func:`batched_nms` and the decoders and
 compare them with eager).
 
@@ -45,6 +46,7 @@ __all__ = [
     "encode_deltas",
     "encode_ltrb",
     "generalized_box_iou",
+    "load_torchvision_ops",
     "nms",
 ]
 
@@ -195,16 +197,21 @@ def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, i
     if n == 0:
         return torch.zeros(0, dtype=torch.long, device=boxes.device)
     if not torch.jit.is_scripting():
-        _load_torchvision_ops()
+        load_torchvision_ops()
     order = torch.sort(scores, descending=True, stable=True)[1]
-    ranked, groups = boxes[order], idxs[order]
-    # n, n − 1, …, 1: distinct, exact in float64 well past any box count
-    ranks = torch.arange(n, 0, -1, dtype=torch.float64, device=boxes.device).to(ranked.dtype)
+    # the kernel takes float32 or float64 boxes (half precision: computed in float32)
+    ranked = boxes[order] if boxes.dtype == torch.float64 else boxes[order].float()
+    groups = idxs[order]
+    # n, n − 1, …, 1: distinct and exact in float32 up to 2^24 boxes
+    ranks = torch.arange(n, 0, -1, dtype=ranked.dtype, device=boxes.device)
+    # the kernel compares its IoU with the threshold in double precision; rounded to the boxes' precision
+    # first, the comparison is the one a float32 computation makes (as modforge predict's numpy NMS does)
+    threshold = float(torch.tensor(iou_threshold, dtype=ranked.dtype).item())
     keep = torch.zeros(n, dtype=torch.bool, device=boxes.device)
     distinct: list[int] = torch.unique(groups).tolist()
     for group in distinct:
         members = torch.nonzero(groups == group).reshape(-1)
-        kept = torch.ops.torchvision.nms(ranked[members], ranks[members], iou_threshold)
+        kept = torch.ops.torchvision.nms(ranked[members], ranks[members], threshold)
         keep[members[kept]] = True
     return order[keep]
 
@@ -216,9 +223,10 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
 
 
 @torch.jit.unused
-def _load_torchvision_ops() -> None:
+def load_torchvision_ops() -> None:
     """Register torchvision's operators (``torch.ops.torchvision.nms``): importing torchvision does
-    it, once; a clear error names the extra when it is not installed."""
+    it, once; a clear error names the extra when it is not installed. A detection head calls it when
+    it is built, so a missing torchvision stops a run before training, not at its first validation."""
     try:
         import torchvision  # noqa: F401 - registers torch.ops.torchvision
     except ImportError:

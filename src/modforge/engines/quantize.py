@@ -79,7 +79,6 @@ def quantize_onnx(model_bytes: bytes, mode: str, calibration: Iterable[Any] = ()
         return target.read_bytes()
 
 
-
 def float_tail_nodes(model_bytes: bytes) -> list[str]:
     """The names of the nodes ``float_tail`` keeps in float32: every node from which no ``Conv`` can
     be reached, and the ``Conv`` nodes from which no other ``Conv`` can be reached (the module doc)."""

@@ -73,7 +73,7 @@ def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *,
     if quantize is not None:
         from .quantized import check_quantizable
 
-        check_quantizable(exp, engine, quantize, calibration_batches)
+        check_quantizable(engine, quantize, calibration_batches)
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
     stem = f"{checkpoint.stem}-{engine.name}" + (f"-{quantize}" if quantize else "")  # best-onnx-int8.onnx
     path = _artifact_path(out, run_dir / "exports", stem, engine)

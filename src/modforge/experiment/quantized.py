@@ -75,7 +75,7 @@ class QuantizationReport:
         return rows
 
 
-def check_quantizable(exp: Any, engine: Any, mode: str, calibration_batches: int) -> None:
+def check_quantizable(engine: Any, mode: str, calibration_batches: int) -> None:
     """Refuse, before anything is exported, what cannot be quantized: another engine, an unknown
     mode, no calibration batch."""
     if not isinstance(engine, Onnx):

@@ -19,6 +19,7 @@ from ..core.config import display_path, load_config
 from ..core.errors import ConfigError
 from ..core.integrity import file_sha256
 from ..core.origins import typed_here
+from ..train import distributed
 from ..train.rng import capture_rng, restore_rng
 
 __all__ = ["load_teacher", "teacher_path"]
@@ -38,17 +39,21 @@ def teacher_path(spec: str, cfg: Any) -> Path:
 
 
 @contextlib.contextmanager
-def _student_state_kept() -> Iterator[None]:
+def _student_state_kept(student_seed: int) -> Iterator[None]:
     """Building the teacher's experiment seeds the random generators and sets torch's thread count
     from the *teacher's* config; the student's run keeps its own (restored afterwards): its seed
     decides its randomness, its ``train.num_threads`` its threads (two processes each running
-    two threads on two cores slowed the distillation sweep tenfold)."""
+    two threads on two cores slowed the distillation sweep tenfold). CUDA's generators, when CUDA
+    has not started yet, hold only the last seed asked for, to be applied when it starts: the
+    student's is asked for again."""
     threads, generators = torch.get_num_threads(), capture_rng()
     try:
         yield
     finally:
         torch.set_num_threads(threads)
         restore_rng(generators)
+        if "cuda" not in generators and torch.cuda.is_available():
+            torch.cuda.manual_seed_all(student_seed)
 
 
 def load_teacher(spec: str, cfg: Any) -> tuple[torch.nn.Module, str, Path]:
@@ -58,7 +63,7 @@ def load_teacher(spec: str, cfg: Any) -> tuple[torch.nn.Module, str, Path]:
     from .schema import validate_config
 
     path = teacher_path(spec, cfg)
-    with _student_state_kept():
+    with _student_state_kept(int(cfg.data.get("seed") or 0) + distributed.rank()):
         if path.is_dir() or path.suffix == ".pt":
             exp, checkpoint = load_trained(path)
             fingerprint = file_sha256(checkpoint)

@@ -78,7 +78,7 @@ import torch.nn.functional as F
 from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_head
 from ..base import Head
-from ..boxes import box_area, box_iou, decode_ltrb, encode_ltrb
+from ..boxes import box_area, box_iou, decode_ltrb, encode_ltrb, load_torchvision_ops
 from ..layouts import Layout
 from ..losses.detection import giou_loss, quality_bce_loss, sigmoid_focal_loss
 from .dense import DenseDetectionHead, conv_tower, detections_per_image, level_candidates, prior_bias
@@ -355,7 +355,7 @@ class FCOSHead(DenseDetectionHead, Head):
         strides: stride of each level in input pixels; None: 8, 16, 32, … (P3 onward), one per level.
         feat_channels: tower width; None: the first level's channels (256 after a standard FPN).
         tower_depth: 3×3 conv → GroupNorm → ReLU blocks in each tower (FCOS: 4).
-        norm_groups: GroupNorm groups (FCOS: 32); the largest divisor of the tower width not above it is used.
+        norm_groups: GroupNorm groups (FCOS: 32); gcd(norm_groups, tower width) are used.
         prior_prob: initial foreground probability of the classification logits (focal-loss prior).
         regress_ranges: the L−1 boundaries between consecutive levels' ranges of the largest
             location-to-side distance; None: 8 × stride of each level but the last (FCOS's 64, 128, 256, 512).
@@ -398,6 +398,7 @@ class FCOSHead(DenseDetectionHead, Head):
         max_detections: PositiveInt = 100,
     ):
         super().__init__()
+        load_torchvision_ops()  # its NMS kernel: a missing torchvision stops the run now, not at validation
         strides = self.level_strides(in_dim, strides)
         levels = len(strides)
         if regress_ranges is None:

@@ -282,14 +282,18 @@ class RetinaNetHead(DenseDetectionHead, Head):
     """RetinaNet detection head (Lin et al., 2017): anchors, focal loss, shared subnets; batch
     dict in, batch dict out (see the module doc for every key and rule).
 
+    Not scriptable by ``torch.jit.script`` as a whole: it is a ``dict_io`` part (the batch dict,
+    with its list of per-image targets, in and out), which TorchScript cannot type. Its
+    convolutional ``net`` scripts; :func:`retinanet_outputs` traces and exports to ONNX.
+
     Args:
         in_dim: channels of each input level, finest first (wired by the builder).
         num_classes: number of object classes (wired by the builder; no background class).
         strides: stride of each level in input pixels; None: 8, 16, 32, … (P3 onward).
         feat_channels: subnet width; None: the first level's channels.
         tower_depth: 3×3 conv → [GroupNorm] → ReLU blocks in each subnet (the paper: 4).
-        norm_groups: GroupNorm groups in the subnets (the largest divisor of the width not above
-            it); 0: none (the paper; torchvision's v2 uses 32).
+        norm_groups: GroupNorm groups in the subnets (gcd(norm_groups, width) are used); 0: none
+            (the paper; torchvision's v2 uses 32).
         anchor_scale: anchor size in strides (the paper: 4 — a 32 px anchor on P3).
         octave_scales: anchor sizes per octave (the paper: 3 — 2^0, 2^⅓, 2^⅔).
         aspect_ratios: anchor height/width ratios (the paper: 0.5, 1, 2).

@@ -15,9 +15,10 @@ the post-processing runs here, after the runtime, for every engine alike:
 
 :func:`fcos_detections` is :func:`~modforge.components.heads.fcos.fcos_postprocess` (and
 :func:`dense_detections` without the quality column is
-:func:`~modforge.components.heads.retinanet.retinanet_postprocess`) operation for operation in float32 (clip, ``probability > threshold``, rank by probability ×
-quality, top-k per level, score ``sqrt(probability × quality)``, class-aware greedy NMS with
-IoU computed as :func:`~modforge.components.boxes.box_iou`, ``max_detections`` per image), so
+:func:`~modforge.components.heads.retinanet.retinanet_postprocess`) operation for operation in
+float32 (clip, ``probability > threshold``, rank by probability × quality, top-k per level, score
+``sqrt(probability × quality)``, class-aware greedy NMS with the IoU as torchvision's NMS kernel
+computes it, ``max_detections`` per image), so
 on the same decoded outputs it gives the eager model's ``dt_bboxes``: the same boxes (bit for
 bit), labels and order, and the same scores to one unit in float32's last place — torch's
 vectorised float32 square root is not correctly rounded on every CPU (AVX-512), numpy's is
@@ -59,9 +60,6 @@ __all__ = [
     "postprocess",
     "prepare_picture",
 ]
-
-EPS = np.float32(1e-6)
-"""The IoU denominator floor of :func:`~modforge.components.boxes.box_iou`."""
 
 LABELLED_FROM = 128
 """Pictures at least this many pixels on their shorter side get a text label on each box."""
@@ -236,7 +234,9 @@ def dense_detections(
 def _greedy_nms(boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray, threshold: np.float32,
                 most: int) -> np.ndarray:  # fmt: skip
     """Indices kept by class-aware greedy NMS, by decreasing score (stable: ties keep their
-    order), at most ``most`` — :func:`~modforge.components.boxes.batched_nms`'s result."""
+    order), at most ``most`` — :func:`~modforge.components.boxes.batched_nms`'s result: the IoU
+    computed in float32 as torchvision's kernel computes it (no floor under the union: two empty
+    boxes give NaN, which suppresses nothing) and compared with the float32 threshold."""
     order = np.argsort(-scores, kind="stable")
     ranked, groups = boxes[order], labels[order]
     areas = np.maximum(ranked[:, 2] - ranked[:, 0], 0) * np.maximum(ranked[:, 3] - ranked[:, 1], 0)
@@ -252,7 +252,8 @@ def _greedy_nms(boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray, thres
         wh_x = np.maximum(np.minimum(ranked[i, 2], rest[:, 2]) - np.maximum(ranked[i, 0], rest[:, 0]), 0)
         wh_y = np.maximum(np.minimum(ranked[i, 3], rest[:, 3]) - np.maximum(ranked[i, 1], rest[:, 1]), 0)
         inter = wh_x * wh_y
-        iou = inter / np.maximum(areas[i] + areas[i + 1 :] - inter, EPS)
+        with np.errstate(invalid="ignore", divide="ignore"):  # two empty boxes: 0 / 0, never suppressed
+            iou = inter / (areas[i] + areas[i + 1 :] - inter)
         suppressed[i + 1 :] |= (iou > threshold) & (groups[i + 1 :] == groups[i])
     return order[np.asarray(keep, dtype=np.int64)]
 
