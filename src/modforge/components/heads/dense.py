@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 
 from ..boxes import batched_nms
+from ..layouts import Layout
 
 __all__ = ["DenseDetectionHead", "conv_tower", "detections_per_image", "level_candidates", "prior_bias"]
 
@@ -44,6 +45,9 @@ class DenseDetectionHead:
     batch has ``targets`` and ``dt_bboxes`` in eval mode."""
 
     head_name = "detection head"
+    dict_io = True
+    accepts = (Layout.MULTISCALE,)
+    produces = Layout.MULTISCALE
     output_key = "logits"
 
     def forward(self, batch: dict[str, Any]) -> dict[str, Any]:

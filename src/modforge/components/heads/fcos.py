@@ -79,7 +79,6 @@ from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Pr
 from ...core.registries import register_head
 from ..base import Head
 from ..boxes import box_area, box_iou, decode_ltrb, encode_ltrb, load_torchvision_ops
-from ..layouts import Layout
 from ..losses.detection import giou_loss, quality_bce_loss, sigmoid_focal_loss
 from .dense import DenseDetectionHead, conv_tower, detections_per_image, level_candidates, prior_bias
 
@@ -370,10 +369,6 @@ class FCOSHead(DenseDetectionHead, Head):
         max_detections: detections kept per image.
     """
 
-    dict_io = True
-    accepts = (Layout.MULTISCALE,)
-    produces = Layout.MULTISCALE
-    output_key = "logits"
     out_dim_rule = "num_classes + 5 channels per level (class logits, 4 distances, quality logit)"
     head_name = "fcos"
 

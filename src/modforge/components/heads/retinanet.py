@@ -62,7 +62,6 @@ from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Pr
 from ...core.registries import register_head
 from ..base import Head
 from ..boxes import clip_to_image, decode_deltas, encode_deltas
-from ..layouts import Layout
 from .dense import DenseDetectionHead, conv_tower, detections_per_image, level_candidates, prior_bias
 
 __all__ = [
@@ -311,10 +310,6 @@ class RetinaNetHead(DenseDetectionHead, Head):
         max_detections: detections kept per image.
     """
 
-    dict_io = True
-    accepts = (Layout.MULTISCALE,)
-    produces = Layout.MULTISCALE
-    output_key = "logits"
     out_dim_rule = "A × (num_classes + 4) channels per level (A anchors: class logits, then box deltas)"
     head_name = "retinanet"
 
