@@ -147,7 +147,7 @@ def test_predict_refuses_top_zero_and_a_pickle_in_one_clean_line(run_dir, sample
     capsys.readouterr()
     assert main(["predict", str(artifact), str(samples[0]), "--top", "0"]) == 2
     assert capsys.readouterr().err == (
-        "error: modforge predict: argument --top: expected a whole number of classes (1 or more), got 0\n"
+        "error: modforge predict: argument --top: expected a positive integer, got 0\n"
     )
     for name in ("plain.pt", "plain.ts"):
         with open(tmp_path / name, "wb") as file:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...core.safe_files import ensure_folder
-from ..common import CommandParser, add_plugins_option, load_cli_plugins
+from ..common import CommandParser, add_plugins_option, load_cli_plugins, positive_int
 from ..output import print_table
 
 _TORCH_SUFFIXES = ("", ".pt", ".pth", ".ts")
@@ -33,26 +33,13 @@ def _parser() -> CommandParser:
     parser.add_argument("artifact", type=Path, metavar="ARTIFACT")
     parser.add_argument("inputs", type=Path, nargs="+", metavar="INPUT")
     parser.add_argument(
-        "--top", type=_at_least_one, default=1, metavar="K", help="how many classes to show per input (default 1)"
+        "--top", type=positive_int, default=1, metavar="K", help="how many classes to show per input (default 1)"
     )
     parser.add_argument(
         "--out", type=Path, metavar="DIR", help="a detector: write DIR/<stem>.png, each picture with its boxes drawn"
     )
     add_plugins_option(parser)
     return parser
-
-
-def _at_least_one(text: str) -> int:
-    """``--top``'s value: a whole number of classes, at least 1."""
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of classes (1 or more), got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of classes (1 or more), got {value}")
-    return value
 
 
 def load_artifact(path: Path) -> tuple[Any, dict[str, Any]]:
