@@ -283,3 +283,33 @@ def test_tiny_training_through_build_model_recovers_the_boxes():
     history, dt, targets = fit_squares(head, {"cls_loss", "box_loss"})
     assert sum(history[-5:]) / 5 < 0.3 * history[0], history[::10]
     assert_finds_every_square(dt, targets, 0.2)
+
+
+# ------------------------------------------------------------- against torchvision's RetinaNet pieces
+@pytest.mark.parametrize("low_quality", [True, False])
+def test_assignment_and_delta_coding_equal_torchvisions_retinanet(low_quality):
+    """torchvision's RetinaNet assigns with ``Matcher(0.5, 0.4, allow_low_quality_matches=True)`` and
+    codes boxes with ``BoxCoder((1, 1, 1, 1))``: on the same anchors and boxes, the same positives (with
+    the same box), ignored anchors and background, and the same deltas and decoded boxes."""
+    from torchvision.models.detection._utils import BoxCoder, Matcher
+
+    g = torch.Generator().manual_seed(3)
+    cells = [base_anchors(s, 2.0, 3, [0.5, 1.0, 2.0]) for s in (4, 8, 16)]
+    anchors = level_anchors([[16, 16], [8, 8], [4, 4]], [4, 8, 16], cells, torch.float32, torch.device("cpu"))
+    corner = torch.rand(12, 2, generator=g) * 50
+    boxes = torch.cat([corner, corner + 4 + torch.rand(12, 2, generator=g) * 30], dim=1)
+    labels = torch.randint(0, 3, (12,), generator=g)
+    assigned, matched = retinanet_targets(anchors, boxes, labels, 3, 0.5, 0.4, low_quality)
+    matches = Matcher(0.5, 0.4, allow_low_quality_matches=low_quality)(box_iou(boxes, anchors))
+    positive = matches >= 0
+    assert positive.any() and (matches == Matcher.BETWEEN_THRESHOLDS).any()
+    assert torch.equal((assigned >= 0) & (assigned < 3), positive)
+    assert torch.equal(assigned == IGNORED, matches == Matcher.BETWEEN_THRESHOLDS)
+    assert torch.equal(assigned == 3, matches == Matcher.BELOW_LOW_THRESHOLD)
+    assert torch.equal(assigned[positive], labels[matches[positive]])
+    assert torch.equal(matched[positive], boxes[matches[positive]])
+    coder = BoxCoder((1.0, 1.0, 1.0, 1.0))
+    reference = coder.encode_single(matched[positive], anchors[positive])
+    assert torch.allclose(encode_deltas(anchors[positive], matched[positive]), reference, atol=1e-5)
+    deltas = torch.randn(len(anchors), 4, generator=g)
+    assert torch.allclose(decode_deltas(anchors, deltas), coder.decode_single(deltas, anchors), atol=1e-3)

@@ -83,7 +83,7 @@ class DenseDetectionHead:
         if crowd is not None:
             kept = ~torch.as_tensor(crowd).to(device=device, dtype=torch.bool).reshape(-1)
             boxes, labels = boxes[kept], labels[kept]
-        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
+        if bool(((labels < 0) | (labels >= self.num_classes)).any()):  # one host sync per image, not two
             raise ValueError(f"{self.head_name}: target labels must be in 0..{self.num_classes - 1}, got "
                              f"{sorted(set(labels.tolist()))}")  # fmt: skip
         return boxes, labels
