@@ -230,5 +230,5 @@ def load_torchvision_ops() -> None:
     try:
         import torchvision  # noqa: F401 - registers torch.ops.torchvision
     except ImportError:
-        raise ImportError("NMS runs torchvision's kernel (torchvision.ops.nms): pip install 'modforge[vision]' "
-                          "(or pip install torchvision)") from None  # fmt: skip
+        raise ImportError("the detection heads run torchvision's box operations (NMS, IoU, losses): pip install "
+                          "'modforge[vision]' (or pip install torchvision)") from None  # fmt: skip

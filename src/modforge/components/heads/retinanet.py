@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_head
 from ..base import Head
-from ..boxes import clip_to_image, decode_deltas, encode_deltas
+from ..boxes import clip_to_image, decode_deltas, encode_deltas, load_torchvision_ops
 from .dense import DenseDetectionHead, conv_tower, detections_per_image, level_candidates, prior_bias
 
 __all__ = [
@@ -80,11 +80,10 @@ IGNORED = -1
 
 
 def _torchvision_ops() -> Any:
-    try:
-        import torchvision.ops as ops
-    except ImportError:
-        raise ImportError("the 'retinanet' head needs the torchvision library (its box operations): "
-                          "pip install 'modforge[vision]' (or pip install torchvision)") from None  # fmt: skip
+    """``torchvision.ops`` (one clear error naming the extra when torchvision is missing)."""
+    load_torchvision_ops()
+    import torchvision.ops as ops
+
     return ops
 
 
