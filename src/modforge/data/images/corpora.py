@@ -12,6 +12,7 @@ pictures with ImageNet's (what pretrained backbones expect).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -19,8 +20,10 @@ import numpy as np
 import torch
 
 from ...core.constraints import Probability
+from ...core.downloads import download_refusal, downloads_allowed
 from ...core.errors import UsageError
 from ...core.registries import register_dataset
+from ...core.text_safety import plain_text
 from ..base import DataSplits
 from .dataset import FilePictures, TensorPictures
 from .splits import IMAGENET_MEAN, IMAGENET_STD, picture_splits
@@ -28,12 +31,21 @@ from .splits import IMAGENET_MEAN, IMAGENET_STD, picture_splits
 __all__ = ["cifar10", "cifar100", "emnist", "fashion_mnist", "image_csv", "image_folder", "kmnist", "mnist",
            "tiny_imagenet"]  # fmt: skip
 
+log = logging.getLogger("modforge.data")
+
 EmnistSplit = Literal["byclass", "bymerge", "balanced", "letters", "digits", "mnist"]
 
 
 def _prepare(name: str, root: str, download: bool, variant: str | None = None) -> Path:
-    """``root`` as a folder; the corpus fetched and verified into it first when ``download``."""
+    """``root`` as a folder; the corpus fetched and verified into it first when ``download`` —
+    unless downloads are off (a stored config being rebuilt: :mod:`modforge.core.downloads`),
+    when the files are read as they are and one warning says how to fetch them."""
     base = Path(root)
+    if download and not downloads_allowed():
+        log.warning("%s: data.args.download is not followed (%s); reading %s as it is — to fetch the files, "
+                    "run 'modforge data download %s --root %s'", name, download_refusal(), plain_text(root), name,
+                    plain_text(root))  # fmt: skip
+        download = False
     if download:
         from .catalog import download_corpus
 
