@@ -204,6 +204,8 @@ def test_loading_the_teacher_leaves_the_students_threads_and_generators_alone(te
     """The teacher's stored config seeds the generators and sets torch's threads when its experiment
     is built; the student's run must keep its own seed's random stream and its own thread count."""
     from modforge.core.config import load_config
+    from modforge.experiment.runner import Experiment
+    from modforge.experiment.schema import validate_config
     from modforge.experiment.teacher import load_teacher
 
     threads = torch.get_num_threads()
@@ -212,7 +214,11 @@ def test_loading_the_teacher_leaves_the_students_threads_and_generators_alone(te
         torch.manual_seed(1234)
         expected = torch.rand(4)
         torch.manual_seed(1234)
-        model, fingerprint, _ = load_teacher(str(teacher), load_config(DIGITS))
+        cfg = validate_config(load_config(DIGITS, [f"train.distill={{teacher: {teacher}}}"]))
+        splits = Experiment.build(cfg).splits  # the student's data: the teacher is built on it
+        torch.set_num_threads(3)
+        torch.manual_seed(1234)
+        model, fingerprint, _ = load_teacher(cfg, splits)
         assert torch.get_num_threads() == 3
         assert torch.equal(torch.rand(4), expected)
         assert len(fingerprint) == 64 and not model.training

@@ -36,6 +36,7 @@ from .errors import (
     UnknownKeyError,
 )
 from .origins import CommandLineOrigin
+from .references import Reference, follow_reference, vouched_sources
 from .yaml_guard import read_config_text, safe_yaml_load
 
 __all__ = ["Config", "check_keys", "display_path", "load_config", "parse_override", "require_mapping"]
@@ -324,12 +325,13 @@ def _absolute_plugin_paths(data: dict[str, Any], directory: Path, shown: str, so
         sources.setdefault(entry, directory)
 
 
-def _within(folder: Path, top: Path) -> bool:
+def _real_folder_of(path: Path) -> Path:
+    """The folder a config file really lies in (links resolved; as written when a link loops — the
+    loop is reported when the file is read)."""
     try:
-        folder.resolve().relative_to(top.resolve())
-    except ValueError:
-        return False
-    return True
+        return path.expanduser().resolve().parent
+    except (OSError, RuntimeError, ValueError):
+        return Path(os.path.abspath(path.expanduser())).parent
 
 
 def _absolute_type_paths(node: Any, directory: Path, depth: int = 0) -> None:
@@ -360,6 +362,7 @@ class _Loading:
     sources: dict[str, Path] = dataclasses.field(default_factory=dict)
     files: dict[Path, tuple[dict[str, Any], dict[str, str]]] = dataclasses.field(default_factory=dict)
     stored: bool = False  # a config modforge saved: complete, so a _base_ in it is refused
+    vouch_root: Path | None = None  # the folder whose plug-ins the files read may import (None: none)
 
 
 def _load_file(path: Path, stack: tuple[Path, ...], loading: _Loading) -> tuple[dict[str, Any], dict[str, str]]:
@@ -413,9 +416,8 @@ def _load_one_file(
     merged: dict[str, Any] = {}
     merged_origins: dict[str, str] = {}
     for base in bases:
-        base_path = Path(base).expanduser()
-        if not base_path.is_absolute():
-            base_path = path.parent / base_path
+        base_path = follow_reference(BASE_KEY, base, origin=shown, said_in=path.parent, stored=loading.stored,
+                                     vouch_root=loading.vouch_root).path  # fmt: skip
         try:
             base_data, base_origins = _load_file(base_path, (*stack, path), loading)
         except ConfigFileError as exc:
@@ -434,7 +436,11 @@ def _load_one_file(
 
 
 def load_config(
-    source: str | os.PathLike | Mapping[str, Any], overrides: Iterable[str] = (), *, stored: bool = False
+    source: str | os.PathLike | Mapping[str, Any],
+    overrides: Iterable[str] = (),
+    *,
+    stored: bool = False,
+    reference: Reference | None = None,
 ) -> Config:
     """Load a config file (or wrap a mapping), resolve ``_base_``, apply overrides.
 
@@ -443,6 +449,9 @@ def load_config(
         overrides: ``key.path=value`` strings applied after loading.
         stored: the file is a config modforge saved (a run folder's ``config.yaml``): like a
             mapping, it vouches for no plug-in beside it (see :attr:`Config.plugin_sources`).
+        reference: the file is one another config points at (a teacher's config): it vouches
+            only for the plug-ins ``reference`` allows (:mod:`.references`) — none when the
+            reference came from a stored config.
 
     Raises:
         ConfigError: missing/unreadable file, invalid YAML, inheritance cycle, bad
@@ -455,12 +464,15 @@ def load_config(
         cfg = Config(data, {}, None)
     else:
         path = Path(source)
-        loading = _Loading(stored=stored)
+        if stored:
+            vouch_root = None
+        else:  # only the tree of the file the user gave vouches: not a _base_ elsewhere
+            vouch_root = reference.vouch_root if reference is not None else _real_folder_of(path)
+        loading = _Loading(stored=stored, vouch_root=vouch_root)
         data, origins = _load_file(path, (), loading)
         cfg = Config(data, origins, path.expanduser().resolve())
         cfg.stored = stored
-        if not stored:  # only the tree of the file the user gave vouches: not a _base_ elsewhere
-            cfg.plugin_sources = {e: f for e, f in loading.sources.items() if _within(f, cfg.base_dir)}
+        cfg.plugin_sources = vouched_sources(loading.sources, vouch_root)
     return cfg.apply_overrides(overrides)
 
 

@@ -240,9 +240,11 @@ class Experiment:
             )
         return defaults + user
 
-    def trainer(self, train_loader, run_dir: Path | None, *, trainer_class: type = Trainer, **extra: Any) -> Trainer:
+    def trainer(self, train_loader, run_dir: Path | None, *, trainer_class: type = Trainer,
+                resume: dict[str, Any] | None = None, **extra: Any) -> Trainer:  # fmt: skip
         """The configured trainer (``trainer_class`` with ``extra`` arguments: a ContinualTrainer
-        and its algorithm)."""
+        and its algorithm). ``resume``: the checkpoint the run continues from (a distilled run's
+        teacher is checked against the one it recorded before the teacher is built)."""
         settings = self.settings
         optimizer = build_optimizer(settings.optimizer, self.model, origin_of=self.cfg.where)
         scheduler_spec = settings.scheduler or {}
@@ -256,14 +258,16 @@ class Experiment:
         scheduler = build_scheduler(settings.scheduler, optimizer, total_steps=total, origin_of=self.cfg.where)
         self.check_monitor()
         try:
-            return self._trainer(optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir, trainer_class, extra)
+            return self._trainer(optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir, trainer_class,
+                                 extra, resume)  # fmt: skip
         except ValueError as exc:
             raise ConfigError(str(exc), path="train", source=self.cfg.where("train")) from None
 
-    def _trainer(self, optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir, cls, extra) -> Trainer:
+    def _trainer(self, optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir, cls, extra,
+                 resume) -> Trainer:  # fmt: skip
         settings = self.settings
         if settings.distill is not None:
-            cls, extra = self._distilling(cls, train_loader, extra)
+            cls, extra = self._distilling(cls, train_loader, extra, (resume or {}).get("distill_teacher"))
         return cls(
             self.model,
             optimizer,
@@ -290,8 +294,11 @@ class Experiment:
             **extra,
         )
 
-    def _distilling(self, cls: type, train_loader: Any, extra: dict[str, Any]) -> tuple[type, dict[str, Any]]:
-        """The distillation trainer and its teacher (``train.distill``), for the standard run only."""
+    def _distilling(self, cls: type, train_loader: Any, extra: dict[str, Any],
+                    recorded_teacher: str | None) -> tuple[type, dict[str, Any]]:  # fmt: skip
+        """The distillation trainer and its teacher (``train.distill``), for the standard run only;
+        ``recorded_teacher``: the fingerprint a resumed checkpoint recorded (checked before the
+        teacher is built)."""
         from ..data.base import collate
         from ..train.distill import DistillTrainer
         from .teacher import load_teacher
@@ -300,7 +307,7 @@ class Experiment:
             raise ConfigError(f"train.distill trains a model against a teacher in the standard run; this run's "
                               f"trainer is {cls.__name__} (a continual run or train.trainer)", path="train.distill",
                               source=self.cfg.where("train.distill"))  # fmt: skip
-        teacher, fingerprint, path = load_teacher(self.settings.distill.teacher, self.cfg)
+        teacher, fingerprint, path = load_teacher(self.cfg, self.splits, expected=recorded_teacher)
         # the run's config.yaml names the teacher absolutely: a resumed run reads its config from its own folder
         self.cfg.data["train"]["distill"]["teacher"] = str(path)
         dataset = train_loader.dataset
@@ -486,7 +493,7 @@ def fit_and_test(
                           f"{len(exp.splits.train)} training samples", path="data.batch_size",
                           source=cfg.where("data.batch_size"))  # fmt: skip
     require_a_loss(exp, cfg)
-    trainer = exp.trainer(train_loader, run_dir, trainer_class=exp.trainer_class)
+    trainer = exp.trainer(train_loader, run_dir, trainer_class=exp.trainer_class, resume=resume)
     main = distributed.is_main_process()
     if main:
         if resume is None:
@@ -593,31 +600,50 @@ def _load_trained(
     ``data.type``, the stored dataset arguments the new dataset does not take are dropped
     (the others, such as ``audio:``, are kept).
     """
+    path, payload = trained_checkpoint(target, which)
+    cfg = trained_config(path, payload, overrides)
+    return trained_experiment(cfg, path, payload), path, payload
+
+
+def trained_checkpoint(target: Path, which: str = "best") -> tuple[Path, dict[str, Any]]:
+    """The checkpoint a run folder or checkpoint file names (its folder checked first, see
+    :func:`_load_trained`) and its content, read without executing anything."""
     path = Path(target)
     check_run_folder(path)
     if path.is_dir():
-        path, payload = find_resumable(path, first=(f"{which}.pt", "last.pt"), using="evaluating")
-    else:
-        payload = load_checkpoint(path)
+        return find_resumable(path, first=(f"{which}.pt", "last.pt"), using="evaluating")
+    return path, load_checkpoint(path)
+
+
+def trained_config(path: Path, payload: dict[str, Any], overrides: Sequence[str] = (), *,
+                   own_copies: bool = True) -> Config:  # fmt: skip
+    """The config stored in a checkpoint, validated, its plug-ins available: the run's own signed
+    copies (``own_copies``), what the user loaded, installed entry points — never an import the
+    config asks for by itself. ``own_copies=False`` (a run a stored config points at) imports no copy."""
     stored = payload.get("config")
     if not isinstance(stored, dict):
         raise ConfigError(f"{display_path(path)} holds no config (a modforge checkpoint stores the config it was "
                           "trained with); it cannot be rebuilt")  # fmt: skip
     cfg = Config(stored, {}, None)
     cfg.stored = True
-    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" and own_copies else None
     what = f"the config stored in {display_path(path)}"
     in_force = load_stored_plugins(cfg.data.get("plugins"), run_dir=run_dir, what=what)
     if in_force != cfg.plugins:
         cfg.data["plugins"] = in_force
-    cfg = _overridden(cfg, overrides) if overrides else _validated_stored(cfg, what)
-    exp = Experiment.build(cfg, init_weights=False)
-    _load_weights(exp.model, inference_weights(payload), path)  # the weight average, when the run kept one
+    return _overridden(cfg, overrides) if overrides else _validated_stored(cfg, what)
+
+
+def trained_experiment(cfg: Config, path: Path, payload: dict[str, Any], splits: DataSplits | None = None) -> Experiment:
+    """The experiment of a stored config (on ``splits`` when given: no dataset is built), its model
+    holding the checkpoint's weights (the weight average, when the run kept one)."""
+    exp = Experiment.build(cfg, splits, init_weights=False)
+    _load_weights(exp.model, inference_weights(payload), path)
     if exp.settings.qat is not None:  # evaluated and exported with the ranges it learned
         from ..model.qat import observing
 
         observing(exp.model, False)
-    return exp, path, payload
+    return exp
 
 
 def _validated_stored(cfg: Config, what: str) -> Config:

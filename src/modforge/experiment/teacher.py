@@ -1,9 +1,17 @@
-"""The teacher of ``train.distill``: built by its own config, frozen, checked against the student's data.
+"""The teacher of ``train.distill``: built from its own config on the student's data, frozen.
 
-A teacher is a run folder or a checkpoint (built from its stored config, its run's plug-ins verified as
-for ``modforge test``; the weights a test would use — the weight average when the run kept one), or a
-config file (built with its ``model.init`` weights, e.g. published AASIST weights). A relative path is
-relative to the student's config file (to the current folder for a config given as a mapping).
+A teacher is a run folder or a checkpoint (built from its stored config, the weights a test would
+use — the weight average when the run kept one), or a config file (built with its ``model.init``
+weights, e.g. published AASIST weights). The teacher sees the student's batches, so it is built on
+the student's splits: its own ``data:`` section is never loaded (no second copy of a corpus, and
+nothing it names is read or fetched).
+
+The path is a reference (:mod:`modforge.core.references`): typed on the command line it is relative
+to the current folder and vouches for plug-ins beside the teacher; written in the student's config
+file it is relative to that file, and the teacher's config may import only plug-ins beside the
+student's config; written in a stored config (``--resume``, a sweep's interrupted trial) it imports
+no plug-in and downloads nothing — and a resumed run's teacher is compared with the SHA-256 its
+checkpoint recorded *before* anything of it is built.
 """
 
 from __future__ import annotations
@@ -15,27 +23,35 @@ from typing import Any
 
 import torch
 
-from ..core.config import display_path, load_config
+from ..core.config import Config, display_path, load_config
 from ..core.errors import ConfigError
 from ..core.integrity import file_sha256
-from ..core.origins import typed_here
+from ..core.references import Reference, follow_reference
 from ..train import distributed
 from ..train.rng import capture_rng, restore_rng
 
-__all__ = ["load_teacher", "teacher_path"]
+__all__ = ["load_teacher", "teacher_reference"]
 
 
-def teacher_path(spec: str, cfg: Any) -> Path:
-    """Where ``train.distill.teacher`` points (one clear error when nothing is there): a relative path
-    typed on the command line (an override, a sweep's trial) is relative to the current folder, one
-    written in a config file to that file's folder — ``model.init``'s rule."""
-    path = Path(spec).expanduser()
-    if not path.is_absolute() and not typed_here(cfg.where("train.distill.teacher")):
-        path = Path(cfg.base_dir) / path  # written in a config file: beside it, as model.init's paths
-    if not path.exists():
-        raise ConfigError(f"the teacher {display_path(path)} does not exist (a run folder, a checkpoint or a config "
-                          "file)", path="train.distill.teacher", source=cfg.where("train.distill.teacher"))  # fmt: skip
-    return path
+def teacher_reference(cfg: Config) -> Reference:
+    """Where ``train.distill.teacher`` points and how it may be read (one clear error when nothing
+    is there)."""
+    key = "train.distill.teacher"
+    origin = cfg.where(key)
+    ref = follow_reference(key, cfg.get(key), origin=origin, said_in=cfg.base_dir if cfg.file else None,
+                           stored=cfg.stored, vouch_root=cfg.base_dir if cfg.file else None)  # fmt: skip
+    if not ref.path.exists():
+        raise ConfigError(f"the teacher {display_path(ref.path)} does not exist (a run folder, a checkpoint or a "
+                          "config file)", path=key, source=origin)  # fmt: skip
+    return ref
+
+
+def _check_fingerprint(expected: str | None, found: str, path: Path) -> None:
+    """A resumed run's teacher must be the one its checkpoint recorded: compared before it is built."""
+    if expected and expected != found:
+        raise ConfigError(f"the teacher {display_path(path)} changed since this run's checkpoint was written (its "
+                          "SHA-256 differs): a distilled run resumes only with the teacher it was trained against; "
+                          "nothing of the new teacher was built", path="train.distill.teacher")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -56,23 +72,30 @@ def _student_state_kept(student_seed: int) -> Iterator[None]:
             torch.cuda.manual_seed_all(student_seed)
 
 
-def load_teacher(spec: str, cfg: Any) -> tuple[torch.nn.Module, str, Path]:
-    """The teacher model (eval mode, frozen), a fingerprint of what it was built from (the
-    checkpoint's SHA-256, or the config's) and its absolute path."""
-    from .runner import Experiment, load_trained
+def load_teacher(cfg: Config, splits: Any, *, expected: str | None = None) -> tuple[torch.nn.Module, str, Path]:
+    """The teacher model (eval mode, frozen) built on the student's ``splits``, a fingerprint of what
+    it was built from (the checkpoint's SHA-256, or the config file's) and its absolute path.
+
+    ``expected``: the fingerprint a resumed checkpoint recorded; another teacher is refused before
+    its config is read, its plug-ins imported or its model built."""
+    from .runner import Experiment, trained_checkpoint, trained_config, trained_experiment
     from .schema import validate_config
 
-    path = teacher_path(spec, cfg)
-    with _student_state_kept(int(cfg.data.get("seed") or 0) + distributed.rank()):
+    ref = teacher_reference(cfg)
+    path = ref.path
+    with _student_state_kept(int(cfg.data.get("seed") or 0) + distributed.rank()), ref.followed():
         if path.is_dir() or path.suffix == ".pt":
-            exp, checkpoint = load_trained(path)
+            checkpoint, payload = trained_checkpoint(path)
             fingerprint = file_sha256(checkpoint)
+            _check_fingerprint(expected, fingerprint, path)
+            teacher_cfg = trained_config(checkpoint, payload, own_copies=not ref.stored)
+            exp = trained_experiment(teacher_cfg, checkpoint, payload, splits)
         else:
-            teacher_cfg = validate_config(load_config(path))
-            exp = Experiment.build(teacher_cfg)
             fingerprint = file_sha256(path)
+            _check_fingerprint(expected, fingerprint, path)
+            teacher_cfg = validate_config(load_config(path, reference=ref))
+            exp = Experiment.build(teacher_cfg, splits)
     model = exp.model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model, fingerprint, path.resolve()
-

@@ -40,6 +40,7 @@ import torch.nn as nn
 from ..core.config import check_keys, display_path
 from ..core.errors import ConfigError, ConfigValueError
 from ..core.integrity import file_sha256
+from ..core.references import follow_reference
 from ..core.registries import CHECKPOINT_FORMATS
 from ..core.weight_formats import CheckpointFormat, WeightFormatError
 
@@ -67,10 +68,6 @@ class InitSpec:
     sha256: str | None = None
     where: str = "model.init"
     source: str | None = None
-
-
-def _from_command_line(source: str | None) -> bool:
-    return bool(source) and source.startswith(("override", "flag", "--", "command line"))
 
 
 def parse_init(
@@ -114,12 +111,9 @@ def _spec(entry: dict[str, Any], at: str, where: Callable[[str], str | None], ba
     raw = entry.get("path")
     if not isinstance(raw, str) or not raw.strip():
         raise bad("path", "the path of a weights file or folder")
-    path = Path(raw).expanduser()
-    if not path.is_absolute():
-        source = where(f"{at}.path")
-        folder = Path.cwd() if base_dir is None or _from_command_line(source) else Path(base_dir)
-        path = folder / path
-    path = path.resolve()
+    # weights are read as data whoever names them (weights_only, no plug-ins): the rule decides the folder
+    path = follow_reference("model.init.path", raw, origin=where(f"{at}.path"), said_in=Path(base_dir) if base_dir
+                            else None, stored=False, vouch_root=None).path.resolve()  # fmt: skip
     if not path.exists():
         raise ModelInitError(f"weights not found: {display_path(path)}{_where_to_get(entry.get('format'))}; give "
                              f"another file with {at}.path=PATH", path=f"{at}.path", source=where(f"{at}.path"))  # fmt: skip

@@ -1,0 +1,153 @@
+"""References a config makes, and the one rule for following them (DESIGN.md, Trust: "References are data too").
+
+A config points at other files: ``_base_`` (a config merged under it), ``model.init.path`` (weights),
+``train.distill.teacher`` (a run folder, checkpoint or config file to learn from), a sweep's ``config:``.
+What is pointed at is read with the *origin of the reference*:
+
+* **typed** on this command line (an override ``train.distill.teacher=t.yaml``, a flag): the user chose
+  the file. A relative path is relative to the current folder; plug-ins beside *that* file may be imported.
+* written in a **config file the user passed** (or one it inherits from): a relative path is relative to
+  the file that says it; the file vouches only for plug-ins beside the config the user passed — a file
+  it points at in another folder vouches for nothing there.
+* written in a **stored** config (a checkpoint's, a run's ``config.yaml`` being resumed, a sweep
+  folder's ``sweep.yaml``): data describing a run, which may come from someone else. Following it never
+  imports a plug-in, never downloads, never opens a connection; whatever it needs must already be loaded
+  (``--plugins``, installed entry points).
+
+:func:`follow_reference` is the only place that decides this; every reference kind is listed in
+:data:`REFERENCE_KINDS` (a kind that is not listed cannot be followed — the test over every kind then
+covers a new one). Fingerprints (a teacher's SHA-256) are compared by the caller *before* anything the
+reference names is built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from .downloads import no_downloads
+from .origins import typed_here
+
+__all__ = ["REFERENCE_KINDS", "Reference", "Trust", "follow_reference", "vouched_sources"]
+
+REFERENCE_KINDS: dict[str, str] = {
+    "_base_": "a config file merged under the one that names it",
+    "model.init.path": "a weights file or folder loaded into the model",
+    "train.distill.teacher": "the run folder, checkpoint or config file a student learns from",
+    "sweep.config": "the config file a sweep's trials train",
+}
+"""Every key whose value names a file or folder modforge reads: the kinds :func:`follow_reference` knows."""
+
+
+class Trust(enum.Enum):
+    """Who chose the file a reference names."""
+
+    TYPED = "typed on the command line"
+    FILE = "written in a config file you passed"
+    STORED = "written in a stored config"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A reference followed: where it points and what reading it may do.
+
+    Attributes:
+        kind: the key of :data:`REFERENCE_KINDS`.
+        path: the absolute path it names (not resolved through links: callers check folders).
+        trust: who chose it.
+        vouch_root: the folder whose plug-ins (its own, or below) the file read may import;
+            ``None`` when it may import none (a stored reference).
+        said: where the reference was said (a file and line, ``override '...'``), for messages.
+    """
+
+    kind: str
+    path: Path
+    trust: Trust
+    vouch_root: Path | None
+    said: str = ""
+
+    @property
+    def stored(self) -> bool:
+        """Whether the reference comes from a stored config (data: no plug-ins, downloads, connections)."""
+        return self.trust is Trust.STORED
+
+    def vouched(self, sources: Mapping[str, Path]) -> dict[str, Path]:
+        """The plug-in entries of the file read (entry → the folder of the config file that listed
+        them) that this reference allows to be imported: those listed by a file inside the vouching
+        folder. A stored reference allows none."""
+        return vouched_sources(sources, self.vouch_root)
+
+    @contextlib.contextmanager
+    def followed(self) -> Iterator[None]:
+        """While the file read is built: downloads (and the connections they open) are off for a stored
+        reference. Trackers and storages are never started for what a reference names."""
+        if not self.stored:
+            yield
+            return
+        with no_downloads(f"{self.kind} is {Trust.STORED.value}, and a stored config never downloads"):
+            yield
+
+
+def follow_reference(
+    kind: str,
+    value: str | os.PathLike,
+    *,
+    origin: str | None,
+    said_in: Path | None,
+    stored: bool,
+    vouch_root: Path | None,
+) -> Reference:
+    """The reference ``kind: value`` and the rule it is read with.
+
+    Args:
+        kind: a key of :data:`REFERENCE_KINDS` (anything else is a programming error: list it there).
+        value: the path as written.
+        origin: where the value came from (a config's :meth:`~modforge.core.config.Config.where`);
+            typed on the command line when :func:`~modforge.core.origins.typed_here` says so.
+        said_in: the folder of the file that says it (relative paths written in a file are relative
+            to it); ``None`` for a config without a file (relative to the current folder).
+        stored: the config that says it is a stored one.
+        vouch_root: for a reference written in a file the user passed, the folder of that file (what
+            it may vouch for).
+    """
+    if kind not in REFERENCE_KINDS:
+        raise KeyError(f"'{kind}' is not a reference kind modforge knows; add it to REFERENCE_KINDS")
+    path = Path(os.path.expanduser(os.fspath(value)))
+    if stored:
+        trust = Trust.STORED
+    elif typed_here(origin):
+        trust = Trust.TYPED
+    else:
+        trust = Trust.FILE
+    if not path.is_absolute():
+        path = (Path.cwd() if trust is Trust.TYPED or said_in is None else said_in) / path
+    path = Path(os.path.abspath(path))
+    if trust is Trust.STORED:
+        root = None
+    elif trust is Trust.TYPED:
+        root = path if path.is_dir() else path.parent  # the file the user typed vouches for what lies beside it
+    else:
+        root = vouch_root
+    return Reference(kind, path, trust, root, origin or "")
+
+
+def vouched_sources(sources: Mapping[str, Path], root: Path | None) -> dict[str, Path]:
+    """The plug-in entries (entry → the folder of the config file that listed it) listed by a file
+    inside ``root`` (its folder or below, links resolved): those a config read under ``root``'s
+    vouching may import. ``None`` vouches for none."""
+    if root is None:
+        return {}
+    return {entry: folder for entry, folder in sources.items() if _within(folder, root)}
+
+
+def _within(folder: Path, top: Path) -> bool:
+    """Whether ``folder`` (links resolved) lies in ``top`` or below."""
+    try:
+        Path(folder).resolve().relative_to(Path(top).resolve())
+    except (ValueError, OSError, RuntimeError):
+        return False
+    return True
