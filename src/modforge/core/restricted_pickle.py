@@ -17,12 +17,18 @@ is imported, with :class:`~.weight_formats.UnsafeFileError` naming the file and 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
 from .weight_formats import DamagedFileError, WeightFormatError, read_torch_file
 
-__all__ = ["ADMITTED", "PickledObject", "plain", "read_with_configs"]
+__all__ = ["ADMITTED", "MAX_PICKLE_NODES", "PickledObject", "SharedWalk", "plain", "read_with_configs"]
+
+MAX_PICKLE_NODES = 4_000_000
+"""Most containers and items a walk over an unpickled object converts (each shared object once): far
+above any configuration or CIFAR batch (CIFAR-100's train file has ~150,000), far below what exhausts
+memory."""
 
 _CONTAINERS = ("omegaconf.dictconfig.DictConfig", "omegaconf.listconfig.ListConfig")
 _VALUE_NODES = tuple(f"omegaconf.nodes.{name}" for name in (
@@ -61,6 +67,40 @@ class PickledObject:
         return f"<pickled {self.source}>"
 
 
+class SharedWalk:
+    """A walk over an unpickled object graph that converts each shared object once, within a budget.
+
+    A pickle refers to an object it already wrote in two bytes (its memo), so a list holding the
+    same list 200 times, nested five deep, is a 2 KB file — and 200⁵ items to a walk that treats
+    the graph as a tree. :meth:`once` memoises each conversion (by the object's id, or a key that
+    also holds what else the result depends on) and counts the objects and items it converts; past
+    ``max_nodes`` it raises ``refuse(message)``, one clear error instead of an exhausted machine.
+    """
+
+    def __init__(self, refuse: Callable[[str], Exception], max_nodes: int = MAX_PICKLE_NODES):
+        self.max_nodes = max_nodes
+        self._refuse = refuse
+        self._memo: dict[Hashable, tuple[Any, Any]] = {}
+        self._nodes = 0
+
+    def once(self, value: Any, convert: Callable[[], Any], key: Hashable | None = None) -> Any:
+        """``convert()`` the first time ``key`` (default ``id(value)``) is met, the same result after.
+
+        ``value`` is kept alive with its result, so an id is never reused by another object during
+        the walk (a temporary a stand-in's conversion makes included)."""
+        key = id(value) if key is None else key
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit[1]
+        self._nodes += 1 + (len(value) if isinstance(value, (dict, list, tuple)) else 0)
+        if self._nodes > self.max_nodes:
+            raise self._refuse(f"more than {self.max_nodes} objects and items (a pickle nesting shared "
+                               "references over and over)")  # fmt: skip
+        result = convert()
+        self._memo[key] = (value, result)
+        return result
+
+
 def _empty_dict(*_args: Any) -> dict:
     """``collections.defaultdict(factory)`` read as a plain dict (omegaconf's resolver caches)."""
     return {}
@@ -97,40 +137,58 @@ def read_with_configs(path: str | os.PathLike, *, map_location: str = "cpu") -> 
     return plain(loaded, what=str(path))
 
 
-def plain(value: Any, *, what: str, _depth: int = 0) -> Any:
+def plain(value: Any, *, what: str, max_nodes: int = MAX_PICKLE_NODES) -> Any:
     """``value`` with every stand-in replaced by plain data: a ``DictConfig``/``Namespace`` by a
     dict, a ``ListConfig`` by a list, a value node by its value, an opaque object (a fairseq
-    ``Dictionary``) by None. Tensors and plain containers
-    pass through (their items converted)."""
-    if _depth > 200:
+    ``Dictionary``) by None. Tensors and plain containers pass through (their items converted).
+
+    Each object the pickle shares is converted once (:class:`SharedWalk`): the result shares it
+    the same way, and a file nesting one list in itself over and over is one error, not an
+    exponential walk.
+
+    Raises:
+        DamagedFileError: nested more than 200 deep, more than ``max_nodes`` objects and items,
+            a stand-in where no configuration puts it.
+    """
+    walk = SharedWalk(lambda message: DamagedFileError(f"{what}: {message}"), max_nodes)
+    return _plain(value, what, walk, 0)
+
+
+def _plain(value: Any, what: str, walk: SharedWalk, depth: int) -> Any:
+    if depth > 200:
         raise DamagedFileError(f"{what}: configuration nested too deeply")
+    if isinstance(value, (dict, list, tuple, PickledObject)):
+        return walk.once(value, lambda: _plain_node(value, what, walk, depth))
+    if isinstance(value, type):
+        raise DamagedFileError(f"{what}: a class ({value.__name__}) where a configuration value was expected")
+    return value
+
+
+def _plain_node(value: Any, what: str, walk: SharedWalk, depth: int) -> Any:
+    """One container or stand-in of :func:`plain`, its items converted."""
     if isinstance(value, dict):  # OrderedDict state dicts stay as they are, items converted
-        converted = {k: plain(v, what=what, _depth=_depth + 1) for k, v in value.items()}
+        converted = {k: _plain(v, what, walk, depth + 1) for k, v in value.items()}
         if type(value) is dict:
             return converted
         value.update(converted)
         return value
     if isinstance(value, (list, tuple)):
-        items = [plain(v, what=what, _depth=_depth + 1) for v in value]
+        items = [_plain(v, what, walk, depth + 1) for v in value]
         return items if isinstance(value, list) else tuple(items)
-    if not isinstance(value, PickledObject):
-        if isinstance(value, type):
-            raise DamagedFileError(f"{what}: a class ({value.__name__}) where a configuration value was expected")
-        return value
     state = value.pickled_state
     if value.source in _OPAQUE:
         return None
     if value.source == "argparse.Namespace":
-        return plain(_attributes(value, what), what=what, _depth=_depth + 1)
+        return _plain(_attributes(value, what), what, walk, depth + 1)
     if value.source in _VALUE_NODES:
-        return plain(_attributes(value, what).get("_val"), what=what, _depth=_depth + 1)
+        return _plain(_attributes(value, what).get("_val"), what, walk, depth + 1)
     if value.source in _CONTAINERS:
         content = _attributes(value, what).get("_content")
         if content is None or isinstance(content, str):  # None, "???" (missing) or an unresolved interpolation
             return content
         if value.source.endswith("DictConfig") and not isinstance(content, dict):
             raise DamagedFileError(f"{what}: a DictConfig whose content is a {type(content).__name__}")
-        return plain(content, what=what, _depth=_depth + 1)
+        return _plain(content, what, walk, depth + 1)
     raise DamagedFileError(f"{what}: {value.source} where a configuration value was expected (state {type(state)})")
 
 

@@ -4,15 +4,42 @@ A label, a class name, a title or a CSV value in a folder someone gave you is da
 raw, an escape sequence rewrites the terminal, rich markup (``[/bold]``) crashes the
 printer, ``|`` or HTML breaks a results table, and ``=cmd|' /C calc'!A0`` runs in a
 spreadsheet. Each function here turns such a string into plain text for one destination.
+
+A line from a data file quoted in an error message is data too: :func:`quoted` shows at most
+:data:`MAX_QUOTED` characters of it, so a malformed 5 MB line gives a one-line error, not a 5 MB
+one. :func:`open_text_table` opens a line-oriented text file (a score file, a protocol) as a
+regular file of bounded size, before anything is read.
 """
 
 from __future__ import annotations
 
 import html
+import os
 import re
-from typing import Any
+import stat
+from typing import IO, Any
 
-__all__ = ["csv_cell", "csv_value", "display_lines", "markdown_cell", "plain_text", "terminal_text"]
+from .errors import UsageError
+
+__all__ = [
+    "MAX_QUOTED",
+    "MAX_TEXT_TABLE_BYTES",
+    "csv_cell",
+    "csv_value",
+    "display_lines",
+    "markdown_cell",
+    "open_text_table",
+    "plain_text",
+    "quoted",
+    "terminal_text",
+]
+
+MAX_QUOTED = 200
+"""Most characters of a line from a data file an error message quotes."""
+
+MAX_TEXT_TABLE_BYTES = 1 << 30
+"""Largest score or protocol file read (1 GiB: ten times the largest real one, ASVspoof 2021 DF's ~100 MB
+trial metadata)."""
 
 # C0, DEL and C1 control characters, and the Unicode bidi overrides that
 # make a string display in another order than it reads
@@ -65,3 +92,60 @@ def csv_value(cell: str) -> str:
     if cell.startswith("'") and csv_cell(cell[1:]) == cell:
         return cell[1:]
     return cell
+
+
+def quoted(value: Any, limit: int = MAX_QUOTED) -> str:
+    """``repr`` of at most ``limit`` characters of ``str(value)`` (control characters escaped, as ``repr``
+    does); a longer text is cut and says how long it was: ``'abc…' (5000000 characters)``."""
+    text = "" if value is None else str(value)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit] + '…'!r} ({len(text)} characters)"
+
+
+def _kind(mode: int) -> str:
+    """A file type other than a regular file, in words."""
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def open_text_table(
+    path: str | os.PathLike,
+    *,
+    what: str,
+    max_bytes: int = MAX_TEXT_TABLE_BYTES,
+    encoding: str = "utf-8",
+    errors: str = "replace",
+    newline: str | None = None,
+    error: type[UsageError] = UsageError,
+) -> IO[str]:
+    """``path`` opened to read as text, once it is known to be a regular file of at most ``max_bytes`` bytes.
+
+    The file is opened non-blocking (a FIFO named like a score file cannot hang the run) and checked on the
+    open descriptor (``fstat``), so what is read is what was checked. The caller closes the handle.
+
+    Raises:
+        ``error`` (a :class:`~modforge.core.errors.UsageError`), naming ``what`` and the file: missing,
+        unreadable, not a regular file, larger than ``max_bytes``.
+    """
+    shown = plain_text(os.fspath(path))
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{what} not found: {shown}") from None
+    except OSError as exc:
+        raise error(f"cannot read the {what} {shown} ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"the {what} {shown} is {_kind(info.st_mode)}; expected a regular file")
+        if info.st_size > max_bytes:
+            raise error(f"the {what} {shown} is {info.st_size} bytes, more than the {max_bytes} a {what} may have")
+        if nonblock:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, encoding=encoding, errors=errors, newline=newline)  # noqa: SIM115 - the caller closes it

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -34,6 +34,7 @@ import torch
 
 from ...core.registries import register_checkpoint_format
 from ...core.restricted_pickle import read_with_configs
+from ...core.text_safety import quoted
 from ...core.weight_formats import CheckpointFormat, WeightFormatError, tensors_of
 
 __all__ = ["FairseqWav2Vec2", "fairseq_model_config", "fairseq_to_hf_key", "ssl_frontend_args"]
@@ -106,36 +107,64 @@ def fairseq_model_config(loaded: Mapping[str, Any], what: str) -> dict[str, Any]
     return {**_DEFAULTS, **found}
 
 
+MAX_CONV_LAYERS = 1000
+"""Most feature-encoder layers a ``conv_feature_layers`` string may declare (wav2vec 2.0 and XLS-R have 7)."""
+
+
+class _TooLong(ValueError):
+    """A ``conv_feature_layers`` list longer than :data:`MAX_CONV_LAYERS` (refused before it is built)."""
+
+
+def _layer_list(node: ast.AST) -> Any:
+    """The literal ``node`` stands for: ints, tuples and lists joined with ``+`` and repeated with ``* n``.
+    Each sum or product's length is computed before it is built, so no list beyond
+    :data:`MAX_CONV_LAYERS` items is ever made (``[(1,1,1)]*64*64*64*64*64`` is 10⁹ of them)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = [_layer_list(n) for n in node.elts]
+        return items if isinstance(node, ast.List) else tuple(items)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+        left, right = _layer_list(node.left), _layer_list(node.right)
+        if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+            return _bounded(len(left) + len(right), lambda: left + right)
+        if isinstance(node.op, ast.Mult) and isinstance(left, list) and isinstance(right, int) and right >= 0:
+            return _bounded(len(left) * right, lambda: left * right)
+    raise ValueError
+
+
+def _bounded(length: int, build: Callable[[], list]) -> list:
+    if length > MAX_CONV_LAYERS:
+        raise _TooLong(length)
+    return build()
+
+
+def _too_many(what: str, shown: str) -> WeightFormatError:
+    return WeightFormatError(f"{what}: conv_feature_layers is {shown}, more than the {MAX_CONV_LAYERS} layers "
+                             "a feature encoder may have")  # fmt: skip
+
+
 def _conv_layers(spec: Any, what: str) -> list[tuple[int, int, int]]:
     """fairseq's ``conv_feature_layers`` (a Python expression fairseq ``eval``\\ s, e.g.
-    ``"[(512, 10, 5)] + [(512, 3, 2)] * 4"``) read as literals, + and * only — never evaluated."""
-
-    def value(node: ast.AST) -> Any:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-            return node.value
-        if isinstance(node, (ast.List, ast.Tuple)):
-            items = [value(n) for n in node.elts]
-            return items if isinstance(node, ast.List) else tuple(items)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            left, right = value(node.left), value(node.right)
-            if isinstance(left, list) and isinstance(right, list):
-                return left + right
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-            left, right = value(node.left), value(node.right)
-            if isinstance(left, list) and isinstance(right, int) and 0 <= right <= 64:
-                return left * right
-        raise ValueError
-
-    bad = WeightFormatError(f"{what}: conv_feature_layers {spec!r} is not a list of (dim, kernel, stride) tuples")
+    ``"[(512, 10, 5)] + [(512, 3, 2)] * 4"``) read as literals, + and * only — never evaluated,
+    and at most :data:`MAX_CONV_LAYERS` layers (counted before any list is built)."""
     if isinstance(spec, list):
+        if len(spec) > MAX_CONV_LAYERS:
+            raise _too_many(what, f"a list of {len(spec)} layers")
         spec = repr(spec)
+    bad = WeightFormatError(f"{what}: conv_feature_layers {quoted(spec)} is not a list of (dim, kernel, stride) "
+                            "tuples")  # fmt: skip
     if not isinstance(spec, str) or len(spec) > 1000:
         raise bad
     try:
-        layers = value(ast.parse(spec, mode="eval").body)
-    except (SyntaxError, ValueError, RecursionError):
+        layers = _layer_list(ast.parse(spec, mode="eval").body)
+    except _TooLong as exc:
+        raise _too_many(what, f"{quoted(spec)}, at least {exc.args[0]} layers") from None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise bad from None
-    if not layers or not all(isinstance(t, tuple) and len(t) == 3 and all(v > 0 for v in t) for t in layers):
+    if not isinstance(layers, list) or not layers or not all(
+        isinstance(t, tuple) and len(t) == 3 and all(isinstance(v, int) and v > 0 for v in t) for t in layers
+    ):
         raise bad
     return layers
 

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ....core.restricted_pickle import SharedWalk
 from . import ImageDataError, MissingImageDataError, download_hint
 
 __all__ = [
@@ -217,23 +218,26 @@ class RestrictedUnpickler(pickle.Unpickler):
         raise _Refused("a persistent id")
 
 
-def _unwrap(value: Any, depth: int = 0) -> Any:
-    """The unpickled object with every array stand-in replaced by its numpy array."""
+def _unwrap(value: Any, walk: SharedWalk, depth: int = 0) -> Any:
+    """The unpickled object with every array stand-in replaced by its numpy array (containers five deep
+    converted, what lies deeper left as it is). Each shared container is converted once per depth
+    (:class:`~modforge.core.restricted_pickle.SharedWalk`), within its node budget."""
     if isinstance(value, _ArraySpec):
         if value.array is None:
             raise _Refused("an array without data")
         return value.array
     if isinstance(value, (_DtypeSpec, _NdarrayType)):
         return value.dtype if isinstance(value, _DtypeSpec) else value
-    if depth > 4:
+    if depth > 4 or not isinstance(value, (dict, list, tuple)):
         return value
+    return walk.once(value, lambda: _unwrap_items(value, walk, depth), key=(id(value), depth))
+
+
+def _unwrap_items(value: dict | list | tuple, walk: SharedWalk, depth: int) -> Any:
     if isinstance(value, dict):
-        return {k: _unwrap(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_unwrap(v, depth + 1) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_unwrap(v, depth + 1) for v in value)
-    return value
+        return {k: _unwrap(v, walk, depth + 1) for k, v in value.items()}
+    items = [_unwrap(v, walk, depth + 1) for v in value]
+    return items if isinstance(value, list) else tuple(items)
 
 
 def read_cifar_pickle(path: str | os.PathLike) -> dict[str, Any]:
@@ -255,7 +259,7 @@ def read_cifar_pickle(path: str | os.PathLike) -> dict[str, Any]:
         # read first, then unpickle from memory: a length field claiming gigabytes cannot make the unpickler
         # allocate them, it finds the data short
         data = path.read_bytes()
-        loaded = _unwrap(RestrictedUnpickler(io.BytesIO(data)).load())
+        loaded = _unwrap(RestrictedUnpickler(io.BytesIO(data)).load(), SharedWalk(_Refused))
     except _Refused as exc:
         raise ImageDataError(f"{path}: refused to unpickle {exc}: a CIFAR batch holds only numpy arrays, lists, "
                              "strings and numbers (nothing in the file was run)") from None  # fmt: skip
