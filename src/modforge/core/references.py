@@ -28,11 +28,13 @@ import enum
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from .downloads import no_downloads
 from .origins import typed_here
 
-__all__ = ["REFERENCE_KINDS", "Reference", "Trust", "follow_reference", "vouched_sources"]
+__all__ = ["REFERENCE_KINDS", "Reference", "Trust", "follow_reference", "may_carry_code", "references_in",
+           "vouched_sources"]
 
 REFERENCE_KINDS: dict[str, str] = {
     "_base_": "a config file merged under the one that names it",
@@ -57,7 +59,7 @@ class Reference:
 
     Attributes:
         kind: the key of :data:`REFERENCE_KINDS`.
-        path: the absolute path it names (not resolved through links: callers check folders).
+        path: the absolute path it names (links not resolved: callers check folders).
         trust: who chose it.
         vouch_root: the folder whose plug-ins (its own, or below) the file read may import;
             ``None`` when it may import none (a stored reference).
@@ -123,9 +125,8 @@ def follow_reference(
         trust = Trust.TYPED
     else:
         trust = Trust.FILE
-    if not path.is_absolute():
-        path = (Path.cwd() if trust is Trust.TYPED or said_in is None else said_in) / path
-    path = Path(os.path.abspath(path))
+    if not path.is_absolute():  # joined, not normalised: '..' after a link means what the system says it means
+        path = (Path.cwd() if trust is Trust.TYPED or said_in is None else Path(said_in)) / path
     if trust is Trust.STORED:
         root = None
     elif trust is Trust.TYPED:
@@ -133,6 +134,41 @@ def follow_reference(
     else:
         root = vouch_root
     return Reference(kind, path, trust, root, origin or "")
+
+
+def references_in(key: str, value: Any) -> list[tuple[str, str]]:
+    """The references that setting ``key`` (a dotted path) to ``value`` makes: ``(kind, path as
+    written)`` for every string leaf of ``value`` whose key path (list indices dropped; the
+    shorthand ``model.init: PATH`` included) is a kind of :data:`REFERENCE_KINDS`. What a sweep
+    file's overrides point at is checked with it."""
+    found: list[tuple[str, str]] = []
+    _collect(key.split("."), value, found, 0)
+    return found
+
+
+def _collect(parts: list[str], value: Any, found: list[tuple[str, str]], depth: int) -> None:
+    if depth > 32:
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _collect([*parts, str(k)], v, found, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _collect(parts, v, found, depth + 1)  # list positions are not part of a kind's key
+    elif isinstance(value, str):
+        key = ".".join(p for p in parts if not p.lstrip("-").isdigit())
+        key = "model.init.path" if key == "model.init" else key
+        if key in REFERENCE_KINDS:
+            found.append((key, value))
+
+
+def may_carry_code(path: Path) -> bool:
+    """Whether a referenced file can vouch for plug-ins when read: a config file (a run folder or
+    checkpoint carries only copies signed with the user's own key; weights carry none)."""
+    return path.suffix.lower() in (".yaml", ".yml") or (path.is_file() and path.suffix.lower() not in _WEIGHT_SUFFIXES)
+
+
+_WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".npz", ".onnx")
 
 
 def vouched_sources(sources: Mapping[str, Path], root: Path | None) -> dict[str, Path]:

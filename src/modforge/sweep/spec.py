@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 from ..core.config import BASE_KEY, MAX_CONFIG_FILES, Config, check_keys, display_path, load_config
 from ..core.errors import ConfigError
+from ..core.origins import CommandLineOrigin
+from ..core.references import follow_reference, may_carry_code, references_in
 
 __all__ = [
     "AUTO_KEYS",
@@ -394,9 +396,8 @@ class _Parser:
         lying beside the sweep file the user gave or in a folder the user named."""
         if not isinstance(value, str) or not value.strip() or "\x00" in value:
             raise self.fail(path, f"expected a config file path, got {value!r}")
-        file = Path(value).expanduser()
-        if not file.is_absolute():
-            file = self.said_in(path) / file
+        file = follow_reference("sweep.config", value, origin=self.cfg.where(path), said_in=self.said_in(path),
+                                stored=self.stored, vouch_root=self.roots[0] if self.roots else None).path  # fmt: skip
         if self.stored:
             return os.path.abspath(file)
         try:
@@ -429,6 +430,28 @@ class _Parser:
                 raise self.fail(where, f"the value {item!r} of {key} starts with '-' and would read as another "
                                 "flag on the trial's command line; refused")  # fmt: skip
 
+    def check_references(self, key: str, value: Any, where: str) -> None:
+        """A file a trial's override points at that can vouch for plug-ins (a teacher's config) must
+        lie where ``config:`` may: beside the sweep file or under ``--config-root``. On the trial's
+        command line it reads as typed by the user (:mod:`modforge.core.references`), so the sweep
+        file — which vouches only for its own folder — checks it here, relative to the folder the
+        trials run in (the current one). Run folders, checkpoints and weights carry no code of theirs."""
+        if self.stored:
+            return
+        for kind, text in references_in(key, value):
+            if not isinstance(text, str) or not text.strip() or "\x00" in text:
+                continue  # validated where the trial reads it
+            ref = follow_reference(kind, text, origin=CommandLineOrigin(where), said_in=None, stored=False,
+                                   vouch_root=None)  # fmt: skip
+            try:
+                real = ref.path.resolve()
+            except (OSError, RuntimeError):
+                raise self.fail(where, f"{kind} '{text}': a link on its way loops") from None
+            if may_carry_code(real) and not any(real.is_relative_to(root) for root in self.roots):
+                raise self.fail(where, f"{kind} '{text}' is a config file outside the folder of the sweep file "
+                                f"{self.shown}, so the sweep file cannot vouch for it and its plug-ins; move it "
+                                f"there, or name its folder with --config-root {display_path(real.parent)}")  # fmt: skip
+
     def check_count(self, grid: tuple[Axis, ...], random: RandomSpace | None, seeds: tuple[int, ...] | None) -> None:
         """Refuse a sweep planning more than ``max_trials`` trials, before any is made."""
         points = math.prod(len(axis.values) for axis in grid)
@@ -460,6 +483,7 @@ class _Parser:
             else:
                 self.check_key(key, where)
                 self.check_flag_value(key, item, where)
+                self.check_references(key, item, where)
             out[key] = item
         return out
 
@@ -477,6 +501,7 @@ class _Parser:
                     self.overrides({name: None}, "grid", special=False)
                     for i, v in enumerate(spec):
                         self.check_flag_value(str(name), v, f"{path}.{i}")
+                        self.check_references(str(name), v, f"{path}.{i}")
                     values = [AxisValue(_label(v), {name: v}) for v in spec]
             elif isinstance(spec, dict) and spec:
                 values = []
@@ -518,6 +543,7 @@ class _Parser:
             params.append(RandomParam(key, kind, self.distribution(kind, args, f"{path}.{kind}")))
             if kind == "choice":
                 self.check_flag_value(str(key), list(args), f"{path}.{kind}")
+                self.check_references(str(key), list(args), f"{path}.{kind}")
         if not params:
             raise self.fail(where, "expected at least one KEY: {uniform|loguniform|int|choice: ...}")
         return tuple(params)
