@@ -16,6 +16,10 @@ modforge writes and reuses such folders:
   or loop, and every entry is a regular file or a folder.
 - :func:`inside` keeps a relative name read from data (a COCO ``file_name``, a trial id)
   inside its root.
+- :func:`folder_below` is how every dataset reaches a folder (or file) below the root it was
+  given — a COCO split folder, ``tiny-imagenet-200``, a class folder: the root may be a link
+  the user named, but what lies below it must resolve inside the root's real path
+  (:func:`leads_outside` is the same test for a path found while walking the root).
 - :func:`remove_tree` deletes only a real folder inside the folder modforge owns, and only
   when everything in it passes the caller's test of "modforge wrote this".
 """
@@ -39,8 +43,10 @@ __all__ = [
     "atomic_open",
     "check_folder",
     "ensure_folder",
+    "folder_below",
     "foreign_entry",
     "inside",
+    "leads_outside",
     "is_relative_name",
     "relative_name",
     "open_append",
@@ -269,16 +275,54 @@ def inside(root: str | os.PathLike, name: str, what: str = "path") -> Path:
         UnsafePathError: naming ``what`` (e.g. ``"file_name of image 7 in instances_val.json"``).
     """
     text = relative_name(name, what, root)
-    root_path = Path(root)
-    target = root_path / text
-    try:
-        real_root = root_path.resolve()
-        real_target = target.resolve()
-    except (OSError, RuntimeError):
-        raise UnsafePathError(f"{what} {text!r}: a link on its way loops") from None
-    if not real_target.is_relative_to(real_root):
+    target = Path(root) / text
+    if _escape(root, target, f"{what} {text!r}") is not None:
         raise UnsafePathError(f"{what} {text!r} leads outside {_shown(root)} through a link; refused")
     return target
+
+
+def folder_below(root: str | os.PathLike, name: str, what: str) -> Path:
+    """``root / name`` — a folder (or file) a dataset reads below the root it was given — when
+    ``name`` is a relative name and ``root / name`` resolves inside the real path of ``root``.
+
+    ``root`` itself may be a link the user named (``data.args.root: ~/data/coco``); nothing below
+    it may lead out: a split folder ``images/test`` planted as a link to someone's pictures in a
+    shared dataset folder would otherwise be read, drawn into ``detections.png`` and trained on.
+    Whether ``root / name`` exists is left to the caller (its own "not found" message).
+
+    Args:
+        root: the dataset root.
+        name: the relative name below it (``images/test``, ``tiny-imagenet-200``, a class name).
+        what: the dataset and the role of the folder, for the message (``"coco: test_images"``).
+
+    Raises:
+        UnsafePathError: one line naming ``what``, the folder, the root and where the link leads.
+    """
+    text = relative_name(name, what, root)
+    target = Path(root) / text
+    real = _escape(root, target, f"{what}: {_shown(target)}")
+    if real is not None:
+        raise UnsafePathError(f"{what}: {_shown(target)} leads outside the dataset root {_shown(root)} through a "
+                              f"link (to {real}); refused, nothing in it was read — copy the files into the root, "
+                              "or name their own folder as the root")  # fmt: skip
+    return target
+
+
+def leads_outside(path: str | os.PathLike, real_root: Path) -> Path | None:
+    """Where ``path`` really leads when that is outside ``real_root`` (an already resolved folder);
+    ``None`` when it resolves to ``real_root`` or inside it (a loop resolves to where it stops)."""
+    real = Path(os.path.realpath(path))
+    return None if real == real_root or real.is_relative_to(real_root) else real
+
+
+def _escape(root: str | os.PathLike, target: Path, shown: str) -> Path | None:
+    """:func:`leads_outside` for ``target`` below ``root`` (resolved here); a loop is refused."""
+    try:
+        real_root = Path(root).resolve()
+        target.resolve()  # raises on a link loop, which realpath would silently stop at
+    except (OSError, RuntimeError):
+        raise UnsafePathError(f"{shown}: a link on its way loops") from None
+    return leads_outside(target, real_root)
 
 
 def relative_name(name: str, what: str = "path", root: str | os.PathLike = "its folder") -> str:

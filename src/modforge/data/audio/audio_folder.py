@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...core.safe_files import open_regular
+from ...core.safe_files import UnsafePathError, folder_below, open_regular
 
 __all__ = ["AudioFolder"]
 
@@ -26,12 +26,29 @@ def _audio_suffixes() -> frozenset[str]:
     return frozenset("." + fmt.lower() for fmt in soundfile.available_formats() if fmt.upper() != "RAW")
 
 
+def _subfolder(root: Path, name: str, what: str) -> Path:
+    """The sub-folder ``name`` of ``root``: it must be a folder resolving inside ``root`` (it may be
+    a link that stays inside; :func:`~modforge.core.safe_files.folder_below`).
+
+    Raises:
+        ValueError: missing, or leading outside ``root`` (an augmentation's argument error).
+    """
+    try:
+        start = folder_below(root, name, f"{what} {str(root)!r}, sub-folder")
+    except UnsafePathError as exc:
+        raise ValueError(str(exc)) from None
+    if not start.is_dir():
+        raise ValueError(f"{what} {str(root)!r}: sub-folder {name!r} is missing (expected a folder {start})")
+    return start
+
+
 class AudioFolder:
     """The audio files under ``folder`` (recursively, optionally only in ``subfolders``),
     decoded to mono float64 at ``sample_rate`` on demand (and kept in memory when ``cache``).
 
-    Links are not descended into and linked files are skipped: a name that resolves outside
-    the folder is never opened.
+    Links found in the walk are not descended into and linked files are skipped: a name that
+    resolves outside the folder is never opened. A sub-folder named in ``subfolders`` may be a
+    link that stays inside the folder; one leading out of it is refused.
 
     Args:
         folder: the root folder.
@@ -53,13 +70,9 @@ class AudioFolder:
         root = Path(folder)
         if not root.is_dir():
             raise ValueError(f"{what} {str(folder)!r} does not exist or is not a folder")
-        real_root = root.resolve()
         suffixes = _audio_suffixes()
-        starts = [root] if not subfolders else [root / s for s in subfolders]
         files: list[Path] = []
-        for start in starts:
-            if not start.is_dir() or not start.resolve().is_relative_to(real_root) or start.is_symlink():
-                raise ValueError(f"{what} {str(folder)!r}: sub-folder {start.name!r} is missing or leads outside it")
+        for start in [root] if not subfolders else [_subfolder(root, name, what) for name in subfolders]:
             for here, dirs, names in os.walk(start, followlinks=False):
                 dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(here, d)))
                 for name in sorted(names):

@@ -59,7 +59,7 @@ from ...core.errors import UsageError
 from ...core.json_limits import read_json
 from ...core.layouts import Layout
 from ...core.registries import register_dataset
-from ...core.safe_files import inside
+from ...core.safe_files import folder_below, inside
 from ..base import DataSplits
 from ..pictures import IMAGE_FORMATS, PIXEL_MARGIN, PictureBombError, open_picture, pixel_limit
 from .batching import collate_detection, padded_size
@@ -614,7 +614,8 @@ def coco_dataset(
     annotations/instances_train2017.json`` and ``train_images: train2017``).
 
     Args:
-        root: the data folder; the other paths are relative to it.
+        root: the data folder; the other paths are relative to it and must stay inside it (no
+            absolute name, no ``..``, no link leading out of it; ``root`` itself may be a link).
         train_annotations: training instances file (None: evaluation only).
         val_annotations: validation instances file, or None.
         test_annotations: test instances file, or None.
@@ -658,9 +659,11 @@ def coco_dataset(
         if name is None:
             splits[split] = None
             continue
-        path = base / name
-        images, categories = read_instances(path, base / folders[split], categories=categories, skip_bad=skip_bad,
-                                            report=report, verify=verify)  # fmt: skip
+        # below a root that may be a link the user named, nothing may lead out (a planted images/test link)
+        path = folder_below(base, name, f"coco: {split}_annotations")
+        image_dir = folder_below(base, folders[split], f"coco: {split}_images")
+        images, categories = read_instances(path, image_dir, categories=categories, skip_bad=skip_bad, report=report,
+                                            verify=verify)  # fmt: skip
         splits[split] = CocoDetection(images, categories, transforms, train=split == "train", seed=seed,
                                       size_divisor=size_divisor, annotation_file=path, cache=cache)  # fmt: skip
     if report.skipped:

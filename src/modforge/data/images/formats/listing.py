@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ....core.safe_files import UnsafePathError, inside, relative_name
+from ....core.safe_files import UnsafePathError, inside, leads_outside, relative_name
 from . import ImageDataError, ImagePathError, MissingImageDataError
 
 __all__ = [
@@ -44,12 +44,6 @@ def _class_name_ok(name: Any) -> bool:
         and "\x00" not in name  # fmt: skip
 
 
-def _outside(link: str, real_root: Path) -> Path | None:
-    """The target of the link ``link`` when it leads outside ``real_root``; None when it stays inside."""
-    real = Path(os.path.realpath(link))
-    return None if real == real_root or real.is_relative_to(real_root) else real
-
-
 def _walk(top: str, real_top: Path, real_root: Path, extensions: tuple[str, ...]) -> list[tuple[str, list[str]]]:
     """``sorted(os.walk(top, followlinks=True))`` reduced to (folder, sorted picture names), checking that
     every link followed or listed stays inside ``real_root`` and that no link loops."""
@@ -70,7 +64,7 @@ def _walk(top: str, real_top: Path, real_root: Path, extensions: tuple[str, ...]
             link = entry.is_symlink()
             if is_dir:
                 real = Path(os.path.realpath(entry.path)) if link else chain[-1] / entry.name
-                if link and _outside(entry.path, real_root) is not None:
+                if link and leads_outside(entry.path, real_root) is not None:
                     raise ImagePathError(f"{entry.path} is a symbolic link to {real}, outside the image folder "
                                          f"{real_root}; refused (copy the pictures in, or link the whole folder)")  # fmt: skip
                 if real in chain:
@@ -90,7 +84,7 @@ def _check_picture_entry(entry: os.DirEntry, link: bool, real_root: Path) -> Non
         if not os.path.exists(entry.path):
             raise ImageDataError(f"{entry.path} is a symbolic link to {os.readlink(entry.path)}, which does not "
                                  "exist; remove it")  # fmt: skip
-        target = _outside(entry.path, real_root)
+        target = leads_outside(entry.path, real_root)
         if target is not None:
             raise ImagePathError(f"{entry.path} is a symbolic link to {target}, outside the image folder "
                                  f"{real_root}; refused")  # fmt: skip
@@ -162,7 +156,7 @@ def list_image_folder(
     empty = []
     for name in sorted(class_names):
         target = os.path.join(top, name)
-        if os.path.islink(target) and _outside(target, real_root) is not None:
+        if os.path.islink(target) and leads_outside(target, real_root) is not None:
             raise ImagePathError(f"{target} is a symbolic link to {os.path.realpath(target)}, outside the image "
                                  f"folder {real_root}; refused")  # fmt: skip
         count = len(samples)

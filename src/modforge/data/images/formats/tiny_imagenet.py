@@ -6,9 +6,10 @@ The folder ``tiny-imagenet-200`` holds ``wnids.txt`` (the 200 WordNet ids, one a
 ``test/``. Label ``k`` is the ``k``-th id of ``wnids.txt`` — the convention of most papers and loaders
 (torchvision has no Tiny-ImageNet class).
 
-The files are someone else's: the folder is checked once for links leading out of it
-(:func:`~modforge.core.safe_files.check_folder`), and every file name read from ``val_annotations.txt`` must
-stay inside ``val/images`` (:func:`~modforge.core.safe_files.inside`).
+The files are someone else's: a ``tiny-imagenet-200`` folder under ``root`` must resolve inside ``root``
+(:func:`~modforge.core.safe_files.folder_below`: a link there to someone's folder is refused), the folder is
+checked once for links leading out of it (:func:`~modforge.core.safe_files.check_folder`), and every file
+name read from ``val_annotations.txt`` must stay inside ``val/images`` (:func:`~modforge.core.safe_files.inside`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 import re
 from pathlib import Path
 
-from ....core.safe_files import UnsafePathError, check_folder, inside
+from ....core.safe_files import UnsafePathError, check_folder, folder_below, inside
 from . import ImageDataError, ImagePathError, MissingImageDataError, download_hint
 from .listing import IMG_EXTENSIONS
 
@@ -134,14 +135,16 @@ def list_tiny_imagenet(root: str | os.PathLike) -> TinyImageNetListing:
             ``val/images``.
     """
     root = Path(root)
-    folder = root if (root / "wnids.txt").is_file() else root / FOLDER
+    try:
+        # root may be a link the user named; the tiny-imagenet-200 folder below it may not lead out of it
+        folder = root if (root / "wnids.txt").is_file() else folder_below(root, FOLDER, "tiny_imagenet")
+        if (folder / "wnids.txt").is_file():
+            check_folder(folder, what="Tiny-ImageNet folder")
+    except UnsafePathError as exc:
+        raise ImagePathError(str(exc)) from None
     if not (folder / "wnids.txt").is_file():
         raise MissingImageDataError(f"Tiny-ImageNet files not found: expected {', '.join(TINY_IMAGENET_FILES)} in "
                                     f"{root / FOLDER} (or in {root}); {download_hint('tiny_imagenet', root)}")  # fmt: skip
-    try:
-        check_folder(folder, what="Tiny-ImageNet folder")
-    except UnsafePathError as exc:
-        raise ImagePathError(str(exc)) from None
     needed = {"words.txt": (folder / "words.txt").is_file(), "train/": (folder / "train").is_dir(),
               "val/val_annotations.txt": (folder / "val" / "val_annotations.txt").is_file(),
               "val/images/": (folder / "val" / "images").is_dir()}  # fmt: skip
