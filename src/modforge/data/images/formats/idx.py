@@ -35,8 +35,9 @@ __all__ = [
     "FASHION_MNIST_CLASSES",
     "IDX_TYPES",
     "KMNIST_CLASSES",
+    "IdxLayout",
+    "MAX_IDX_BYTES",
     "MAX_IDX_DIMS",
-    "MAX_IDX_ELEMENTS",
     "MNIST_CLASSES",
     "MNIST_FAMILY_CLASSES",
     "MNIST_FILES",
@@ -57,8 +58,12 @@ IDX_TYPES: dict[int, tuple[str, str]] = {
 }
 """IDX type code → (big-endian numpy dtype, the spec's name)."""
 
-MAX_IDX_ELEMENTS = 2**31
-"""Most values one IDX file may declare (EMNIST byclass, the largest, has 550 million)."""
+MAX_IDX_BYTES = 2**30
+"""Most bytes of values one IDX file may declare (EMNIST byclass's train images, the largest, are 547 MB)."""
+
+DEFLATE_RATIO = 1032
+"""Most bytes deflate can expand one compressed byte to: a gzip file of ``n`` bytes holds at most this
+times ``n`` (a header declaring more is refused before anything is decompressed)."""
 
 MAX_IDX_DIMS = 16
 """Most dimensions an IDX header may declare."""
@@ -123,16 +128,41 @@ class IdxSplits:
     class_names: list[str] = dataclasses.field(default_factory=list)
 
 
+@dataclasses.dataclass(frozen=True)
+class IdxLayout:
+    """What a corpus expects an IDX file to hold, checked on the header before any value is read (a
+    compressed file is not decompressed past its header when it declares anything else).
+
+    Attributes:
+        type_code: the IDX type code (see :data:`IDX_TYPES`; ``0x08``: unsigned bytes).
+        shape: each dimension's length; None where any length will do (the number of samples).
+        described: the expectation in words, for the error (``"mnist images as unsigned bytes [N, 28, 28]"``).
+    """
+
+    type_code: int
+    shape: tuple[int | None, ...]
+    described: str
+
+    def fits(self, code: int, dims: tuple[int, ...]) -> bool:
+        """Whether a header declaring type ``code`` and dimensions ``dims`` is what is expected."""
+        return code == self.type_code and len(dims) == len(self.shape) and all(
+            want is None or want == got for want, got in zip(self.shape, dims, strict=True))  # fmt: skip
+
+
 # ----------------------------------------------------------------------------- one file
-def read_idx(path: str | os.PathLike) -> np.ndarray:
+def read_idx(path: str | os.PathLike, layout: IdxLayout | None = None) -> np.ndarray:
     """The array an IDX file holds (raw, or gzip-compressed: recognised by its content, not its name),
     in native byte order.
 
+    The header is read and checked first — against ``layout`` when given, and against
+    :data:`MAX_IDX_BYTES` — then exactly the bytes it declares are read, streamed from the
+    decompressor (a compressed file is never inflated whole, nor past what its header declares).
+
     Raises:
         MissingImageDataError: no such file.
-        ImageDataError: not an IDX file (magic number, type code, dimension count), more than
-            :data:`MAX_IDX_ELEMENTS` values, data shorter or longer than the header declares, a damaged
-            gzip stream; the message names the file.
+        ImageDataError: not an IDX file (magic number, type code, dimension count), not of ``layout``,
+            more than :data:`MAX_IDX_BYTES` bytes of values, data shorter or longer than the header declares, a
+            damaged gzip stream; the message names the file.
     """
     path = Path(path)
     if not path.exists():
@@ -144,18 +174,21 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
         with open(path, "rb") as raw:
             compressed = raw.read(2) == b"\x1f\x8b"
             raw.seek(0)
+            size = os.fstat(raw.fileno()).st_size
             if compressed:
                 with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
-                    return _read_idx_stream(stream, path, None)
-            return _read_idx_stream(raw, path, os.fstat(raw.fileno()).st_size)
+                    return _read_idx_stream(stream, path, layout, compressed_size=size)
+            return _read_idx_stream(raw, path, layout, size=size)
+    except MemoryError:
+        raise ImageDataError(f"{path}: not enough memory to hold the values its IDX header declares") from None
     except (OSError, EOFError, zlib.error) as exc:
         kind = "gzip-compressed IDX file" if compressed else "IDX file"
         reason = "it ends early" if isinstance(exc, EOFError) else str(exc)[:200] or type(exc).__name__
         raise ImageDataError(f"{path}: not a readable {kind} ({reason})") from None
 
 
-def _read_idx_stream(stream: BinaryIO, path: Path, size: int | None) -> np.ndarray:
-    """Parse an IDX stream; ``size`` is the file's length when it is not compressed (checked up front)."""
+def _read_header(stream: BinaryIO, path: Path) -> tuple[int, tuple[int, ...]]:
+    """The type code and dimensions of an IDX header (magic number, type and dimension count checked)."""
     magic = _read_bytes(stream, 4)
     if len(magic) < 4 or magic[0] or magic[1]:
         raise ImageDataError(f"{path}: not an IDX file (expected a header of two zero bytes, a type code and a "
@@ -170,20 +203,34 @@ def _read_idx_stream(stream: BinaryIO, path: Path, size: int | None) -> np.ndarr
     if len(raw_dims) < 4 * ndim:
         raise ImageDataError(f"{path}: truncated IDX header (it declares {ndim} dimensions, the file ends "
                              f"after {len(raw_dims) // 4})")  # fmt: skip
-    dims = struct.unpack(f">{ndim}I", raw_dims)
-    count = math.prod(dims)
+    return code, struct.unpack(f">{ndim}I", raw_dims)
+
+
+def _read_idx_stream(stream: BinaryIO, path: Path, layout: IdxLayout | None, *, size: int | None = None,
+                     compressed_size: int | None = None) -> np.ndarray:  # fmt: skip
+    """Parse an IDX stream: the header, checked, then exactly the values it declares. ``size`` is the
+    file's length when it is not compressed, ``compressed_size`` when it is (both checked up front)."""
+    code, dims = _read_header(stream, path)
     dtype_code, type_name = IDX_TYPES[code]
-    dtype = np.dtype(dtype_code)
     shape = " × ".join(str(d) for d in dims)
-    if count > MAX_IDX_ELEMENTS:
-        raise ImageDataError(f"{path}: the IDX header declares {shape} = {count} values, more than the "
-                             f"{MAX_IDX_ELEMENTS} allowed")  # fmt: skip
+    if layout is not None and not layout.fits(code, dims):
+        raise ImageDataError(f"{path}: expected {layout.described}, got {type_name} values "
+                             f"[{', '.join(map(str, dims))}]")  # fmt: skip
+    count = math.prod(dims)
+    dtype = np.dtype(dtype_code)
     nbytes = count * dtype.itemsize
-    declared = f"its header declares {shape} {type_name} values ({nbytes} bytes after the {4 + 4 * ndim}-byte header)"
-    if size is not None and size != 4 + 4 * ndim + nbytes:
-        held = size - 4 - 4 * ndim
+    if nbytes > MAX_IDX_BYTES:
+        raise ImageDataError(f"{path}: the IDX header declares {shape} = {count} {type_name} values ({nbytes} "
+                             f"bytes), more than the {MAX_IDX_BYTES} bytes allowed")  # fmt: skip
+    header = 4 + 4 * len(dims)
+    declared = f"its header declares {shape} {type_name} values ({nbytes} bytes after the {header}-byte header)"
+    if size is not None and size != header + nbytes:
+        held = size - header
         problem = "truncated IDX file" if held < nbytes else "IDX file longer than its header says"
         raise ImageDataError(f"{path}: {problem}: {declared}, the file holds {held}")
+    if compressed_size is not None and header + nbytes > DEFLATE_RATIO * compressed_size:
+        raise ImageDataError(f"{path}: truncated IDX file: {declared}, more than a gzip file of "
+                             f"{compressed_size} bytes can hold")  # fmt: skip
     values = np.empty(count, dtype=dtype)
     got = _read_into(stream, memoryview(values.view(np.uint8)))
     if got < nbytes:
@@ -243,18 +290,13 @@ def _find_files(names: tuple[str, ...], folders: list[Path], corpus: str, root: 
 
 
 def _labelled(images_file: Path, labels_file: Path, classes: list[str], what: str) -> tuple[np.ndarray, np.ndarray]:
-    """Images and labels of one split, checked: uint8 ``[N, 28, 28]``, uint8 ``[N]``, labels in range."""
-    images = read_idx(images_file)
-    if images.dtype != np.uint8 or images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE:
-        raise ImageDataError(f"{images_file}: expected {what} images as unsigned bytes [N, 28, 28] (an idx3-ubyte "
-                             f"file), got {images.dtype} {list(images.shape)}")  # fmt: skip
-    labels = read_idx(labels_file)
-    if labels.dtype != np.uint8 or labels.ndim != 1:
-        raise ImageDataError(f"{labels_file}: expected {what} labels as unsigned bytes [N] (an idx1-ubyte file), "
-                             f"got {labels.dtype} {list(labels.shape)}")  # fmt: skip
-    if len(images) != len(labels):
-        raise ImageDataError(f"{images_file} holds {len(images)} images but {labels_file} holds {len(labels)} "
-                             "labels; they must agree (one label per image)")  # fmt: skip
+    """Images and labels of one split, checked: uint8 ``[N, 28, 28]``, uint8 ``[N]``, labels in range. Each
+    header is checked before its values are read; the labels' must declare one label per image."""
+    images = read_idx(images_file, IdxLayout(0x08, (None, *IMAGE_SHAPE),
+                                             f"{what} images as unsigned bytes [N, 28, 28] (an idx3-ubyte file)"))  # fmt: skip
+    labels = read_idx(labels_file, IdxLayout(0x08, (len(images),), f"{what} labels as unsigned bytes "
+                                             f"[{len(images)}] (an idx1-ubyte file: one label for each of the "
+                                             f"{len(images)} images in {images_file.name})"))  # fmt: skip
     bad = np.flatnonzero(labels >= len(classes))
     if bad.size:
         raise ImageDataError(f"{labels_file}: label {int(labels[bad[0]])} at position {int(bad[0])} is out of range "
