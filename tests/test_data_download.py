@@ -247,9 +247,9 @@ def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tuple[tarfil
     [
         ("../evil", "leads outside"),
         ("ABSOLUTE", "absolute name"),
-        ("symlink", "link to the absolute path '/etc'"),
-        ("uplink", "outside the folder"),
-        ("hardlink", "absolute path"),
+        ("symlink", "is a symbolic link (to '/etc')"),
+        ("uplink", "is a symbolic link (to '../../outside')"),
+        ("hardlink", "is a hard link (to '/etc/passwd')"),
         ("device", "is a device"),
     ],
 )
@@ -276,17 +276,16 @@ def test_a_hostile_tar_is_refused_whole(tmp_path, hostile):
     assert os.listdir(outside) == [] and not (tmp_path / "evil").exists()
 
 
-def test_without_tar_filters_only_files_and_folders_are_written(tmp_path, monkeypatch):
-    from modforge.data import extract
-
-    monkeypatch.setattr(extract, "_DATA_FILTER", None)  # a Python without tarfile's extraction filters
+def test_links_inside_the_folder_are_refused_too(tmp_path):
+    """Even a link that stays inside is refused: only regular files and folders are written."""
     good = _tar(tmp_path / "good.tar.gz", [_file("set/a.bin"), _file("set/sub/b.bin")])
     assert extract_archive(good, tmp_path / "r") == [tmp_path / "r" / "set"]
     assert (tmp_path / "r" / "set" / "sub" / "b.bin").read_bytes() == b"content of set/sub/b.bin"
-    linked = _tar(tmp_path / "linked.tar.gz", [_file("set/a.bin"), _link("set/l", "a.bin")])
-    with pytest.raises(UnsafeArchiveError, match="is a link"):
-        extract_archive(linked, tmp_path / "r2")
-    assert os.listdir(tmp_path / "r2") == []
+    for kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+        linked = _tar(tmp_path / "linked.tar.gz", [_file("set/a.bin"), _link("set/l", "set/a.bin", kind)])
+        with pytest.raises(UnsafeArchiveError, match="link"):
+            extract_archive(linked, tmp_path / "r2")
+        assert os.listdir(tmp_path / "r2") == []
 
 
 def test_a_hostile_zip_is_refused_whole(tmp_path):
@@ -312,8 +311,16 @@ def test_extraction_is_done_once_and_an_interrupted_one_is_redone(tmp_path):
     assert (into / "set" / "sub" / "b.bin").read_bytes() == b"content of set/sub/b.bin"
     record = json.loads(marker_path(archive, into).read_text())
     assert record["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
-    (into / "set" / "a.bin").write_bytes(b"touched")  # a finished extraction is not redone
-    assert extract_archive(archive, into) == made and (into / "set" / "a.bin").read_bytes() == b"touched"
+    assert record["files"] == sorted(
+        [name, len(data), hashlib.sha256(data).hexdigest()]
+        for name, data in (("set/a.bin", b"content of set/a.bin"), ("set/sub/b.bin", b"content of set/sub/b.bin"),
+                           ("top.txt", b"content of top.txt"))
+    )  # fmt: skip
+    before = os.stat(into / "set" / "a.bin")
+    assert extract_archive(archive, into) == made  # a finished, unaltered extraction is not redone
+    assert os.stat(into / "set" / "a.bin").st_ino == before.st_ino
+    (into / "set" / "a.bin").write_bytes(b"touched")  # an altered file is not trusted: extracted again
+    assert extract_archive(archive, into) == made and (into / "set" / "a.bin").read_bytes() == b"content of set/a.bin"
     # interrupted: no marker, a staging folder left behind, one file cut short, one missing
     marker_path(archive, into).unlink()
     (into / ".modforge-extracting-set.tar.gz.abc123").mkdir()
@@ -427,7 +434,7 @@ def test_offline_message_names_files_checksums_urls_and_folder(tmp_path):
     assert "https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz" in text
     assert str(tmp_path / "data" / "cifar-100-binary") in text and "--variant binary" in text
     mnist = offline_message("mnist", "data")
-    assert mnist.count("md5 ") == 4 and "http://yann.lecun.com/exdb/mnist/t10k-labels-idx1-ubyte.gz" in mnist
+    assert mnist.count("md5 ") == 4 and "https://ossci-datasets.s3.amazonaws.com/mnist/t10k-labels-idx1-ubyte.gz" in mnist
     mirrored = offline_message("mnist", "data", base_url="https://mirror.example.org/sets")
     assert "https://mirror.example.org/sets/mnist/t10k-labels-idx1-ubyte.gz" in mirrored
 

@@ -8,6 +8,13 @@ it, so the next run goes on where this one stopped. Only ``http`` and ``https`` 
 redirect to any other scheme is refused, and nothing is printed: progress goes to a callback
 ``progress(done_bytes, total_bytes_or_None)``.
 
+What arrives is bounded while it streams, never only checked at the end: at most ``size`` bytes
+when the size is known, else ``max_bytes`` (the catalog passes each file's published size plus
+a margin; :data:`DEFAULT_MAX_BYTES` when the caller knows neither), and never more than the
+server announced (``Content-Length`` / ``Content-Range``). A server announcing more, sending
+more, or sending without end is stopped at that bound: the ``.part`` is removed and one
+:class:`DownloadError` says how many bytes were allowed.
+
 Only the standard library (``urllib``) is used.
 """
 
@@ -35,7 +42,7 @@ try:  # advisory lock on the .part: two processes never write one file at once
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["DownloadError", "Progress", "check_url", "download_file", "file_checksum"]
+__all__ = ["DEFAULT_MAX_BYTES", "DownloadError", "Progress", "check_url", "download_file", "file_checksum"]
 
 Progress = Callable[[int, "int | None"], None]
 """``progress(done_bytes, total_bytes)``; ``total_bytes`` is ``None`` when the server does not say."""
@@ -47,6 +54,10 @@ BACKOFF = 1.0
 """Seconds to wait before the first retry; doubled for each next one (at most 30 s)."""
 
 USER_AGENT = "modforge-download (python-urllib)"
+
+DEFAULT_MAX_BYTES = 2 << 30
+"""Most bytes one download may bring when the caller gives neither ``size`` nor ``max_bytes``
+(2 GiB; the largest file of the corpus catalog is 0.56 GB)."""
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -67,6 +78,10 @@ class DownloadError(UsageError):
 
 class _Restart(Exception):
     """The ``.part`` cannot be continued (a reply that does not continue it, more bytes than announced): start over."""
+
+
+class _TooLarge(Exception):
+    """More bytes announced or arriving than the download may bring; the message says which."""
 
 
 class _PartEnds(Exception):
@@ -177,6 +192,7 @@ def download_file(
     md5: str | None = None,
     sha256: str | None = None,
     size: int | None = None,
+    max_bytes: int | None = None,
     progress: Progress | None = None,
     timeout: float = 60,
     retries: int = 3,
@@ -188,21 +204,22 @@ def download_file(
         dest: the file to make; its folder is created. An existing regular file with the given
             checksum (and size) is kept as it is and nothing is fetched.
         md5, sha256: expected checksums (hex), checked before ``dest`` is put in place.
-        size: expected size in bytes, checked like the checksums.
+        size: expected size in bytes, checked like the checksums (and a bound while streaming).
+        max_bytes: most bytes the file may have, enforced while it streams (default: ``size``,
+            else :data:`DEFAULT_MAX_BYTES`); for a size known only roughly (a catalog's, plus a margin).
         progress: called with (bytes done, total bytes or ``None``) as the file arrives.
         timeout: seconds a connection may stay silent.
         retries: further tries after a network failure, each resuming where the last stopped.
 
     Raises:
         DownloadError: naming the URL and the reason (network failure: ``.part`` kept for a later
-            resume; wrong checksum or size: ``.part`` removed).
+            resume; wrong checksum or size, more bytes than allowed: ``.part`` removed).
         UnsafePathError: ``<dest>.part`` is a link, or not one plain regular file.
     """
     url = check_url(url)
     dest = Path(dest)
     expected = _expected(md5, sha256)
-    if size is not None and int(size) < 0:
-        raise UsageError(f"size {size!r} must be a number of bytes >= 0")
+    limit = _limit(size, max_bytes)
     ensure_folder(dest.parent, named=True)
     if os.path.isdir(dest) and not os.path.islink(dest):
         raise UsageError(f"{dest} is a folder; cannot download {url} there (name a file)")
@@ -220,7 +237,7 @@ def download_file(
             except OSError:
                 raise DownloadError(f"{part} is being written by another download of {url}; wait for it to end",
                                     url=url) from None  # fmt: skip
-        _fetch(url, fd, part, expected, size, progress, timeout, max(0, int(retries)))
+        _fetch(url, fd, part, expected, size, limit, progress, timeout, max(0, int(retries)))
         _verify(url, fd, part, expected, size)
         os.fsync(fd)
         # the name we verified must still be the file we wrote (not swapped for a link meanwhile)
@@ -234,6 +251,18 @@ def download_file(
     finally:
         os.close(fd)
     return dest
+
+
+def _limit(size: int | None, max_bytes: int | None) -> int:
+    """The most bytes the download may bring: ``size`` and ``max_bytes`` when given (the smaller), else the default."""
+    bounds = []
+    for name, value in (("size", size), ("max_bytes", max_bytes)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UsageError(f"{name} {value!r} must be a whole number of bytes >= 0")
+        bounds.append(value)
+    return min(bounds) if bounds else DEFAULT_MAX_BYTES
 
 
 def _drop_if_empty(fd: int, part: Path) -> None:
@@ -282,17 +311,21 @@ def _verify(url: str, fd: int, part: Path, expected: dict[str, str], size: int |
                             "— run again to fetch it anew, or check the mirror", url=url)  # fmt: skip
 
 
-def _fetch(url: str, fd: int, part: Path, expected: dict[str, str], size: int | None, progress: Progress | None,
-           timeout: float, retries: int) -> None:  # fmt: skip
-    """Fill the ``.part`` (descriptor ``fd``, opened to append) with the whole file."""
+def _fetch(url: str, fd: int, part: Path, expected: dict[str, str], size: int | None, limit: int,
+           progress: Progress | None, timeout: float, retries: int) -> None:  # fmt: skip
+    """Fill the ``.part`` (descriptor ``fd``, opened to append) with the whole file, at most ``limit`` bytes."""
     opener = _opener()
     failures = 0
     restarts = 0
     while True:
         try:
             try:
-                _attempt(opener, url, fd, size, progress, timeout)
+                _attempt(opener, url, fd, size, limit, progress, timeout)
                 return
+            except _TooLarge as too_large:  # emptied here, so download_file removes the .part
+                os.ftruncate(fd, 0)
+                raise DownloadError(f"cannot download {url}: {too_large}; stopped there and removed {part.name} "
+                                    "— check the URL or the mirror", url=url) from None  # fmt: skip
             except _PartEnds as ends:  # complete, or to be fetched anew
                 if _part_is_whole(fd, expected, size, ends.total):
                     return
@@ -330,9 +363,12 @@ class _WriteError(OSError):
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
 
 
-def _attempt(opener, url: str, fd: int, size: int | None, progress: Progress | None, timeout: float) -> None:
+def _attempt(opener, url: str, fd: int, size: int | None, limit: int, progress: Progress | None,
+             timeout: float) -> None:  # fmt: skip
+    """One request: append what the server sends to the ``.part``, never past ``limit`` bytes in
+    all nor past what the server announced."""
     offset = os.fstat(fd).st_size
-    if size is not None and offset > size:
+    if offset > limit:
         raise _Restart
     if size is not None and offset == size:
         return  # already all there: _verify decides
@@ -363,28 +399,35 @@ def _attempt(opener, url: str, fd: int, size: int | None, progress: Progress | N
             total = int(length) if length and length.isdigit() else None
         else:
             raise DownloadError(f"cannot download {url}: unexpected HTTP {status} reply", url=url)
-        if total is None:
-            total = size
-        elif size is not None and total != size:
+        if size is not None and total is not None and total != size:
             raise DownloadError(f"cannot download {url}: the server offers {total} bytes, expected {size}", url=url)
-        done = offset
-        if progress is not None:
-            progress(done, total)
-        while True:
-            block = response.read(CHUNK)
-            if not block:
-                break
-            try:
-                _write_all(fd, block)
-            except OSError as exc:
-                raise _WriteError(str(exc)) from exc
-            done += len(block)
-            if progress is not None:
-                progress(done, total)
-            if total is not None and done > total:
-                raise _Restart  # more than the server announced: the part is not to be trusted
+        if total is not None and total > limit:
+            raise _TooLarge(f"the server announces {total} bytes, more than the {limit} this file may have")
+        announced = total if total is not None else size
+        done = _receive(response, fd, offset, limit if total is None else total, announced, progress)
         if total is not None and done < total:
             raise http.client.IncompleteRead(b"", total - done)
+
+
+def _receive(response, fd: int, done: int, bound: int, total: int | None, progress: Progress | None) -> int:
+    """Append the body to ``fd`` (holding ``done`` bytes) until it ends; more than ``bound`` bytes
+    in all is :class:`_TooLarge` before the excess is written. Returns the bytes the file then holds."""
+    if progress is not None:
+        progress(done, total)
+    while True:
+        block = response.read(min(CHUNK, bound - done + 1))
+        if not block:
+            return done
+        if done + len(block) > bound:
+            raise _TooLarge(f"the server sent more than {bound} bytes"
+                            + (f" (it announced {total})" if total == bound else ""))  # fmt: skip
+        try:
+            _write_all(fd, block)
+        except OSError as exc:
+            raise _WriteError(str(exc)) from exc
+        done += len(block)
+        if progress is not None:
+            progress(done, total)
 
 
 def _part_is_whole(fd: int, expected: dict[str, str], size: int | None, total: int | None) -> bool:

@@ -16,13 +16,23 @@ cifar100       ``ROOT/cifar-100-python`` (python) · ``ROOT/cifar-100-binary`` (
 tiny_imagenet  ``ROOT/tiny-imagenet-200``
 ============== ============================================================================
 
-Where the figures come from: URLs, mirrors and MD5s of the MNIST family, EMNIST and the CIFAR
-*python* archives are torchvision 0.29's own (``torchvision/datasets/mnist.py`` and
-``cifar.py``). The CIFAR *binary* archives' MD5s are those the dataset page
-https://www.cs.toronto.edu/~kriz/cifar.html publishes, and Tiny-ImageNet's is the MD5 every
-public loader of ``tiny-imagenet-200.zip`` checks (e.g. ContinualAI avalanche); both were
-cross-checked against several public code bases. Sizes are the published byte counts, shown by
-``modforge data download --list`` and never enforced (the MD5 is).
+Where the figures come from: MD5s of the MNIST family, EMNIST and the CIFAR *python* archives
+are torchvision 0.29's own (``torchvision/datasets/mnist.py`` and ``cifar.py``), and so are the
+URLs, except that every URL here is ``https``: torchvision's MNIST mirror on
+``ossci-datasets.s3.amazonaws.com`` (yann.lecun.com serves only plain http, and has answered 403
+since 2024), the TLS endpoint of Fashion-MNIST's own S3 bucket (torchvision names its http-only
+website endpoint) with the authors' GitHub repository as a second mirror, and the https
+addresses of codh.rois.ac.jp (KMNIST) and cs231n.stanford.edu (Tiny-ImageNet). The CIFAR
+*binary* archives' MD5s are those the dataset page https://www.cs.toronto.edu/~kriz/cifar.html
+publishes, and Tiny-ImageNet's is the MD5 every public loader of ``tiny-imagenet-200.zip``
+checks (e.g. ContinualAI avalanche); both were cross-checked against several public code bases.
+
+Sizes are the published byte counts, shown by ``modforge data download --list``; they bound
+what is accepted rather than being checked exactly (the MD5 is): a download stops at the size
+plus a margin (:meth:`CorpusFile.download_limit`), and an archive may unpack to at most twice
+its size plus 64 MiB, in at most :attr:`CorpusFile.members` members
+(:meth:`CorpusFile.extraction_limits`) — CIFAR's pickled or raw pixels and Tiny-ImageNet's JPEGs
+unpack to within 1.1 times their archive, EMNIST's zip holds ``.gz`` files.
 
 :func:`download_corpus` fetches (resumable, verified — :mod:`modforge.data.download`) and unpacks
 (:mod:`modforge.data.extract`); :func:`offline_message` is what to tell a user whose machine
@@ -41,7 +51,7 @@ from pathlib import Path
 from ...core.errors import UsageError
 from ...core.safe_files import ensure_folder
 from ..download import DownloadError, check_url, download_file
-from ..extract import extract_archive
+from ..extract import DEFAULT_MAX_MEMBERS, extract_archive
 
 __all__ = [
     "CORPORA",
@@ -73,13 +83,28 @@ class CorpusFile:
     md5: str
     urls: tuple[str, ...]
     size: int | None = None
-    """Published size in bytes (shown, not enforced)."""
+    """Published size in bytes: shown, and with a margin the most a download may bring."""
     extract: bool = False
     """Whether the archive is unpacked in ROOT (it is kept beside what it held)."""
+    members: int | None = None
+    """Most members (files and folders) the archive may hold: what it holds, with a margin."""
 
     @property
     def url(self) -> str:
         return self.urls[0]
+
+    def download_limit(self) -> int | None:
+        """Most bytes a download of this file may bring: the published size plus 1 % (at least
+        1 MiB), so a mirror that sends more, or without end, is stopped there."""
+        return None if self.size is None else self.size + max(self.size // 100, 1 << 20)
+
+    def extraction_limits(self) -> dict[str, int]:
+        """Keyword arguments of :func:`~modforge.data.extract.extract_archive` for this archive:
+        at most twice its size plus 64 MiB in all and per member, at most :attr:`members` members."""
+        limits = {"max_members": self.members or DEFAULT_MAX_MEMBERS}
+        if self.size is not None:
+            limits["max_total_bytes"] = limits["max_member_bytes"] = 2 * self.size + (64 << 20)
+        return limits
 
     def entry(self) -> tuple[str, str, str, bool]:
         """(url, filename, md5, extract?)."""
@@ -151,7 +176,7 @@ CORPORA: dict[str, Corpus] = {
         "http://yann.lecun.com/exdb/mnist/",
         "none stated on the homepage; commonly cited as CC BY-SA 3.0",
         {"default": _idx_family(  # torchvision.datasets.MNIST.mirrors / .resources
-            ("https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/"),
+            ("https://ossci-datasets.s3.amazonaws.com/mnist/",),
             ("f68b3c2dcbeaaa9fbdd348bbdeb94873", "d53e105ee54ea40749a09fcbcd1e9432",
              "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c"),
             (9912422, 28881, 1648877, 4542))},  # fmt: skip
@@ -161,8 +186,9 @@ CORPORA: dict[str, Corpus] = {
         "Zalando article pictures, 28x28 grey, 10 classes (60k train / 10k test)",
         "https://github.com/zalandoresearch/fashion-mnist",
         "MIT",
-        {"default": _idx_family(  # torchvision.datasets.FashionMNIST
-            ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",),
+        {"default": _idx_family(  # torchvision.datasets.FashionMNIST's MD5s; its bucket over TLS, then GitHub
+            ("https://fashion-mnist.s3.eu-central-1.amazonaws.com/",
+             "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"),
             ("8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe",
              "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310"),
             (26421880, 29515, 4422102, 5148))},  # fmt: skip
@@ -173,7 +199,7 @@ CORPORA: dict[str, Corpus] = {
         "https://github.com/rois-codh/kmnist",
         "CC BY-SA 4.0",
         {"default": _idx_family(  # torchvision.datasets.KMNIST
-            ("http://codh.rois.ac.jp/kmnist/dataset/kmnist/",),
+            ("https://codh.rois.ac.jp/kmnist/dataset/kmnist/",),
             ("bdb82020997e1d708af4cf47b453dcf7", "e144d726b3acfaa3e44228e80efcd344",
              "5c965bf0a639b31b8f53240b1b52f4d7", "7320c461ea6c1c855c0b718fb2a4b134"),
             (18165135, 29497, 3041136, 5120))},  # fmt: skip
@@ -186,7 +212,8 @@ CORPORA: dict[str, Corpus] = {
         "NIST data, see the homepage; cite Cohen et al. 2017",
         {"default": Variant(  # torchvision.datasets.EMNIST.url / .md5
             (CorpusFile("gzip.zip", "58c8d27c78d21e728a6bc7b3cc06412e",
-                        ("https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip",), 561753746, extract=True),),
+                        ("https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip",), 561753746, extract=True,
+                        members=1_000),),  # the gzip/ folder, 24 .gz files and 6 mappings
             folder="gzip")},  # fmt: skip
     ),
     "cifar10": Corpus(
@@ -197,11 +224,11 @@ CORPORA: dict[str, Corpus] = {
         {
             "python": Variant(  # torchvision.datasets.CIFAR10.url / .tgz_md5
                 (CorpusFile("cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a",
-                            (_TORONTO + "cifar-10-python.tar.gz",), 170498071, extract=True),),
+                            (_TORONTO + "cifar-10-python.tar.gz",), 170498071, extract=True, members=1_000),),
                 folder="cifar-10-batches-py"),  # fmt: skip
             "binary": Variant(  # MD5 from the table on https://www.cs.toronto.edu/~kriz/cifar.html
                 (CorpusFile("cifar-10-binary.tar.gz", "c32a1d4ab5d03f1284b67883e8d87530",
-                            (_TORONTO + "cifar-10-binary.tar.gz",), 170052171, extract=True),),
+                            (_TORONTO + "cifar-10-binary.tar.gz",), 170052171, extract=True, members=1_000),),
                 folder="cifar-10-batches-bin"),  # fmt: skip
         },
         default_variant="python",
@@ -214,11 +241,11 @@ CORPORA: dict[str, Corpus] = {
         {
             "python": Variant(  # torchvision.datasets.CIFAR100.url / .tgz_md5
                 (CorpusFile("cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85",
-                            (_TORONTO + "cifar-100-python.tar.gz",), 169001437, extract=True),),
+                            (_TORONTO + "cifar-100-python.tar.gz",), 169001437, extract=True, members=1_000),),
                 folder="cifar-100-python"),  # fmt: skip
             "binary": Variant(  # MD5 from the table on https://www.cs.toronto.edu/~kriz/cifar.html
                 (CorpusFile("cifar-100-binary.tar.gz", "03b5dce01913d631647c71ecec9e9cb8",
-                            (_TORONTO + "cifar-100-binary.tar.gz",), 168513733, extract=True),),
+                            (_TORONTO + "cifar-100-binary.tar.gz",), 168513733, extract=True, members=1_000),),
                 folder="cifar-100-binary"),  # fmt: skip
         },
         default_variant="python",
@@ -226,11 +253,12 @@ CORPORA: dict[str, Corpus] = {
     "tiny_imagenet": Corpus(
         "tiny_imagenet",
         "Tiny-ImageNet-200: 64x64 colour pictures, 200 classes (100k train / 10k val / 10k unlabelled test)",
-        "http://cs231n.stanford.edu/",
+        "https://cs231n.stanford.edu/",
         "pictures from ImageNet: non-commercial research and teaching, under ImageNet's terms of access",
         {"default": Variant(  # the MD5 public loaders check (avalanche, many course repositories)
             (CorpusFile("tiny-imagenet-200.zip", "90528d7ca1a48142e341f4ef8d21d0de",
-                        ("http://cs231n.stanford.edu/tiny-imagenet-200.zip",), 248100043, extract=True),),
+                        ("https://cs231n.stanford.edu/tiny-imagenet-200.zip",), 248100043, extract=True,
+                        members=150_000),),  # ~120 600: 120 000 JPEGs, 200 boxes lists, ~600 folders
             folder="tiny-imagenet-200")},  # fmt: skip
     ),
 }
@@ -287,7 +315,9 @@ def download_corpus(
     """Download corpus ``name`` into ``root`` (verified, resumable, unpacked); return its folder.
 
     Files already in ``root`` with the right MD5 are not fetched again, and an archive already
-    unpacked is not unpacked again. Each file's URLs are tried in order (official, then mirrors).
+    unpacked (every file it wrote still as written) is not unpacked again. Each file's URLs are
+    tried in order (official, then mirrors); a download stops at the file's size plus a margin,
+    an archive is unpacked within the bounds of :meth:`CorpusFile.extraction_limits`.
 
     Args:
         name: a key of :data:`CORPORA`.
@@ -297,7 +327,9 @@ def download_corpus(
         base_url: replaces the host of every URL (default ``$MODFORGE_DATA_MIRROR``; official hosts).
 
     Raises:
-        DownloadError: a file no URL delivered (network, HTTP error, wrong checksum).
+        DownloadError: a file no URL delivered (network, HTTP error, wrong checksum, too many bytes).
+        UnsafeArchiveError: an archive holding a link, device or FIFO, a name leading out of
+            ``root``, or more bytes or members than its bounds; nothing of it was put in place.
         UnknownCorpusError, UsageError: a wrong name or variant; an archive that did not hold the folder.
     """
     corpus = get_corpus(name)
@@ -309,7 +341,7 @@ def download_corpus(
         failures: list[DownloadError] = []
         for url in file_urls(file, base_url):
             try:
-                download_file(url, dest, md5=file.md5, progress=report)
+                download_file(url, dest, md5=file.md5, max_bytes=file.download_limit(), progress=report)
                 break
             except DownloadError as exc:
                 failures.append(exc)
@@ -320,7 +352,7 @@ def download_corpus(
                                 + "; ".join(str(e) for e in failures),
                                 url=failures[0].url, network=all(e.network for e in failures))  # fmt: skip
         if file.extract:
-            extract_archive(dest, root)
+            extract_archive(dest, root, **file.extraction_limits())
     folder = root / chosen.folder if chosen.folder else root
     if not folder.is_dir():
         raise UsageError(f"{corpus.name}: the downloaded files did not make {folder}; remove "
