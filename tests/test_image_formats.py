@@ -435,7 +435,7 @@ def test_bad_manifests_are_refused_naming_file_and_line(tmp_path):
         error=ImagePathError,
     )
     refused([("/etc/passwd", "b", "")], r"line 2: path '/etc/passwd' is not a relative path", error=ImagePathError)
-    refused([("ok.png", "a", ""), ("x.png", "b")], r"line 3: 2 fields, the header has 3 \(path,label,split\)")
+    refused([("ok.png", "a", ""), ("x.png", "b")], r"line 3: 2 fields, the header has 3 \('path,label,split'\)")
     refused([("ok.png", "", "")], r"line 2: empty or missing label for 'ok.png'")
     refused([("", "a", "")], r"line 2: empty or missing path")
     refused([("ok.png", "a")], r"the header lacks the column\(s\) label", header=("path", "class"))

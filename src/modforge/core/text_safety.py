@@ -27,6 +27,7 @@ __all__ = [
     "csv_cell",
     "csv_value",
     "display_lines",
+    "file_kind",
     "markdown_cell",
     "open_text_table",
     "plain_text",
@@ -103,8 +104,9 @@ def quoted(value: Any, limit: int = MAX_QUOTED) -> str:
     return f"{text[:limit] + '…'!r} ({len(text)} characters)"
 
 
-def _kind(mode: int) -> str:
-    """A file type other than a regular file, in words."""
+def file_kind(mode: int) -> str:
+    """What a file of ``os.stat`` mode ``mode`` is, in words, for a message refusing one that is not a
+    regular file ("a named pipe (FIFO)", "a folder"...)."""
     kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
     return next((name for test, name in kinds if test(mode)), "not a regular file")
@@ -140,7 +142,7 @@ def open_text_table(
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise error(f"the {what} {shown} is {_kind(info.st_mode)}; expected a regular file")
+            raise error(f"the {what} {shown} is {file_kind(info.st_mode)}; expected a regular file")
         if info.st_size > max_bytes:
             raise error(f"the {what} {shown} is {info.st_size} bytes, more than the {max_bytes} a {what} may have")
         if nonblock:

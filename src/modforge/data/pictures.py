@@ -10,7 +10,9 @@ A picture file is untrusted input. Three things go wrong with Pillow left at its
 So a picture is opened here with Pillow's pixel limit set for that one call (:func:`pixel_limit`: scoped,
 under a lock, its warning made an error, raised from ``Image.open`` before a pixel is decoded), only the
 plug-ins of a short list of plain raster formats are tried, and every failure is one :class:`PictureError`
-(a ``ValueError``) whose message names the file.
+(a ``ValueError``) whose message names the file. The file itself is opened non-blocking and checked to be a
+regular file on the open descriptor (:func:`open_picture_file`): a FIFO named ``cat.png`` is an error, not a
+run that hangs.
 
 :func:`open_picture` reads the header only (size and mode, for checks against an annotation file);
 :func:`decode_picture` decodes to a ``uint8`` array exactly as torchvision's default ``pil_loader`` does
@@ -21,16 +23,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import struct
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..core.errors import UsageError
+from ..core.text_safety import file_kind
 
 __all__ = [
     "IMAGE_FORMATS",
@@ -41,6 +45,7 @@ __all__ = [
     "PictureError",
     "decode_picture",
     "open_picture",
+    "open_picture_file",
     "pixel_limit",
 ]
 
@@ -95,6 +100,30 @@ def pixel_limit(pixels: int) -> Iterator[None]:
             Image.MAX_IMAGE_PIXELS = saved
 
 
+def open_picture_file(path: str | os.PathLike) -> BinaryIO:
+    """``path`` opened to read, once the open descriptor shows a regular file. It is opened non-blocking, so
+    a FIFO (or a device) named like a picture is refused at once instead of hanging the reader.
+
+    Raises:
+        PictureError: missing, unreadable, or not a regular file (a FIFO, socket, device, folder); naming it.
+    """
+    file = os.fspath(path)
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(file, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise PictureError(f"image file not found: {file}") from None
+    except OSError as exc:
+        raise PictureError(f"image file {file} cannot be read ({exc.strerror or exc})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise PictureError(f"image file {file} is {file_kind(mode)}; expected a picture file")
+    if nonblock:
+        os.set_blocking(fd, True)
+    return open(fd, "rb")  # noqa: SIM115 - the caller closes it
+
+
 def open_picture(path: str | os.PathLike, *, max_pixels: int, formats: Sequence[str] = PICTURE_FORMATS) -> Image.Image:
     """``path`` opened by Pillow, header only (nothing decoded yet), refused when it declares more than
     ``max_pixels`` pixels or is not one of ``formats``.
@@ -106,16 +135,26 @@ def open_picture(path: str | os.PathLike, *, max_pixels: int, formats: Sequence[
         PictureError: the file is missing or not a readable picture of ``formats``; the message names it.
     """
     file = os.fspath(path)
+    handle = open_picture_file(file)
+    try:
+        image = _pillow_open(handle, file, max_pixels, formats)
+    except BaseException:
+        handle.close()
+        raise
+    image._exclusive_fp = True  # the image owns the file, as when Pillow opens a name: closed with the image
+    return image
+
+
+def _pillow_open(handle: BinaryIO, file: str, max_pixels: int, formats: Sequence[str]) -> Image.Image:
+    """``Image.open`` of the open ``handle`` under :func:`pixel_limit`, each failure one :class:`PictureError`."""
     try:
         with pixel_limit(max_pixels):
-            return Image.open(file, formats=tuple(formats))
+            return Image.open(handle, formats=tuple(formats))
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         pixels = next((w for w in str(exc).replace("(", " ").split() if w.isdigit()), "more")
         raise PictureBombError(f"image file {file} holds {pixels} pixels, more than the {max_pixels} allowed; "
                                "refused as a possible decompression bomb",
                                path=file, pixels=pixels, max_pixels=max_pixels) from None  # fmt: skip
-    except FileNotFoundError:
-        raise PictureError(f"image file not found: {file}") from None
     except UnidentifiedImageError:
         raise PictureError(f"image file {file} is not a readable image (expected one of "
                            f"{', '.join(formats)})") from None  # fmt: skip

@@ -19,13 +19,13 @@ from typing import Any, Literal, Optional
 import numpy as np
 import torch
 
-from ...core.constraints import Probability
+from ...core.constraints import PositiveInt, Probability
 from ...core.downloads import download_refusal, downloads_allowed
 from ...core.errors import UsageError
 from ...core.registries import register_dataset
 from ...core.text_safety import plain_text
 from ..base import DataSplits
-from .dataset import FilePictures, TensorPictures
+from .dataset import MAX_PICTURE_PIXELS, FilePictures, TensorPictures
 from .splits import IMAGENET_MEAN, IMAGENET_STD, picture_splits
 
 __all__ = ["cifar10", "cifar100", "emnist", "fashion_mnist", "image_csv", "image_folder", "kmnist", "mnist",
@@ -219,8 +219,10 @@ def cifar100(root: str, version: Literal["auto", "python", "binary"] = "auto", l
     return _cifar("cifar100", root, version, seed, val_fraction, download, transforms, labels)
 
 
-def _files(pairs: list[tuple[Path, int]], mode: Literal["RGB", "L"]) -> tuple[FilePictures, torch.Tensor]:
-    return FilePictures([p for p, _ in pairs], mode), torch.tensor([label for _, label in pairs], dtype=torch.long)
+def _files(pairs: list[tuple[Path, int]], mode: Literal["RGB", "L"],
+           max_pixels: int = MAX_PICTURE_PIXELS) -> tuple[FilePictures, torch.Tensor]:  # fmt: skip
+    return (FilePictures([p for p, _ in pairs], mode, max_pixels),
+            torch.tensor([label for _, label in pairs], dtype=torch.long))  # fmt: skip
 
 
 def _folder_stats(channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -263,7 +265,7 @@ def _mode(channels: int) -> Literal["RGB", "L"]:
 def image_folder(root: str, test_root: Optional[str] = None, val_root: Optional[str] = None,
                  classes: Optional[list[str]] = None, channels: int = 3, seed: int = 0,
                  val_fraction: Probability = 0.1, test_fraction: Probability = 0.0,
-                 transforms: Optional[dict] = None) -> DataSplits:  # fmt: skip
+                 transforms: Optional[dict] = None, max_pixels: PositiveInt = MAX_PICTURE_PIXELS) -> DataSplits:  # fmt: skip
     """Pictures in one subfolder per class (torchvision's ``ImageFolder`` layout), decoded as read.
 
     Args:
@@ -276,6 +278,8 @@ def image_folder(root: str, test_root: Optional[str] = None, val_root: Optional[
         val_fraction: share of the training pictures held out for validation (without val_root).
         test_fraction: share held out for testing (without test_root).
         transforms: ``data.transforms`` (wired from the config).
+        max_pixels: the pixel budget: a picture whose header declares more pixels is refused before it is
+            decoded (default 2**26, e.g. 8192 × 8192).
     """
     from .formats.listing import list_image_folder
 
@@ -283,10 +287,10 @@ def image_folder(root: str, test_root: Optional[str] = None, val_root: Optional[
     train, names = list_image_folder(Path(root), classes)
     test = val = None
     if test_root is not None:
-        test = _files(list_image_folder(Path(test_root), names)[0], mode)
+        test = _files(list_image_folder(Path(test_root), names)[0], mode, max_pixels)
     if val_root is not None:
-        val = _files(list_image_folder(Path(val_root), names)[0], mode)
-    train_part = _files(train, mode)
+        val = _files(list_image_folder(Path(val_root), names)[0], mode, max_pixels)
+    train_part = _files(train, mode, max_pixels)
     if test is None and test_fraction > 0:
         train_part, test = _carve(train_part, test_fraction, seed)
     mean, std = _folder_stats(channels)
@@ -305,7 +309,7 @@ def _carve(part: tuple[FilePictures, torch.Tensor], fraction: float, seed: int):
 @register_dataset("image_csv")
 def image_csv(manifest: str, root: Optional[str] = None, channels: int = 3, seed: int = 0,
               val_fraction: Probability = 0.1, test_fraction: Probability = 0.0,
-              transforms: Optional[dict] = None) -> DataSplits:  # fmt: skip
+              transforms: Optional[dict] = None, max_pixels: PositiveInt = MAX_PICTURE_PIXELS) -> DataSplits:  # fmt: skip
     """Pictures listed in a manifest: a CSV (or parquet) file with columns ``path,label[,split]``.
 
     Args:
@@ -318,6 +322,10 @@ def image_csv(manifest: str, root: Optional[str] = None, channels: int = 3, seed
         val_fraction: share of train held out for validation when no row says ``val``.
         test_fraction: share of train held out for testing when no row says ``test``.
         transforms: ``data.transforms`` (wired from the config).
+        max_pixels: the pixel budget: a picture whose header declares more pixels is refused before it is
+            decoded (default 2**26, e.g. 8192 × 8192).
+
+    A path naming a FIFO, device, socket or folder is refused when the manifest is read, naming its line.
     """
     from .formats.listing import manifest_classes, read_image_manifest
 
@@ -332,9 +340,9 @@ def image_csv(manifest: str, root: Optional[str] = None, channels: int = 3, seed
                          "test or empty (train)")  # fmt: skip
     for path, label, split in rows:
         by_split[split or "train"].append((path, label_of[label]))
-    train_part = _files(by_split["train"], mode)
-    test = _files(by_split["test"], mode) if by_split["test"] else None
-    val = _files(by_split["val"], mode) if by_split["val"] else None
+    train_part = _files(by_split["train"], mode, max_pixels)
+    test = _files(by_split["test"], mode, max_pixels) if by_split["test"] else None
+    val = _files(by_split["val"], mode, max_pixels) if by_split["val"] else None
     if test is None and test_fraction > 0:
         train_part, test = _carve(train_part, test_fraction, seed)
     mean, std = _folder_stats(channels)

@@ -39,8 +39,9 @@ from .transforms import ImagePipeline, SampleRandomness, sample_seed
 __all__ = ["EpochBatch", "FilePictures", "ImageDataset", "JoinedImageDataset", "TensorPictures"]
 
 MAX_PICTURE_PIXELS = 2**26
-"""Largest picture a folder dataset decodes (e.g. 8,192 × 8,192); bigger files are refused as
-possible decompression bombs, naming the file."""
+"""Default pixel budget of a picture a folder dataset decodes (e.g. 8,192 × 8,192: 192 MiB as RGB); a file
+whose header declares more is refused before decoding, as a possible decompression bomb, naming the file.
+``image_folder`` and ``image_csv`` take their own budget (``max_pixels``)."""
 
 
 class EpochBatch(list):
@@ -104,39 +105,41 @@ class FilePictures:
     Args:
         files: the pictures' paths.
         mode: 'RGB' (3 channels) or 'L' (grey, 1 channel).
+        max_pixels: the pixel budget: a picture whose header declares more is refused before decoding.
     """
 
-    def __init__(self, files: Sequence[Path], mode: Literal["RGB", "L"] = "RGB"):
-        self.files, self.mode = [Path(f) for f in files], mode
+    def __init__(self, files: Sequence[Path], mode: Literal["RGB", "L"] = "RGB", max_pixels: int = MAX_PICTURE_PIXELS):
+        self.files, self.mode, self.max_pixels = [Path(f) for f in files], mode, int(max_pixels)
 
     def __len__(self) -> int:
         return len(self.files)
 
     def read(self, position: int) -> torch.Tensor:
-        from ..pictures import PictureError, decode_picture, open_picture
+        from ..pictures import PictureError, decode_picture, open_picture, open_picture_file
 
         path = self.files[position]
         if self.mode == "RGB":
-            with open_picture(path, max_pixels=MAX_PICTURE_PIXELS) as header:
+            with open_picture(path, max_pixels=self.max_pixels) as header:
                 fast = header.format == "JPEG" and header.mode in ("RGB", "L")
             decoder = _jpeg_decoder() if fast else None
             if decoder is not None:
-                data = torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8)
+                with open_picture_file(path) as handle:  # a regular file still: never a FIFO's blocking read
+                    data = torch.frombuffer(bytearray(handle.read()), dtype=torch.uint8)
                 try:
                     return decoder(data)
                 except RuntimeError as exc:  # a damaged file: one line naming it, as Pillow's path says
                     raise PictureError(f"image file {path} is not a readable image ({str(exc)[:200]})") from None
-        array = decode_picture(path, mode=self.mode, max_pixels=MAX_PICTURE_PIXELS)
+        array = decode_picture(path, mode=self.mode, max_pixels=self.max_pixels)
         if array.ndim == 2:
             array = array[:, :, None]
         return torch.from_numpy(array).permute(2, 0, 1).contiguous()
 
     def take(self, positions: torch.Tensor) -> FilePictures:
-        return FilePictures([self.files[int(i)] for i in positions], self.mode)
+        return FilePictures([self.files[int(i)] for i in positions], self.mode, self.max_pixels)
 
     @staticmethod
     def join(parts: Sequence[FilePictures]) -> FilePictures:
-        return FilePictures([f for p in parts for f in p.files], parts[0].mode)
+        return FilePictures([f for p in parts for f in p.files], parts[0].mode, max(p.max_pixels for p in parts))
 
 
 Source = TensorPictures | FilePictures

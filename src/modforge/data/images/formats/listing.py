@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import csv
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ....core.safe_files import UnsafePathError, inside, leads_outside, relative_name
+from ....core.text_safety import file_kind, quoted
 from . import ImageDataError, ImagePathError, MissingImageDataError
 
 __all__ = [
@@ -223,13 +225,13 @@ def _header(columns: Sequence[str], path: Path) -> dict[str, int]:
     for k, column in enumerate(columns):
         name = str(column).strip()
         if name in index:
-            raise ImageDataError(f"{path}: the column {name!r} appears twice in the header")
+            raise ImageDataError(f"{path}: the column {quoted(name)} appears twice in the header")
         index[name] = k
     missing = [c for c in MANIFEST_COLUMNS[:2] if c not in index]
     if missing:
-        got = ",".join(str(c) for c in columns)[:200]
+        got = ",".join(str(c) for c in columns)
         raise ImageDataError(f"{path}: the header lacks the column(s) {', '.join(missing)} (expected a header "
-                             f"line path,label[,split]; got {got!r})")  # fmt: skip
+                             f"line path,label[,split]; got {quoted(got)})")  # fmt: skip
     return index
 
 
@@ -257,7 +259,7 @@ def _rows_csv(path: Path) -> tuple[dict[str, int], Iterable[tuple[str, list[Any]
                     continue
                 if len(row) != len(header):
                     raise ImageDataError(f"{path}: line {reader.line_num}: {len(row)} fields, the header has "
-                                         f"{len(header)} ({','.join(header)})")  # fmt: skip
+                                         f"{len(header)} ({quoted(','.join(header))})")  # fmt: skip
                 yield f"line {reader.line_num}", row
         except csv.Error as exc:
             raise ImageDataError(f"{path}: line {reader.line_num}: not valid CSV ({exc})") from None
@@ -306,12 +308,14 @@ def read_image_manifest(
     ``split`` (other columns are ignored), or a parquet file with those columns (``.parquet``/``.pq``; read
     with pyarrow, or pandas, when installed). ``path`` is relative to ``root`` (default: the manifest's
     folder) and must stay inside it (no absolute name, no ``..``, no link leading out). An empty ``split``
-    cell is None. Whether the files exist is not checked here (opening them is).
+    cell is None. Whether the files exist is not checked here (opening them is), but a path naming a FIFO,
+    device, socket or folder is refused here, naming its line.
 
     Raises:
         MissingImageDataError: no such manifest.
-        ImageDataError: no header or a column missing, a row with a wrong number of fields or an empty path
-            or label (naming the file and line), a parquet file without pyarrow installed.
+        ImageDataError: no header or a column missing, a row with a wrong number of fields, an empty path
+            or label, a path that is no regular file (naming the file and line), a parquet file without
+            pyarrow installed.
         ImagePathError: a path leading outside ``root`` (naming the file and line).
     """
     path = Path(path)
@@ -333,14 +337,27 @@ def read_image_manifest(
                 f"{path}: {where}: empty or missing path (expected a picture's path relative to {base})"
             )
         if not label:
-            raise ImageDataError(f"{path}: {where}: empty or missing label for {name!r}")
+            raise ImageDataError(f"{path}: {where}: empty or missing label for {quoted(name)}")
         split = None
         if split_at is not None and row[split_at] is not None:
             split = _cell(row[split_at])
             if split is None:
-                raise ImageDataError(f"{path}: {where}: split must be text, got {row[split_at]!r}")
-        out.append((guard(name, f"{path}: {where}: path"), label, split or None))
+                raise ImageDataError(f"{path}: {where}: split must be text, got {quoted(repr(row[split_at]))}")
+        file = guard(name, f"{path}: {where}: path")
+        _check_listed_file(file, f"{path}: {where}")
+        out.append((file, label, split or None))
     return out
+
+
+def _check_listed_file(file: Path, where: str) -> None:
+    """Refuse a listed path that exists but is no regular file (a FIFO would hang the worker that opens it, a
+    device never ends); a missing one is left to the reader, whose error names it."""
+    try:
+        mode = os.stat(file).st_mode
+    except (OSError, ValueError):
+        return
+    if not stat.S_ISREG(mode):
+        raise ImageDataError(f"{where}: {file} is {file_kind(mode)}; expected a picture file")
 
 
 def manifest_classes(labels: Iterable[str]) -> list[str]:
