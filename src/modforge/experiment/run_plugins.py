@@ -26,8 +26,11 @@ name them: ``--plugins RUN/plugins/NAME``.
 
 **The key** (``~/.config/modforge/run-signing.key``, or ``$MODFORGE_HOME/run-signing.key``)
 is made on first use, mode 0600. Like ssh, modforge refuses a key that group or others may
-read or write, one owned by another user, and a key that is a link to nothing — each one
-clear error raised *before* a run folder is made (:func:`check_signing_key`).
+read or write, one owned by another user, a key that is a link to nothing, and a key in a
+folder someone else could change: its folder, or any folder above it, owned by another user
+(root aside) or writable by group or others without the sticky bit (a world-writable
+``MODFORGE_HOME`` would let anyone swap the key) — each one clear error raised *before* a
+run folder is made (:func:`check_signing_key`).
 
 Plug-ins that are installed modules are not copied: they must be installed (as
 ``modforge.plugins`` entry points) or given with ``--plugins`` again. When the user gives
@@ -117,6 +120,7 @@ def signing_key(create: bool = False) -> bytes | None:
     Raises:
         SigningKeyError: the key is readable or writable by group or others, owned by another
             user, not a regular file, too short, a link to nothing, or cannot be read or made;
+            its folder (or one above) is another user's or writable by others (:func:`_check_key_folders`);
             or ``$MODFORGE_HOME`` names a folder that does not exist.
     """
     path = key_path()
@@ -125,9 +129,11 @@ def signing_key(create: bool = False) -> bytes | None:
         raise SigningKeyError(f"MODFORGE_HOME={plain_text(home)} is not an existing folder; the run-signing key "
                               "lives there (create it with mkdir -m 700, or unset MODFORGE_HOME)")  # fmt: skip
     if os.path.lexists(path):
+        _check_key_folders(home)
         return _read_key(path)
     if not create:
         return None
+    _check_key_folders(home)
     try:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
@@ -141,6 +147,41 @@ def signing_key(create: bool = False) -> bytes | None:
         file.flush()
         os.fsync(file.fileno())
     return _read_key(path)
+
+
+def _folder_problem(info: os.stat_result, uid: int) -> str | None:
+    """Why a folder on the key's path lets someone else replace the key; None when it does not."""
+    if info.st_uid not in (uid, 0):
+        return f"is owned by another user (uid {info.st_uid})"
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        return f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o}, no sticky bit)"
+    return None
+
+
+def _check_key_folders(home: Path) -> None:
+    """Refuse, as ssh refuses a key below a folder others may change, a key folder (or, when it is not made
+    yet, its nearest existing folder) that — or any folder above which — is owned by another user than you
+    or root, or is writable by group or others without the sticky bit: whoever can write there can put
+    their own key in place of yours and sign run folders as you."""
+    if not hasattr(os, "getuid"):
+        return
+    folder = Path(os.path.realpath(home))
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent
+    for current in (folder, *folder.parents):
+        try:
+            problem = _folder_problem(os.stat(current), os.getuid())
+        except OSError as exc:
+            raise SigningKeyError(f"cannot check the run-signing key's folder {plain_text(current)} "
+                                  f"({exc.strerror or exc})") from None  # fmt: skip
+        if problem is None:
+            continue
+        shown = plain_text(current)
+        where = shown if current == folder else f"{plain_text(folder)} lies in {shown}, which"
+        chmod = f"chmod 700 {shown}, or " if current == folder and "writable" in problem else ""
+        raise SigningKeyError(f"the run-signing key's folder {where} {problem}: whoever can change it could "
+                              f"replace your key; {chmod}set MODFORGE_HOME to a folder only you can change "
+                              "(mkdir -m 700 FOLDER)")  # fmt: skip
 
 
 def _read_key(path: Path) -> bytes:
