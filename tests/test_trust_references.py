@@ -109,14 +109,14 @@ def distilled_run(cli, tmp_path) -> Path:
 
 
 def replant(run: Path, change) -> Path:  # noqa: ANN001 - a function of the payload
-    """The run's last checkpoint and ``config.yaml`` rewritten as an attacker would (valid files, the
-    stored config changed in both)."""
-    path = run / "checkpoints" / "last.pt"
-    payload = torch.load(path, weights_only=True)
-    change(payload)
-    atomic_save(payload, path)
+    """The run's checkpoints and ``config.yaml`` rewritten as an attacker would (valid files, the
+    stored config changed in all); returns ``last.pt``."""
+    for path in sorted((run / "checkpoints").glob("*.pt")):
+        payload = torch.load(path, weights_only=True)
+        change(payload)
+        atomic_save(payload, path)
     (run / "config.yaml").write_text(yaml.safe_dump(payload["config"], sort_keys=False))
-    return path
+    return run / "checkpoints" / "last.pt"
 
 
 # ------------------------------------------------------------------ the teacher
@@ -256,3 +256,51 @@ def test_references_are_found_inside_the_values_that_set_them():
     assert references_in("model", {"init": [{"path": "a.pt"}, {"path": "b.pt"}]}) == [
         ("model.init.path", "a.pt"), ("model.init.path", "b.pt")]  # fmt: skip
     assert references_in("train.max_epochs", 3) == []
+
+
+# ------------------------------------------------------------------ hole 4: a stored config downloads nothing
+@pytest.fixture
+def mnist_run(cli, tmp_path) -> tuple[Path, Path]:
+    """A short run on MNIST-format files (root, run folder)."""
+    from image_fixtures import write_mnist_family
+
+    root = write_mnist_family(tmp_path / "mnist-root", n_train=16, n_test=8) and tmp_path / "mnist-root"
+    config = tmp_path / "mnist.yaml"
+    config.write_text(f"data: {{type: mnist, args: {{root: {root}, val_fraction: 0.25}}, batch_size: 8}}\n"
+                      "model: {backbone: {type: cnn, args: {channels: [4]}}, neck: global_avg_pool, head: linear, "
+                      "losses: [cross_entropy]}\n"
+                      "train: {max_epochs: 1, max_steps: 2, progress: never, callbacks: [], num_threads: 1}\n")  # fmt: skip
+    res = cli("train", str(config), "--run-dir", str(tmp_path / "run"))
+    assert res.code == 0, res.err
+    return root, tmp_path / "run"
+
+
+@pytest.mark.parametrize("command", [
+    ["test", "{run}"],
+    ["export", "{run}", "--engine", "onnx"],
+    ["export", "{run}", "--engine", "onnx", "--quantize", "int8", "--calibration-batches", "1"],
+    ["profile", "{run}", "--engines", "eager", "--repeats", "1"],
+    ["data", "show", "{run}/config.yaml", "--out", "{tmp}/grid.png", "-n", "4"],
+    ["train", "--resume", "{run}", "train.max_epochs=2", "train.max_steps=3"],
+])  # fmt: skip
+def test_a_stored_download_is_not_followed_by_any_command(cli, tmp_path, mnist_run, catalog_on_loopback, command):
+    """Hole 4: ``download: true`` in a given run's stored config: every command reads the files as they
+    are, with one warning naming how to fetch them; nothing is contacted."""
+    _, run = mnist_run
+    replant(run, lambda p: p["config"]["data"]["args"].update(download=True))
+    res = cli(*[part.format(run=run, tmp=tmp_path) for part in command])
+    assert res.code == 0, res.err
+    assert "download: true is not followed" in res.err and "modforge data download mnist" in res.err
+    assert catalog_on_loopback.hits == 0
+
+
+def test_a_stored_download_never_makes_its_root(cli, tmp_path, mnist_run, catalog_on_loopback):
+    """The stored root lies outside the run folder and does not exist: nothing is made there; the
+    missing-data error is the one line, and typing the download on the command line is what asks."""
+    _, run = mnist_run
+    elsewhere = tmp_path / "not-mine" / "root"
+    replant(run, lambda p: p["config"]["data"]["args"].update(download=True, root=str(elsewhere)))
+    one_line_error(cli("test", str(run)))
+    assert not elsewhere.parent.exists() and catalog_on_loopback.hits == 0
+    res = cli("test", str(run), "data.args.download=true")  # typed: the user asked (the loopback has no files)
+    assert res.code != 0 and catalog_on_loopback.hits > 0

@@ -34,7 +34,7 @@ from .downloads import no_downloads
 from .origins import typed_here
 
 __all__ = ["REFERENCE_KINDS", "Reference", "Trust", "follow_reference", "may_carry_code", "references_in",
-           "vouched_sources"]
+           "stored_data_downloads", "vouched_sources"]
 
 REFERENCE_KINDS: dict[str, str] = {
     "_base_": "a config file merged under the one that names it",
@@ -134,6 +134,16 @@ def follow_reference(
     else:
         root = vouch_root
     return Reference(kind, path, trust, root, origin or "")
+
+
+def stored_data_downloads(stored: bool, origin: str | None) -> contextlib.AbstractContextManager[None]:
+    """While a config's datasets are built: a *stored* config (``--resume``, ``test RUN``, ``export``,
+    ``profile``, ``data show`` of a run) downloads nothing its file asks for — ``download: true``
+    there is data, like a destination. Typed on this command line (``data.args.download=true``),
+    the user asked: it is followed."""
+    if not stored or typed_here(origin):
+        return contextlib.nullcontext()
+    return no_downloads("a stored config never downloads; add data.args.download=true to the command to fetch")
 
 
 def references_in(key: str, value: Any) -> list[tuple[str, str]]:

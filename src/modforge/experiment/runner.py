@@ -18,6 +18,7 @@ import torch
 from ..core.config import Config, display_path
 from ..core.errors import ConfigError
 from ..core.plugins import load_config_plugins
+from ..core.references import stored_data_downloads
 from ..core.registries import CALLBACKS, DATASETS, METRICS
 from ..core.safe_files import check_folder, ensure_folder, write_atomic
 from ..data.base import DataSplits
@@ -64,9 +65,10 @@ def build_splits(cfg: Config, seed: int) -> DataSplits:
     transforms = data.pop("transforms", None)
     if transforms is not None:
         context["transforms"] = transforms
-    return DATASETS.build(
-        data, path="data", origin_of=cfg.where, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), **context
-    )
+    with stored_data_downloads(cfg.stored, cfg.where("data.args.download")):  # a stored config fetches nothing
+        return DATASETS.build(
+            data, path="data", origin_of=cfg.where, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir), **context
+        )
 _DEFAULT_CALLBACKS = ("csv_logger", "progress", "checkpoint", "nan_guard")
 
 

@@ -42,8 +42,8 @@ def _prepare(name: str, root: str, download: bool, variant: str | None = None) -
     when the files are read as they are and one warning says how to fetch them."""
     base = Path(root)
     if download and not downloads_allowed():
-        log.warning("%s: data.args.download is not followed (%s); reading %s as it is — to fetch the files, "
-                    "run 'modforge data download %s --root %s'", name, download_refusal(), plain_text(root), name,
+        log.warning("%s: download: true is not followed — %s; reading %s as it is (or fetch the files with "
+                    "'modforge data download %s --root %s')", name, download_refusal(), plain_text(root), name,
                     plain_text(root))  # fmt: skip
         download = False
     if download:
