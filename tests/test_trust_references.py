@@ -304,3 +304,37 @@ def test_a_stored_download_never_makes_its_root(cli, tmp_path, mnist_run, catalo
     assert not elsewhere.parent.exists() and catalog_on_loopback.hits == 0
     res = cli("test", str(run), "data.args.download=true")  # typed: the user asked (the loopback has no files)
     assert res.code != 0 and catalog_on_loopback.hits > 0
+
+
+@pytest.mark.slow
+def test_a_sweep_resuming_a_planted_trial_imports_nothing_its_teacher_lists(tmp_path, distilled_run):
+    """Hole 1 through a sweep: a given sweep folder holding an interrupted trial whose stored config
+    names a teacher config with plug-ins (fingerprint forged to match) — ``modforge sweep --sweep-dir``
+    resumes the trial in a child process, which imports nothing and reports the trial failed."""
+    import hashlib
+    import shutil
+
+    from modforge.sweep import SEARCHES, load_sweep
+    from modforge.sweep.command import build_job
+    from sweep_helpers import digits_beside, sweep_cli, trial_rows
+
+    config, marker = planted_config(tmp_path / "elsewhere", tmp_path / "download-root")
+
+    def to_planted(payload: dict) -> None:
+        payload["config"]["train"]["distill"]["teacher"] = str(config)
+        payload["distill_teacher"] = hashlib.sha256(config.read_bytes()).hexdigest()
+
+    replant(distilled_run, to_planted)
+    (distilled_run / "summary.json").unlink()  # interrupted: the sweep resumes it
+    digits_beside(tmp_path)
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("config: digits.yaml\nseeds: [0]\ncollect: [test.accuracy]\n")
+    given = tmp_path / "given"
+    job = build_job(load_sweep(sweep), SEARCHES["grid"](load_sweep(sweep), given).ask(), given, threads=1)
+    job.run_dir.parent.mkdir(parents=True)
+    shutil.copytree(distilled_run, job.run_dir)
+    assert "--resume" in job.argv()  # the planted trial is one the sweep resumes
+    res = sweep_cli(tmp_path, str(sweep), "--sweep-dir", str(given))
+    assert not marker.exists(), res.stderr[-2000:]
+    assert trial_rows(given)[job.trial_id]["status"] != "done"
+    assert "plug-ins" in job.log.read_text() and "--plugins" in job.log.read_text()
