@@ -322,7 +322,7 @@ def test_min_tdcf_metric_reads_the_asv_score_file(tmp_path):
 
 
 def test_asv_score_file_errors(tmp_path):
-    with pytest.raises(ValueError, match="cannot read the ASV score file"):
+    with pytest.raises(ValueError, match="ASV score file not found"):
         sm.read_asv_scores(str(tmp_path / "missing.txt"))
     with pytest.raises(ValueError, match=r"asv.txt:2: class must be one of"):
         sm.read_asv_scores(str(_asv_file(tmp_path, ["a target 1.0", "b bonafide 2.0"])))

@@ -42,6 +42,7 @@ import numpy as np
 from ...core.errors import UsageError
 from ...core.registries import register_dataset
 from ...core.safe_files import UnsafePathError, inside, relative_name
+from ...core.text_safety import quoted
 from ..base import DataSplits
 from .datasets import _challenge, spoofing_splits
 from .protocols import BONAFIDE, KeyedUtterance, ParseReport, ProtocolError, _collect, _lines, _need, parse_label
@@ -93,7 +94,7 @@ def _find_audio(dirs: Sequence[Path], utt: str, ext: str) -> Path:
     """The first folder's ``<utt>.<ext>`` that exists (else the first folder's, for the
     missing-file error); the name must stay inside its folder, links included."""
     name = f"{utt}.{ext}" if ext else utt
-    what = f"trial {utt!r}"
+    what = f"trial {quoted(utt)}"
     try:
         relative_name(name, what)
         chosen = next((d for d in dirs if (d / name).is_file()), dirs[0]) if len(dirs) > 1 else dirs[0]
@@ -124,7 +125,7 @@ def read_asvspoof2021(
                 _need(fields, need, " ".join(names[:need]))
                 columns = dict(zip(names, fields, strict=False))
                 if columns["subset"] not in SUBSETS:
-                    raise ValueError(f"subset {columns['subset']!r} is not one of {', '.join(SUBSETS)}")
+                    raise ValueError(f"subset {quoted(columns['subset'])} is not one of {', '.join(SUBSETS)}")
                 label = parse_label(columns["key"])
                 attack = "-" if label == BONAFIDE else columns["attack"]
                 kept = {k: v for k, v in columns.items() if k not in ("speaker", "trial", "key")}
@@ -152,14 +153,14 @@ def read_asv_trials_2021(metadata: str | Path, scores: str | Path) -> AsvTrials:
     for i, ((number, fields), (s_number, s_fields)) in enumerate(zip(rows, score_rows, strict=True)):
         if len(fields) < 8 or fields[5] not in ("target", "nontarget", "spoof"):
             raise ProtocolError(f"{metadata}:{number}: expected '{' '.join(names)}' with key "
-                                f"target/nontarget/spoof, got {' '.join(fields)!r}")
+                                f"target/nontarget/spoof, got {quoted(' '.join(fields))}")
         if len(s_fields) != 3 or s_fields[1] != fields[1]:
             raise ProtocolError(f"{scores}:{s_number}: expected 'speaker {fields[1]} score' "
-                                f"(pairs with {metadata}:{number}), got {' '.join(s_fields)!r}")
+                                f"(pairs with {metadata}:{number}), got {quoted(' '.join(s_fields))}")
         try:
             values[i] = float(s_fields[2])
         except ValueError:
-            raise ProtocolError(f"{scores}:{s_number}: score {s_fields[2]!r} is not a number") from None
+            raise ProtocolError(f"{scores}:{s_number}: score {quoted(s_fields[2])} is not a number") from None
         labels.append(fields[5])
         for key in columns:
             columns[key].append(fields[names.index(key)])

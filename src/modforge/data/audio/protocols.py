@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ...core.errors import UsageError
 from ...core.safe_files import UnsafePathError, relative_name
+from ...core.text_safety import data_lines, open_bounded_file, open_text_table, quoted
 
 __all__ = [
     "BONAFIDE",
@@ -109,17 +110,14 @@ def parse_label(text: str) -> int:
     try:
         return _LABELS[str(text).strip().lower()]
     except KeyError:
-        raise ValueError(f"unknown label {text!r} (expected bonafide/bona-fide/1 or spoof/fake/0)") from None
+        raise ValueError(f"unknown label {quoted(text)} (expected bonafide/bona-fide/1 or spoof/fake/0)") from None
 
 
 def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
-    if not path.is_file():
-        raise ProtocolError(f"protocol file not found: {path}")
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            fields = line.split()
-            if fields and not fields[0].startswith("#"):
-                yield number, fields
+    """``(line number, fields)`` of a protocol's lines (blank ones and ``#`` comments skipped), read from a
+    regular file of at most :data:`~modforge.core.text_safety.MAX_TEXT_TABLE_BYTES`."""
+    for number, line in data_lines(path, what="protocol file", error=ProtocolError):
+        yield number, line.split()
 
 
 def _name(name: str, what: str) -> str:
@@ -158,7 +156,7 @@ def _collect(
 
 def _need(fields: list[str], count: int, layout: str) -> None:
     if len(fields) < count:
-        raise ValueError(f"expected {count} fields ({layout}), got {len(fields)}: {' '.join(fields)!r}")
+        raise ValueError(f"expected {count} fields ({layout}), got {len(fields)}: {quoted(' '.join(fields))}")
 
 
 def read_asvspoof2019(
@@ -208,20 +206,21 @@ def read_asvspoof5(
 
 def _table_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     """``(line, row)`` pairs of a CSV (or Parquet) table that has the ``required`` columns."""
-    if not path.is_file():
-        raise ProtocolError(f"manifest not found: {path}")
     if path.suffix.lower() in (".parquet", ".pq"):
         try:
             import pandas as pd
         except ImportError:
             raise ProtocolError(f"reading {path} needs pandas and pyarrow (pip install pandas pyarrow)") from None
-        try:
-            frame = pd.read_parquet(path)
-        except Exception as exc:
-            raise ProtocolError(f"cannot read Parquet manifest {path}: {exc}") from None
+        with open_bounded_file(path, what="manifest", error=ProtocolError) as binary:
+            try:
+                frame = pd.read_parquet(binary)
+            except Exception as exc:
+                raise ProtocolError(f"cannot read Parquet manifest {path}: {str(exc)[:200]}") from None
         _require_columns(path, [str(c) for c in frame.columns], required)
         return ((i + 1, {k: _cell(v) for k, v in rec.items()}) for i, rec in enumerate(frame.to_dict("records")))
-    handle = path.open(encoding="utf-8-sig", newline="")  # -sig: a spreadsheet's byte-order mark is no column name
+    # -sig: a spreadsheet's byte-order mark is no column name
+    handle = open_text_table(path, what="manifest", encoding="utf-8-sig", errors="strict", newline="",
+                             error=ProtocolError)  # fmt: skip
     try:
         reader = csv.DictReader(handle)
         header = [h.strip() for h in (reader.fieldnames or [])]
@@ -249,7 +248,7 @@ def _table_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, di
 def _require_columns(path: Path, header: list[str], required: tuple[str, ...]) -> None:
     missing = [c for c in required if c not in header]
     if missing:
-        raise ProtocolError(f"{path}: missing column(s) {', '.join(missing)} (columns: {', '.join(header)})")
+        raise ProtocolError(f"{path}: missing column(s) {', '.join(missing)} (columns: {quoted(', '.join(header))})")
 
 
 def _cell(value: object) -> str:

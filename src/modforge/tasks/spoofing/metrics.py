@@ -261,31 +261,28 @@ def read_asv_scores(path: str) -> tuple[np.ndarray, np.ndarray]:
     ``#`` are skipped.
 
     Raises:
-        ValueError: a missing/unreadable file or a malformed line (named with its number).
+        ValueError: a missing, unreadable, special (a FIFO) or oversized file (more than
+            :data:`~modforge.core.text_safety.MAX_TEXT_TABLE_BYTES`), or a malformed line (named
+            with its number, at most 200 characters of it quoted).
     """
+    from ...core.text_safety import data_lines, quoted
+
     path = os.path.expanduser(str(path))
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.readlines()
-    except OSError as exc:
-        raise ValueError(f"cannot read the ASV score file {path!r}: {exc.strerror or exc}") from None
     scores, classes = [], []
-    for number, line in enumerate(lines, start=1):
+    for number, line in data_lines(path, what="ASV score file", error=ValueError):
         fields = line.split()
-        if not fields or fields[0].startswith("#"):
-            continue
         where = f"{path}:{number}"
         if len(fields) < 3:
-            raise ValueError(f"{where}: expected 'speaker_or_utterance class score', got {line.strip()!r}")
+            raise ValueError(f"{where}: expected 'speaker_or_utterance class score', got {quoted(line.strip())}")
         key = fields[-2].lower()
         if key not in ASV_CLASSES:
-            raise ValueError(f"{where}: class must be one of {', '.join(ASV_CLASSES)}, got {fields[-2]!r}")
+            raise ValueError(f"{where}: class must be one of {', '.join(ASV_CLASSES)}, got {quoted(fields[-2])}")
         try:
             score = float(fields[-1])
         except ValueError:
-            raise ValueError(f"{where}: the score {fields[-1]!r} is not a number") from None
+            raise ValueError(f"{where}: the score {quoted(fields[-1])} is not a number") from None
         if not np.isfinite(score):
-            raise ValueError(f"{where}: the score {fields[-1]!r} is not finite")
+            raise ValueError(f"{where}: the score {quoted(fields[-1])} is not finite")
         scores.append(score)
         classes.append(key)
     missing = [name for name in ASV_CLASSES if name not in classes]

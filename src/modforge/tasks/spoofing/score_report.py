@@ -28,6 +28,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ...core.errors import UsageError
+from ...core.text_safety import data_lines, quoted
 from . import challenge_metrics, sasv_metrics
 from .metrics import read_asv_scores
 from .scores import read_score_file
@@ -46,22 +47,19 @@ def _asv_file(path: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
 def read_tandem_scores(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(cm_scores, asv_scores, classes)`` of a ``trial cm_score asv_score class`` file."""
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"tandem score file not found: {path}")
     cm, asv, classes = [], [], []
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for number, line in data_lines(path, what="tandem score file"):
         fields = line.split()
-        if not fields or fields[0].startswith("#"):
-            continue
         if len(fields) != 4 or fields[3].lower() not in ("target", "nontarget", "spoof"):
             raise UsageError(f"{path}:{number}: expected 'trial cm_score asv_score target|nontarget|spoof', "
-                             f"got {line.strip()!r}")  # fmt: skip
+                             f"got {quoted(line.strip())}")  # fmt: skip
         try:
             values = float(fields[1]), float(fields[2])
         except ValueError:
-            raise UsageError(f"{path}:{number}: scores {fields[1]!r} and {fields[2]!r} must be numbers") from None
+            raise UsageError(f"{path}:{number}: scores {quoted(fields[1])} and {quoted(fields[2])} must be "
+                             "numbers") from None  # fmt: skip
         if not all(np.isfinite(values)):
-            raise UsageError(f"{path}:{number}: scores must be finite, got {line.strip()!r}")
+            raise UsageError(f"{path}:{number}: scores must be finite, got {quoted(line.strip())}")
         cm.append(values[0])
         asv.append(values[1])
         classes.append(fields[3].lower())

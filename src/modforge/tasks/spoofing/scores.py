@@ -95,25 +95,24 @@ def read_score_file(path: str | Path) -> ScoreTable:
     """Read a CM score file: modforge's (:meth:`ScoreTable.write`: ``utt_id score label attack``)
     or the ASVspoof 2019 organisers' (``utt_id attack label score``, e.g. ``LA_E_2834763 A11
     spoof -3.2``), told apart line by line by which field is the number — to compare systems, or
-    to score another toolkit's output with ``modforge score``."""
+    to score another toolkit's output with ``modforge score``. The file must be a regular file of at
+    most :data:`~modforge.core.text_safety.MAX_TEXT_TABLE_BYTES`; an error quotes at most 200
+    characters of a line."""
     from ...core.errors import UsageError
+    from ...core.text_safety import data_lines, quoted
 
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"score file not found: {path}")
     utts, scores, labels, attacks = [], [], [], []
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for number, line in data_lines(path, what="score file"):
         fields = line.rsplit(maxsplit=3)  # an utterance id may hold spaces (a manifest path); the rest may not
-        if not fields or fields[0].startswith("#"):
-            continue
         if len(fields) != 4 or fields[2] not in ("bonafide", "spoof"):
             raise UsageError(f"{path}:{number}: expected 'utt_id score bonafide|spoof attack' (modforge) or "
-                             f"'utt_id attack bonafide|spoof score' (ASVspoof 2019), got {line!r}")  # fmt: skip
+                             f"'utt_id attack bonafide|spoof score' (ASVspoof 2019), got {quoted(line.strip())}")  # fmt: skip
         score, attack = _number(fields[1]), fields[3]
         if score is None:  # the organisers' order: the score last
             score, attack = _number(fields[3]), fields[1]
         if score is None or not math.isfinite(score):
-            raise UsageError(f"{path}:{number}: no finite score in {line!r}")
+            raise UsageError(f"{path}:{number}: no finite score in {quoted(line.strip())}")
         utts.append(fields[0])
         scores.append(score)
         labels.append(1 if fields[2] == "bonafide" else 0)
