@@ -374,16 +374,17 @@ class _Writer:
         try:
             fd = os.open(parts[-1], _NEW_FILE_FLAGS, 0o644, dir_fd=parent)
         except FileExistsError:
-            raise _refuse(self.archive, name, "appears twice in the archive") from None
-        except IsADirectoryError:
-            raise _refuse(self.archive, name, "is both a file and a folder in the archive") from None
+            folder = stat.S_ISDIR(os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode)
+            raise _refuse(self.archive, name, "is both a file and a folder in the archive" if folder
+                          else "appears twice in the archive") from None  # fmt: skip
         with open(fd, "wb", buffering=0) as out:
             size, digest = _copy_bounded(source, out, allowed, lambda got: self._too_large(name, got))
         self.total += size
         self.files.append(_Written("/".join(parts), size, digest))
 
     def _too_large(self, name: str, size: int) -> UnsafeArchiveError:
-        if size > self.limits.member_bytes:
+        """The refusal naming whichever bound ``size`` ran into: the member's own, or the archive's."""
+        if self.limits.member_bytes < self.limits.total_bytes - self.total:
             return _refuse(self.archive, name, f"unpacks to more than the {self.limits.member_bytes} bytes one "
                                                "member may have")  # fmt: skip
         return _refuse(self.archive, name, f"takes the archive past the {self.limits.total_bytes} bytes it may "
