@@ -158,7 +158,7 @@ def test_a_teacher_config_elsewhere_vouches_for_nothing_there(cli, tmp_path, cat
     student.parent.mkdir()
     student.write_text(f"_base_: {DIGITS}\ntrain: {{distill: {{teacher: ../elsewhere/planted.yaml}}}}\n")
     line = one_line_error(cli("train", str(student), *TINY, "--run-dir", str(tmp_path / "run")))
-    assert "evil_elsewhere.py" in line and "--plugins" in line, line
+    assert "planted.yaml" in line and "evil_elsewhere.py" in line and "--plugins" in line, line
     assert not marker.exists() and catalog_on_loopback.hits == 0 and not (tmp_path / "run").exists()
 
 
