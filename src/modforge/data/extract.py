@@ -716,6 +716,8 @@ def _file_problem(root: int, listed: _Written) -> str | None:
             inner = os.open(part, _FOLDER_FLAGS, dir_fd=current)
             os.close(current)
             current = inner
+        if not stat.S_ISREG(os.stat(parts[-1], dir_fd=current, follow_symlinks=False).st_mode):
+            return "is not a regular file"  # a link, FIFO or device put there: never opened
         fd = os.open(parts[-1], _READ_FLAGS, dir_fd=current)
     except OSError:
         return "is gone or lies behind a link"
