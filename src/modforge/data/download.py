@@ -58,6 +58,7 @@ USER_AGENT = "modforge-download (python-urllib)"
 DEFAULT_MAX_BYTES = 2 << 30
 """Most bytes one download may bring when the caller gives neither ``size`` nor ``max_bytes``
 (2 GiB; the largest file of the corpus catalog is 0.56 GB)."""
+
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -412,6 +413,8 @@ def _attempt(opener, url: str, fd: int, size: int | None, limit: int, progress: 
 def _receive(response, fd: int, done: int, bound: int, total: int | None, progress: Progress | None) -> int:
     """Append the body to ``fd`` (holding ``done`` bytes) until it ends; more than ``bound`` bytes
     in all is :class:`_TooLarge` before the excess is written. Returns the bytes the file then holds."""
+    if done > bound:  # a range reply starting past the total it announces
+        raise _TooLarge(f"the server continues at byte {done} a file it says has {bound}")
     if progress is not None:
         progress(done, total)
     while True:
