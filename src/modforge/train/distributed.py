@@ -7,6 +7,14 @@ in every process's environment; :func:`setup` reads them and joins the group (``
 the CPU, ``nccl`` on CUDA, or the configured backend). With one process nothing here does
 any work, so single-process code paths stay exactly as they are.
 
+One machine (``--nproc N``): nothing listens beyond the loopback interface. torchrun's
+c10d stores would listen on every address and the workers' gloo sockets on the address the
+host name resolves to (on most servers the network address) — unauthenticated sockets other
+machines could reach. :func:`torchrun_on_loopback` (what ``--nproc`` runs as torchrun) binds
+every store it hosts to 127.0.0.1 and names 127.0.0.1 as the rendezvous address
+(``--local-addr``, so ``MASTER_ADDR``), and :func:`one_machine_env` puts gloo's and NCCL's
+sockets on the loopback interface (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``).
+
 Collectives carry a timeout (``train.distributed.timeout``): when one process dies, the
 others fail in their next collective — at once when the dead peer's sockets close, at the
 latest after the timeout — and the run ends with :class:`PeerFailure`'s message; the
@@ -18,8 +26,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import gc
+import ipaddress
 import logging
 import os
+import socket
+import sys
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -43,11 +55,14 @@ __all__ = [
     "is_main_process",
     "join_if_launched",
     "local_rank",
+    "one_machine_args",
+    "one_machine_env",
     "peer_failure",
     "rank",
     "setup",
     "shutdown",
     "stop_on_sigterm",
+    "torchrun_on_loopback",
     "world_size",
 ]
 
@@ -360,3 +375,82 @@ def barrier(what: str = "a barrier") -> None:
     """Wait until every process gets here."""
     if is_distributed():
         _guarded(what, dist.barrier)
+
+
+# ----------------------------------------------------------------------------- one machine: loopback only
+LOOPBACK = "127.0.0.1"
+"""The address every socket of a one-machine run (``--nproc N``) listens on."""
+
+
+def _loopback_interface() -> str | None:
+    """The loopback interface's name (None where it has none gloo could be given: Windows)."""
+    return {"linux": "lo", "darwin": "lo0"}.get(sys.platform)
+
+
+def one_machine_args(nproc: int) -> list[str]:
+    """torchrun's arguments for ``nproc`` processes on this machine: a standalone rendezvous whose
+    address (the workers' ``MASTER_ADDR``) is 127.0.0.1, not the host name's address."""
+    return ["--standalone", f"--nproc-per-node={nproc}", f"--local-addr={LOOPBACK}"]
+
+
+def one_machine_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (this process's environment) for a one-machine run: gloo's and NCCL's sockets on
+    the loopback interface, whatever the environment said (a cluster's ``GLOO_SOCKET_IFNAME=eth0``
+    would expose them), and the store torchrun hosts on 127.0.0.1 shared with the workers
+    (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` would make rank 0 host one on every address)."""
+    env = dict(os.environ if base is None else base)
+    env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
+    interface = _loopback_interface()
+    if interface is not None:
+        env.update(GLOO_SOCKET_IFNAME=interface, NCCL_SOCKET_IFNAME=interface)
+    return env
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_STORE_ARGS = ("world_size", "is_master", "timeout", "wait_for_workers", "multi_tenant", "master_listen_fd",
+               "use_libuv")  # fmt: skip
+"""``TCPStore``'s arguments after ``host_name`` and ``port``, in order."""
+
+
+def _loopback_store_class() -> type:
+    """A ``TCPStore`` whose server, for a loopback host, listens on 127.0.0.1 only: ``TCPStore``
+    binds its server to every address whatever ``host_name`` says, unless it is handed a socket
+    already listening (``master_listen_fd``)."""
+
+    class LoopbackTCPStore(dist.TCPStore):
+        def __init__(self, host_name: str, port: int, *args: Any, **kwargs: Any) -> None:
+            kwargs.update(zip(_STORE_ARGS, args, strict=False))  # fewer given than it takes
+            if kwargs.get("is_master") and kwargs.get("master_listen_fd") is None and _is_loopback(host_name):
+                listener = socket.create_server((LOOPBACK, port))
+                port = listener.getsockname()[1]
+                kwargs["master_listen_fd"] = listener.detach()  # the store owns (and closes) it now
+            super().__init__(host_name, port, **kwargs)
+
+    return LoopbackTCPStore
+
+
+def torchrun_on_loopback(argv: list[str] | None = None) -> None:
+    """torchrun (``torch.distributed.run``; ``argv``: its command line, default ``sys.argv[1:]``)
+    with every store it hosts on a loopback host listening on 127.0.0.1 only — what ``--nproc N``
+    runs, with :func:`one_machine_args` and :func:`one_machine_env`."""
+    from torch.distributed import run
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, static_tcp_rendezvous
+
+    original = dist.TCPStore
+    loopback = _loopback_store_class()
+    for module in (dist, c10d_rendezvous_backend, static_tcp_rendezvous):  # where torchrun makes its stores
+        if getattr(module, "TCPStore", None) is original:
+            module.TCPStore = loopback
+    run.main(argv)
+
+
+if __name__ == "__main__":  # python -m modforge.train.distributed ARGS: torchrun_on_loopback (for --nproc)
+    torchrun_on_loopback()

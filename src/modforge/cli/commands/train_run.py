@@ -66,21 +66,24 @@ def _nproc(argv: list[str]) -> tuple[list[str], int | None]:
 def launch_command(argv: list[str], nproc: int) -> list[str]:
     """torchrun (standalone: one machine) running ``modforge train ARGV`` in ``nproc``
     processes; neither torchrun nor its workers import from the current directory (torchrun
-    runs the workers' command as given, ``--no-python``: :func:`safe_module_command`)."""
-    return [*safe_module_command("torch.distributed.run", unbuffered=True), "--standalone",
-            f"--nproc-per-node={nproc}", "--no-python", *safe_module_command("modforge", unbuffered=True), "train",
-            *argv]  # fmt: skip
+    runs the workers' command as given, ``--no-python``: :func:`safe_module_command`), and
+    torchrun's stores listen on 127.0.0.1 only
+    (:func:`~modforge.train.distributed.torchrun_on_loopback`)."""
+    from ...train.distributed import one_machine_args
+
+    return [*safe_module_command("modforge.train.distributed", unbuffered=True), *one_machine_args(nproc),
+            "--no-python", *safe_module_command("modforge", unbuffered=True), "train", *argv]  # fmt: skip
 
 
 def _launch(argv: list[str], nproc: int) -> int:
     """Run this command in ``nproc`` processes under torchrun (standalone: one machine)."""
-    from ...train.distributed import env_world_size
+    from ...train.distributed import env_world_size, one_machine_env
 
     if env_world_size() > 1:
         raise UsageError("--nproc starts torchrun itself; this process already runs under torchrun")
     _check_resume_target(argv)  # a folder to refuse is one line from here, not one per process
     command = launch_command(argv, nproc)
-    env = safe_child_env()
+    env = safe_child_env(one_machine_env())  # gloo's and NCCL's sockets on the loopback interface
     log.info("starting %d processes: torchrun --standalone --nproc-per-node=%d modforge train ...", nproc, nproc)
     if os.name != "posix":
         return subprocess.call(command, env=env)

@@ -14,6 +14,9 @@ from .tracker import Tracker
 
 WandbMode = Literal["auto", "offline", "online", "disabled"]
 
+QUIET_ENV = ("WANDB_MODE", "WANDB_ERROR_REPORTING")
+"""What the environment says while a run's tracker is offline or disabled (:meth:`WandbLogger._quiet`)."""
+
 
 @register_callback("wandb")
 class WandbLogger(Tracker):
@@ -28,6 +31,13 @@ class WandbLogger(Tracker):
     continues the same W&B run (same id; offline, the resumed session is a further
     ``offline-run-*`` folder that ``wandb sync`` joins to it). Needs the ``wandb``
     package (0.19.10 or newer): ``pip install "modforge[wandb]"``.
+
+    Offline (and disabled) means no connection at all: the SDK takes its own telemetry's
+    settings from the environment, not from ``wandb.init``'s mode — with ``mode: offline``
+    alone, the metrics it records on every ``log`` are posted to the W&B server when the
+    process exits, and its service reports errors to W&B. While the run is open the
+    environment says ``WANDB_MODE`` (offline or disabled) and ``WANDB_ERROR_REPORTING=false``;
+    the previous values are restored when it closes.
 
     Args:
         project: the W&B project (None: the config's name).
@@ -59,6 +69,7 @@ class WandbLogger(Tracker):
         self.mode = mode
         self._run: Any = None
         self._run_dir: Path | None = None
+        self._saved_env: dict[str, str | None] | None = None  # the environment before _quiet
         self._project = project or "named after the config"
 
     def _resolved_mode(self) -> str:
@@ -75,7 +86,17 @@ class WandbLogger(Tracker):
         options: dict[str, Any] = {}
         if run_id is not None:  # the run of the checkpoint: continued, its config may change (new max_epochs)
             options = {"id": run_id, "resume": "allow", "allow_val_change": True}
-        self._run = wandb.init(
+        self._quiet()
+        try:
+            self._run = self._init(wandb, run_dir, options)
+        except BaseException:
+            self._restore_env()
+            raise
+        _unlink_links_out(run_dir / "wandb", run_dir)
+        return self._run.id, run_id is not None and self._run.id == run_id
+
+    def _init(self, wandb: Any, run_dir: Path, options: dict[str, Any]) -> Any:
+        return wandb.init(
             project=self._project,
             entity=self.entity,
             name=self.name or run_dir.name,
@@ -89,8 +110,25 @@ class WandbLogger(Tracker):
             settings=wandb.Settings(symlink=False),
             **options,
         )
-        _unlink_links_out(run_dir / "wandb", run_dir)
-        return self._run.id, run_id is not None and self._run.id == run_id
+
+    def _quiet(self) -> None:
+        """Unless the run is online, set the environment W&B reads its telemetry and error
+        reporting from (the SDK's process-wide settings, made at the first ``wandb.init``, and
+        its service process, started then) so that nothing connects anywhere; restored by
+        :meth:`_restore_env` when the run closes."""
+        mode = self._resolved_mode()
+        if mode == "online" or self._saved_env is not None:
+            return
+        self._saved_env = {key: os.environ.get(key) for key in QUIET_ENV}
+        os.environ.update(WANDB_MODE=mode, WANDB_ERROR_REPORTING="false")
+
+    def _restore_env(self) -> None:
+        saved, self._saved_env = self._saved_env, None
+        for key, value in (saved or {}).items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
     def _log_params(self, params: dict[str, Any]) -> None:
         self._run.config.update(params, allow_val_change=True)
@@ -110,10 +148,13 @@ class WandbLogger(Tracker):
 
     def _close(self, failed: bool = False) -> None:
         run, self._run = self._run, None
-        if run is not None:
-            run.finish(exit_code=1 if failed else 0)
-            if self._run_dir is not None:
-                _unlink_links_out(self._run_dir / "wandb", self._run_dir)
+        try:
+            if run is not None:
+                run.finish(exit_code=1 if failed else 0)
+                if self._run_dir is not None:
+                    _unlink_links_out(self._run_dir / "wandb", self._run_dir)
+        finally:
+            self._restore_env()
 
 
 def _unlink_links_out(folder: Path, run_dir: Path) -> None:
