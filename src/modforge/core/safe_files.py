@@ -311,18 +311,24 @@ def folder_below(root: str | os.PathLike, name: str, what: str) -> Path:
 def leads_outside(path: str | os.PathLike, real_root: Path) -> Path | None:
     """Where ``path`` really leads when that is outside ``real_root`` (an already resolved folder);
     ``None`` when it resolves to ``real_root`` or inside it (a loop resolves to where it stops)."""
-    real = Path(os.path.realpath(path))
+    return _beyond(Path(os.path.realpath(path)), real_root)
+
+
+def _beyond(real: Path, real_root: Path) -> Path | None:
     return None if real == real_root or real.is_relative_to(real_root) else real
 
 
 def _escape(root: str | os.PathLike, target: Path, shown: str) -> Path | None:
-    """:func:`leads_outside` for ``target`` below ``root`` (resolved here); a loop is refused."""
+    """:func:`leads_outside` for ``target`` below ``root`` (both resolved here); a loop is refused."""
     try:
         real_root = Path(root).resolve()
-        target.resolve()  # raises on a link loop, which realpath would silently stop at
+        try:  # strict: a loop raises on every Python (non-strict stops at it from 3.13 on)
+            real = target.resolve(strict=True)
+        except FileNotFoundError:  # not there (yet): where it would be
+            real = target.resolve()
     except (OSError, RuntimeError):
         raise UnsafePathError(f"{shown}: a link on its way loops") from None
-    return leads_outside(target, real_root)
+    return _beyond(real, real_root)
 
 
 def relative_name(name: str, what: str = "path", root: str | os.PathLike = "its folder") -> str:
