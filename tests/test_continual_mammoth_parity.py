@@ -145,10 +145,14 @@ def test_the_losses_of_50_steps_are_mammoths(name, monkeypatch):
     replayed = sum(len(d) > 0 for d in REFERENCE["runs"][name]["draws"])
     assert replayed >= 30  # the replay terms are in most of the steps compared
     losses = np.array(modforge_losses(name, monkeypatch))
-    if name in CHAOTIC and torch.__version__.split("+")[0] != REFERENCE["torch"].split("+")[0]:
-        # another PyTorch rounds some kernels differently, and this run amplifies any rounding: only its
-        # first steps are comparable (all 50 are, under the PyTorch the reference was recorded with)
+    if name in CHAOTIC:
+        # another PyTorch, or another processor's kernels (AVX-512 here, where the reference's machine gave
+        # 3.5e-5 relative by step 36), round some operations differently, and this run amplifies any
+        # rounding: its first steps are compared closely, the rest within 1e-3 under the PyTorch the
+        # reference was recorded with — a changed term moves them by tens of percent (the epsilon test)
         np.testing.assert_allclose(losses[:10], expected[:10], rtol=1e-4, atol=1e-5)
+        if torch.__version__.split("+")[0] == REFERENCE["torch"].split("+")[0]:
+            np.testing.assert_allclose(losses, expected, rtol=1e-3, atol=1e-4)
         return
     np.testing.assert_allclose(losses, expected, rtol=RTOL, atol=ATOL)
 
