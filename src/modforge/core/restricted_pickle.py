@@ -67,6 +67,10 @@ class PickledObject:
         return f"<pickled {self.source}>"
 
 
+_MAX_DEPTH = 100
+"""Deepest nesting :func:`plain` converts (a fairseq configuration nests about 30 deep, stand-ins counted)."""
+
+
 class SharedWalk:
     """A walk over an unpickled object graph that converts each shared object once, within a budget.
 
@@ -147,16 +151,23 @@ def plain(value: Any, *, what: str, max_nodes: int = MAX_PICKLE_NODES) -> Any:
     exponential walk.
 
     Raises:
-        DamagedFileError: nested more than 200 deep, more than ``max_nodes`` objects and items,
+        DamagedFileError: nested more than 100 deep, more than ``max_nodes`` objects and items,
             a stand-in where no configuration puts it.
     """
     walk = SharedWalk(lambda message: DamagedFileError(f"{what}: {message}"), max_nodes)
-    return _plain(value, what, walk, 0)
+    try:
+        return _plain(value, what, walk, 0)
+    except RecursionError:  # only where the interpreter's stack is already deep when plain is called
+        raise _too_deep(what) from None
+
+
+def _too_deep(what: str) -> DamagedFileError:
+    return DamagedFileError(f"{what}: configuration nested more than {_MAX_DEPTH} deep")
 
 
 def _plain(value: Any, what: str, walk: SharedWalk, depth: int) -> Any:
-    if depth > 200:
-        raise DamagedFileError(f"{what}: configuration nested too deeply")
+    if depth > _MAX_DEPTH:
+        raise _too_deep(what)
     if isinstance(value, (dict, list, tuple, PickledObject)):
         return walk.once(value, lambda: _plain_node(value, what, walk, depth))
     if isinstance(value, type):

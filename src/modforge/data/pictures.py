@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import struct
 import threading
 import warnings
@@ -34,10 +33,11 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..core.errors import UsageError
-from ..core.text_safety import file_kind
+from ..core.text_safety import open_bounded_file
 
 __all__ = [
     "IMAGE_FORMATS",
+    "MAX_PICTURE_FILE_BYTES",
     "MAX_PICTURE_PIXELS",
     "PICTURE_FORMATS",
     "PIXEL_MARGIN",
@@ -61,6 +61,9 @@ the netpbm ``.ppm``/``.pgm`` files, which torchvision's ``IMG_EXTENSIONS`` lists
 
 MAX_PICTURE_PIXELS = 2**28
 """Default largest picture (e.g. 16,384 × 16,384 pixels; 768 MiB decoded as RGB)."""
+
+MAX_PICTURE_FILE_BYTES = 1 << 32
+"""Largest picture file opened (4 GiB: above an uncompressed 16-bit RGBA TIFF of :data:`MAX_PICTURE_PIXELS`)."""
 
 _PIL_LOCK = threading.Lock()
 
@@ -101,27 +104,15 @@ def pixel_limit(pixels: int) -> Iterator[None]:
 
 
 def open_picture_file(path: str | os.PathLike) -> BinaryIO:
-    """``path`` opened to read, once the open descriptor shows a regular file. It is opened non-blocking, so
-    a FIFO (or a device) named like a picture is refused at once instead of hanging the reader.
+    """``path`` opened to read once the open descriptor shows a regular file of at most
+    :data:`MAX_PICTURE_FILE_BYTES` (:func:`~modforge.core.text_safety.open_bounded_file`): opened non-blocking,
+    so a FIFO (or a device) named like a picture is refused at once instead of hanging the reader.
 
     Raises:
-        PictureError: missing, unreadable, or not a regular file (a FIFO, socket, device, folder); naming it.
+        PictureError: missing, unreadable, not a regular file (a FIFO, socket, device, folder), too large;
+            naming the file.
     """
-    file = os.fspath(path)
-    nonblock = getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(file, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError:
-        raise PictureError(f"image file not found: {file}") from None
-    except OSError as exc:
-        raise PictureError(f"image file {file} cannot be read ({exc.strerror or exc})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise PictureError(f"image file {file} is {file_kind(mode)}; expected a picture file")
-    if nonblock:
-        os.set_blocking(fd, True)
-    return open(fd, "rb")  # noqa: SIM115 - the caller closes it
+    return open_bounded_file(path, what="image file", max_bytes=MAX_PICTURE_FILE_BYTES, error=PictureError)
 
 
 def open_picture(path: str | os.PathLike, *, max_pixels: int, formats: Sequence[str] = PICTURE_FORMATS) -> Image.Image:

@@ -42,7 +42,7 @@ import numpy as np
 from ...core.errors import UsageError
 from ...core.registries import register_dataset
 from ...core.safe_files import UnsafePathError, inside, relative_name
-from ...core.text_safety import quoted
+from ...core.text_safety import MAX_QUOTED, quoted
 from ..base import DataSplits
 from .datasets import _challenge, spoofing_splits
 from .protocols import BONAFIDE, KeyedUtterance, ParseReport, ProtocolError, _collect, _lines, _need, parse_label
@@ -155,7 +155,7 @@ def read_asv_trials_2021(metadata: str | Path, scores: str | Path) -> AsvTrials:
             raise ProtocolError(f"{metadata}:{number}: expected '{' '.join(names)}' with key "
                                 f"target/nontarget/spoof, got {quoted(' '.join(fields))}")
         if len(s_fields) != 3 or s_fields[1] != fields[1]:
-            raise ProtocolError(f"{scores}:{s_number}: expected 'speaker {fields[1]} score' "
+            raise ProtocolError(f"{scores}:{s_number}: expected 'speaker {fields[1][:MAX_QUOTED]} score' "
                                 f"(pairs with {metadata}:{number}), got {quoted(' '.join(s_fields))}")
         try:
             values[i] = float(s_fields[2])

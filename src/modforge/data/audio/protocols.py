@@ -143,7 +143,7 @@ def _collect(
         try:
             utt = parse()
             if utt.utt_id in seen:
-                raise ValueError(f"utterance '{utt.utt_id}' already listed at {seen[utt.utt_id]}")
+                raise ValueError(f"utterance {quoted(utt.utt_id)} already listed at {seen[utt.utt_id]}")
             seen[utt.utt_id] = where
             out.append(utt)
         except (ValueError, IndexError) as exc:
