@@ -238,6 +238,23 @@ def test_an_audio_folders_sub_folder_linking_inside_is_read(tmp_path):
     assert folder.read(1).shape == (1600,)
 
 
+@pytest.mark.parametrize("planted", ["wav", "protocols/eval.txt", "protocols/eval_channels.txt"])
+def test_a_spoofing_corpus_whose_audio_or_protocol_links_out_is_refused(cli, tmp_path, planted):
+    """A challenge layout (ASVspoof 2019/5, the generated corpus): its audio folders and protocol files
+    are below the root; a link out among them is refused before anything in it is read."""
+    from modforge.data.audio.spoof_corpus import make_spoof_corpus
+
+    corpus = tmp_path / "corpus"
+    make_spoof_corpus(corpus, utts=25, duration=0.3, speakers=3)
+    (tmp_path / "private").mkdir()
+    link_out(corpus / planted, tmp_path / "private" / Path(planted).name)
+    with touched(tmp_path / "private") as seen:
+        res = _show(cli, tmp_path, f"{{type: spoof_corpus, args: {{root: {corpus}}}}}")
+    line = one_line(res)
+    assert f"{corpus / planted} leads outside the dataset root {corpus} through a link" in line, line
+    assert seen == []
+
+
 # ----------------------------------------------------------------------------- the helper itself
 def test_folder_below_takes_a_root_that_is_a_link_and_refuses_only_what_leads_out(tmp_path):
     (tmp_path / "real" / "a" / "b").mkdir(parents=True)

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from ...core.errors import UsageError
 from ...core.layouts import Layout
 from ...core.registries import register_dataset
+from ...core.safe_files import folder_below
 from ..base import DataSplits
 from .dataset import AudioDataset, audio_settings, check_files
 from .protocols import (
@@ -106,10 +107,18 @@ def _challenge(
     return {
         split: (
             None if protocol is None
-            else reader(base / protocol, base / audio_dirs[split], ext=ext, skip_bad=skip_bad, report=report)
+            else reader(_below(base, protocol, f"{split} protocol"), _below(base, audio_dirs[split], f"{split} audio"),
+                        ext=ext, skip_bad=skip_bad, report=report)
         )
         for split, protocol in protocols.items()
-    }
+    }  # fmt: skip
+
+
+def _below(root: Path, name: str, what: str) -> Path:
+    """A protocol file or audio folder the config names: an absolute path as given (the user's own
+    choice), a relative one below ``root`` resolving inside it — a link planted below a shared
+    dataset root that leads out is refused (:func:`~modforge.core.safe_files.folder_below`)."""
+    return Path(name) if Path(name).is_absolute() else folder_below(root, name, what)
 
 
 @register_dataset("asvspoof2019")
@@ -248,7 +257,7 @@ def _corpus_channels(root: Path) -> dict[str, str] | None:
     conditions in the order meta.json lists them."""
     from .spoof_corpus import CHANNELS_FILE
 
-    path = root / "protocols" / CHANNELS_FILE
+    path = folder_below(root, f"protocols/{CHANNELS_FILE}", "transmission channels")
     if not path.is_file():
         return None
     out: dict[str, str] = {}
