@@ -236,3 +236,20 @@ def test_la_dataset_reads_the_asv_trials_for_min_tdcf(tmp_path, caplog):
     assert [u.conditions["codec"] for u in test.utterances] == ["none", "alaw", "none", "alaw"]
     with pytest.raises(UsageError, match="track must be la or df"):
         asvspoof2021(str(tmp_path), track="pa")
+
+
+@pytest.mark.parametrize("planted", ["keys", "ASVspoof2021_DF_eval_part02"])
+def test_a_key_or_audio_folder_linking_out_of_the_root_is_refused(tmp_path, planted):
+    """A shared release whose keys or audio part folder is a link out of the root (issue 39): refused
+    before anything in it is read; the root itself may be a link."""
+    from modforge.core.safe_files import UnsafePathError
+
+    root = _df_release(tmp_path / "2021")
+    (root / planted).rename(tmp_path / "private")
+    (root / planted).symlink_to(tmp_path / "private")
+    with pytest.raises(UnsafePathError, match=f"{planted}[^ ]* leads outside the dataset root"):
+        asvspoof2021(str(root), track="df")
+    (root / planted).unlink()
+    (tmp_path / "private").rename(root / planted)
+    (tmp_path / "named").symlink_to(root)
+    assert len(asvspoof2021(str(tmp_path / "named"), track="df").test) == 12

@@ -41,7 +41,7 @@ import numpy as np
 
 from ...core.errors import UsageError
 from ...core.registries import register_dataset
-from ...core.safe_files import UnsafePathError, inside, relative_name
+from ...core.safe_files import UnsafePathError, folder_below, inside, relative_name
 from ...core.text_safety import MAX_QUOTED, quoted
 from ..base import DataSplits
 from .datasets import _challenge, spoofing_splits
@@ -168,8 +168,10 @@ def read_asv_trials_2021(metadata: str | Path, scores: str | Path) -> AsvTrials:
 
 
 def _under(base: Path, name: Union[str, Path]) -> Path:
+    """``name`` as the config gives it: absolute as given (the user's own choice), relative below
+    ``base`` and resolving inside it (a link planted below a shared root that leads out is refused)."""
     path = Path(name)
-    return path if path.is_absolute() else base / path
+    return path if path.is_absolute() else folder_below(base, str(path), "asvspoof2021")
 
 
 @register_dataset("asvspoof2021")
@@ -221,10 +223,10 @@ def asvspoof2021(
     base = Path(root)
     if not base.is_dir():
         raise UsageError(f"dataset root not found: {base}")
-    key_path = _under(base, keys) if keys is not None else base / "keys"
+    key_path = _under(base, keys if keys is not None else "keys")
     key_dir = key_path
     if key_path.is_dir():
-        key_path = key_path / upper / "CM" / "trial_metadata.txt"
+        key_path = _under(key_path, f"{upper}/CM/trial_metadata.txt")
     else:
         key_dir = key_path.parent.parent.parent  # keys/LA/CM/trial_metadata.txt → keys
     dirs = eval_audio if eval_audio is not None else _DEFAULT_AUDIO[upper]
