@@ -99,41 +99,43 @@ _fake_array = st.builds(
 
 
 @st.composite
-def shared_graph(draw: st.DrawFn) -> Any:
-    """Containers built bottom-up, each holding earlier ones over and over (up to 300 references nested up to
-    10 deep: up to 300¹⁰ items as a tree, a few KB pickled, memo references being two bytes)."""
-    nodes = [draw(_leaf), draw(_fake_array)]
-    for _ in range(draw(st.integers(1, 10))):
-        # mostly a chain (each container repeats the one before), now and then other earlier ones too
-        picks = [len(nodes) - 1, *draw(st.lists(st.integers(0, len(nodes) - 1), max_size=2))]
-        items = [nodes[picks[i % len(picks)]] for i in range(draw(st.sampled_from([0, 1, 2, 3, 150, 300])))]
+def shared_graph(draw: st.DrawFn, wide: bool = False) -> Any:
+    """Containers built bottom-up, each repeating the one before (now and then an earlier one too) up to 300
+    times, nested up to 10 deep: up to 300¹⁰ items as a tree, a few KB pickled (a memo reference is two
+    bytes). ``wide``: every container 100 to 300 wide, at least 4 deep (a bomb for a walker that does not
+    memoise)."""
+    nodes = [draw(_leaf)]
+    width = st.integers(100, 300) if wide else st.sampled_from([300, 2, 1, 0])
+    for _ in range(draw(st.integers(4 if wide else 1, 10))):
+        picks = [nodes[-1], *draw(st.lists(st.sampled_from(nodes), max_size=1))]
+        items = [picks[i % len(picks)] for i in range(draw(width))]
         kind = draw(st.sampled_from(["list", "tuple", "dict"]))
         nodes.append(items if kind == "list" else tuple(items) if kind == "tuple" else
                      {f"k{i}".encode(): item for i, item in enumerate(items)})  # fmt: skip
     return nodes[-1]
 
 
-HONEST_BATCH = {b"data": np.zeros((4, 3072), np.uint8), b"labels": [0, 1, 2, 3], b"batch_label": b"training batch"}
+HONEST_BATCH = {b"data": np.zeros((1, 3072), np.uint8), b"labels": [7], b"batch_label": b"training batch"}
 
 
 @st.composite
 def cifar_batch(draw: st.DrawFn) -> tuple[bytes, bool]:
-    """The bytes of a CIFAR-10 training batch of 4 pictures, and whether it is honest (then it must read):
-    one in four is; the others hold shared graphs, lying arrays or junk, and may be damaged."""
-    if draw(st.integers(0, 3)) == 0:
+    """The bytes of a CIFAR-10 training batch of 1 picture, and whether it is honest (then it must read). A
+    third are honest, a third hold a wide shared graph (a bomb), the rest lying arrays, other graphs or junk,
+    pickled with protocol 2 (where bytes pickle as ``_codecs`` calls, refused) to 5, now and then damaged."""
+    kind = draw(st.sampled_from(["honest", "bomb", "hostile"]))
+    if kind == "honest":
         return pickle.dumps(HONEST_BATCH, protocol=draw(st.integers(3, 5))), True
-    data = draw(st.one_of(st.just(HONEST_BATCH[b"data"]), _fake_array, shared_graph()))
-    labels = draw(st.one_of(st.lists(_leaf, max_size=5), shared_graph()))
-    batch = draw(st.one_of(st.just({**HONEST_BATCH, b"data": data, b"labels": labels}), shared_graph(),
-                           st.just([data, labels])))  # fmt: skip
-    raw = bytearray(pickle.dumps(batch, protocol=draw(st.integers(2, 5))))  # 2: bytes as _codecs calls, refused
-    for _ in range(draw(st.integers(0, 3))):  # damage: a byte changed, or the end cut off
+    if kind == "bomb":
+        data = labels = draw(shared_graph(wide=True))
+    else:
+        data = draw(st.one_of(shared_graph(), _fake_array, st.just(HONEST_BATCH[b"data"])))
+        labels = draw(st.one_of(shared_graph(), st.lists(_leaf, max_size=5)))
+    batch = draw(st.sampled_from([{**HONEST_BATCH, b"data": data, b"labels": labels}, [data, labels, data]]))
+    raw = bytearray(pickle.dumps(batch, protocol=2 if draw(st.integers(0, 9)) == 5 else draw(st.integers(3, 5))))
+    if kind == "hostile" and draw(st.integers(0, 3)) == 2:  # damaged: a byte changed, or the end cut off
         at = draw(st.integers(0, len(raw) - 1))
-        if draw(st.booleans()):
-            raw[at] = draw(st.integers(0, 255))
-        else:
-            del raw[at:]
-            break
+        raw[at:] = bytes([draw(st.integers(0, 255))]) + raw[at + 1:] if draw(st.booleans()) else b""
     return bytes(raw), False
 
 
@@ -143,7 +145,7 @@ def test_hostile_cifar_batches_are_read_or_refused_in_one_line(batches):
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "data"
         template = folder / "template"
-        write_cifar_python(template, "cifar10", n_train=20, n_test=4)
+        write_cifar_python(template, "cifar10", n_train=5, n_test=2)
         calls = []
         for k, (raw, _) in enumerate(batches):
             root = folder / f"case{k}"
@@ -170,18 +172,23 @@ IMAGES = "IdxLayout(0x08, (None, 28, 28), 'images as unsigned bytes [N, 28, 28]'
 def idx_file(draw: st.DrawFn) -> tuple[bytes, str | None, bool]:
     """``(file bytes, what numpy reads from it or None when it must be refused, whether it holds images
     [N, 28, 28] of unsigned bytes)``: a header of random magic, type code, dimension count and dimensions
-    (some missing), a body exact, short, long, of random bytes or of zeros, raw or gzip-compressed."""
-    magic = draw(st.one_of(st.just(b"\0\0"), st.sampled_from([b"\0\1", b"\x80\0", b"", b"\0"])))
-    code = draw(st.one_of(st.sampled_from(sorted(IDX_DTYPES)), st.integers(0, 255)))
-    ndim = draw(st.one_of(st.integers(1, 3), st.integers(0, 255)))
-    dims = draw(st.one_of(
-        st.lists(st.one_of(st.integers(0, 6), st.just(28)), min_size=ndim, max_size=ndim).filter(lambda d: len(d) <= 20),
-        st.lists(st.sampled_from([0, 1, 28, 60000, 2**20, 2**31, 2**32 - 1]), max_size=5),
-    ))  # fmt: skip
+    (some missing), a body exact, short, long, of random bytes or of zeros, raw or gzip-compressed. A third
+    are bombs: a valid header declaring 2²⁸ to 2³² values, then gzip-compressed zeros."""
+    bomb = draw(st.integers(0, 2)) == 1
+    if bomb:
+        magic, code, ndim = b"\0\0", draw(st.sampled_from(sorted(IDX_DTYPES))), draw(st.integers(1, 2))
+        dims = [draw(st.sampled_from([2**28, 2**29, 2**31, 2**32 - 1])), *[1] * (ndim - 1)]
+    else:
+        magic = draw(st.one_of(st.just(b"\0\0"), st.sampled_from([b"\0\1", b"\x80\0", b"", b"\0"])))
+        code = draw(st.one_of(st.sampled_from(sorted(IDX_DTYPES)), st.integers(0, 255)))
+        ndim = draw(st.one_of(st.integers(1, 3), st.integers(0, 255)))
+        count = min(ndim, 6) if draw(st.integers(0, 4)) else draw(st.integers(0, 5))  # else: a truncated header
+        dims = draw(st.lists(st.one_of(st.integers(0, 6), st.just(28), st.sampled_from([60000, 2**20, 2**31])),
+                             min_size=count, max_size=count))  # fmt: skip
     header = magic + bytes([code, ndim])[: 4 - len(magic)] + b"".join(struct.pack(">I", d) for d in dims)
     valid = magic == b"\0\0" and code in IDX_DTYPES and 1 <= ndim <= 16 and len(dims) == ndim
     nbytes = int(np.prod(dims, dtype=object)) * np.dtype(IDX_DTYPES.get(code, ">u1")).itemsize if valid else None
-    kind = draw(st.sampled_from(["exact", "short", "long", "random", "zeros"]))
+    kind = "zeros" if bomb else draw(st.sampled_from(["exact", "short", "long", "random", "zeros"]))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     if nbytes is not None and nbytes <= MAX_HONEST_BODY and kind in ("exact", "zeros"):
         body = rng.bytes(nbytes) if kind == "exact" and nbytes <= 1 << 20 else bytes(nbytes)
@@ -198,7 +205,7 @@ def idx_file(draw: st.DrawFn) -> tuple[bytes, str | None, bool]:
         expected = f"{values.dtype.str} {list(values.shape)} {hashlib.sha256(values.tobytes()).hexdigest()}"
     images = expected is not None and code == 0x08 and ndim == 3 and dims[1:] == [28, 28]
     data = header + body
-    return (gzip.compress(data, mtime=0) if draw(st.booleans()) else data), expected, images
+    return (gzip.compress(data, mtime=0) if bomb or draw(st.booleans()) else data), expected, images
 
 
 @SETTINGS
