@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from modforge.cli.main import main
-from registry_state import registries_restored
+# Before torch is first imported (just below; the OpenMP runtime reads this once, at load), and for
+# every child process a test starts: OpenMP threads wait for work asleep, not spinning. Two test
+# workers keep both cores busy, so a run on two torch threads (a config's ``num_threads: 2``, a
+# child's default of one thread per core) spins one thread while the other waits for a core:
+# every parallel op then costs a scheduler time slice — measured 47x slower per op with one core
+# busy, ``benchmarks/gpu.py --smoke`` 143 s instead of 38 s. Results are the same either way.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from modforge.cli.main import main  # noqa: E402
+from registry_state import registries_restored  # noqa: E402
 
 # run folders sign their plug-in manifests with the user's key: tests use a key of their own
 os.environ.setdefault("MODFORGE_HOME", tempfile.mkdtemp(prefix="modforge-home-"))

@@ -226,6 +226,8 @@ def _runnable(argv: list[str]) -> list[str] | None:
             return [*argv, "--print-config"]
         if argv[0] != "train":
             return argv
+        if "--epochs" in argv:  # the flag wins over a dotted override: it is set to one epoch itself
+            argv[argv.index("--epochs") + 1] = "1"
         short = ["continual.epochs_per_task=1"] if "continual" in text else ["train.max_epochs=1"]
         fresh = argv[1].endswith(".yaml") and "--run-dir" not in argv
         target = Path("runs", Path(argv[1]).stem, "stamp")  # where the pages' <stamp> of this config points
