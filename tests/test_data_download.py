@@ -11,16 +11,15 @@ import json
 import os
 import socket
 import tarfile
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
+from loopback_http import LoopbackServer, direct_and_quick
 from modforge.core.errors import UsageError
 from modforge.core.safe_files import UnsafePathError
-from modforge.data import download as dl
 from modforge.data.download import DownloadError, download_file
 from modforge.data.extract import UnsafeArchiveError, extract_archive, marker_path
 from modforge.data.images import catalog
@@ -31,9 +30,9 @@ MD5 = hashlib.md5(PAYLOAD).hexdigest()
 SHA256 = hashlib.sha256(PAYLOAD).hexdigest()
 
 
-class Loopback:
-    """A small HTTP server on 127.0.0.1 serving ``files`` with Range support, which can cut a
-    transfer once, serve wrong bytes, ignore Range, redirect, and records every request."""
+class Loopback(LoopbackServer):
+    """Serves ``files`` with Range support; can cut a transfer once, serve wrong bytes, ignore
+    Range, redirect, and records every request."""
 
     def __init__(self):
         self.files: dict[str, bytes] = {}
@@ -42,71 +41,52 @@ class Loopback:
         self.wrong: set[str] = set()
         self.ignore_range = False
         self.requests: list[tuple[str, str | None]] = []
-        owner = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
-
-            def do_GET(self):  # noqa: N802 - http.server's name
-                path, wanted = self.path, self.headers.get("Range")
-                owner.requests.append((path, wanted))
-                if path in owner.redirects:
-                    self.send_response(302)
-                    self.send_header("Location", owner.redirects[path])
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                body = owner.files.get(path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                if path in owner.wrong:
-                    body = bytes(b ^ 0x55 for b in body[:16]) + body[16:]
-                start, status = 0, 200
-                if wanted and not owner.ignore_range:
-                    start = int(wanted.split("=", 1)[1].split("-", 1)[0])
-                    if start >= len(body):
-                        self.send_response(416)
-                        self.send_header("Content-Range", f"bytes */{len(body)}")
-                        self.send_header("Content-Length", "0")
-                        self.end_headers()
-                        return
-                    status = 206
-                chunk = body[start:]
-                self.send_response(status)
-                if status == 206:
-                    self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-                self.send_header("Content-Length", str(len(chunk)))
-                self.end_headers()
-                if path in owner.cut_once:
-                    owner.cut_once.discard(path)
-                    self.wfile.write(chunk[: len(chunk) // 2])
-                    self.wfile.flush()
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    self.close_connection = True
-                    return
-                self.wfile.write(chunk)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        path, wanted = handler.path, handler.headers.get("Range")
+        self.requests.append((path, wanted))
+        if path in self.redirects:
+            handler.send_response(302)
+            handler.send_header("Location", self.redirects[path])
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
+        body = self.files.get(path)
+        if body is None:
+            handler.send_error(404)
+            return
+        if path in self.wrong:
+            body = bytes(b ^ 0x55 for b in body[:16]) + body[16:]
+        start, status = 0, 200
+        if wanted and not self.ignore_range:
+            start = int(wanted.split("=", 1)[1].split("-", 1)[0])
+            if start >= len(body):
+                handler.send_response(416)
+                handler.send_header("Content-Range", f"bytes */{len(body)}")
+                handler.send_header("Content-Length", "0")
+                handler.end_headers()
+                return
+            status = 206
+        chunk = body[start:]
+        handler.send_response(status)
+        if status == 206:
+            handler.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        handler.send_header("Content-Length", str(len(chunk)))
+        handler.end_headers()
+        if path in self.cut_once:
+            self.cut_once.discard(path)
+            handler.wfile.write(chunk[: len(chunk) // 2])
+            handler.wfile.flush()
+            handler.connection.shutdown(socket.SHUT_RDWR)
+            handler.close_connection = True
+            return
+        handler.wfile.write(chunk)
 
 
 @pytest.fixture(autouse=True)
 def no_proxy_no_wait(monkeypatch):
-    """Loopback requests never go through a proxy from the environment; retries do not sleep."""
-    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.delenv(catalog.MIRROR_ENV, raising=False)
-    monkeypatch.setattr(dl, "BACKOFF", 0.0)
+    direct_and_quick(monkeypatch)
 
 
 @pytest.fixture

@@ -13,14 +13,14 @@ import json
 import os
 import struct
 import tarfile
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from bounded_child import assert_clean_exit, files_under, run_bounded_python
+from loopback_http import LoopbackServer, direct_and_quick
 from modforge.core.safe_files import UnsafePathError
 from modforge.data import download as dl
 from modforge.data.download import DownloadError, download_file
@@ -34,7 +34,7 @@ VICTIM = b"the victim's own bytes\n"
 
 
 # ----------------------------------------------------------------------------- a loopback server
-class Server:
+class Server(LoopbackServer):
     """Serves ``files`` on 127.0.0.1; ``behaviour[path]`` makes it hostile for that path:
     ``endless`` (no length, data until the client leaves), ``chunked-endless``, ``announce:N``
     (a Content-Length of N, whatever the body), ``range-more`` (a 206 whose Content-Range total
@@ -43,26 +43,14 @@ class Server:
     def __init__(self):
         self.files: dict[str, bytes] = {}
         self.behaviour: dict[str, str] = {}
-        owner = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
-
-            def do_GET(self):  # noqa: N802 - http.server's name
-                body = owner.files.get(self.path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                try:
-                    owner.serve(self, body, owner.behaviour.get(self.path, ""))
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client stopped reading: what a bounded download does
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        body = self.files.get(handler.path)
+        if body is None:
+            handler.send_error(404)
+            return
+        self.serve(handler, body, self.behaviour.get(handler.path, ""))
 
     @staticmethod
     def serve(handler: BaseHTTPRequestHandler, body: bytes, behaviour: str) -> None:
@@ -99,19 +87,9 @@ class Server:
         handler.end_headers()
         handler.wfile.write(body)
 
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(autouse=True)
 def no_proxy_no_wait(monkeypatch):
-    """Loopback requests never go through a proxy from the environment; retries do not sleep."""
-    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.delenv(catalog.MIRROR_ENV, raising=False)
-    monkeypatch.setattr(dl, "BACKOFF", 0.0)
+    direct_and_quick(monkeypatch)
 
 
 @pytest.fixture

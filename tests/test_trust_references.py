@@ -12,8 +12,6 @@ added to ``REFERENCE_KINDS`` without a case here fails :func:`test_every_referen
 from __future__ import annotations
 
 import dataclasses
-import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import pytest
 import torch
 import yaml
 
+from loopback_http import LoopbackServer, direct_and_quick
 from modforge.core.references import REFERENCE_KINDS, Trust, follow_reference, references_in
 from modforge.train.checkpoint import atomic_save
 
@@ -33,30 +32,23 @@ TINY = ["--epochs", "1", "train.max_steps=2", "train.scheduler=null", "train.num
 PLUGIN = "from pathlib import Path\nPath({marker!r}).write_text('imported')\n"
 
 
-class _Counting(http.server.BaseHTTPRequestHandler):
+class Counting(LoopbackServer):
+    """Counts every request (and serves nothing): where a planted download would go."""
+
     hits = 0
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        type(self).hits += 1
-        self.send_error(404)
-
-    def log_message(self, *args) -> None:  # noqa: ANN002 - quiet
-        pass
+    def answer(self, handler) -> None:  # noqa: ANN001 - http.server's handler
+        self.hits += 1
+        handler.send_error(404)
 
 
 @pytest.fixture
-def loopback() -> Iterator[type[_Counting]]:
-    """A server on 127.0.0.1 counting every request: where a planted download would go."""
-    handler = type("Counting", (_Counting,), {"hits": 0})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    handler.url = f"http://127.0.0.1:{server.server_address[1]}/"
+def loopback() -> Iterator[Counting]:
+    server = Counting()
     try:
-        yield handler
+        yield server
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 @pytest.fixture
@@ -64,8 +56,9 @@ def catalog_on_loopback(monkeypatch, loopback):
     """The MNIST catalog entry's URLs point at the loopback server (a regression would contact it)."""
     from modforge.data.images import catalog
 
+    direct_and_quick(monkeypatch)  # no proxy from the environment between modforge and the loopback
     corpus = catalog.CORPORA["mnist"]
-    variants = {name: dataclasses.replace(variant, files=tuple(dataclasses.replace(f, urls=(loopback.url + f.filename,))
+    variants = {name: dataclasses.replace(variant, files=tuple(dataclasses.replace(f, urls=(f"{loopback.url}/{f.filename}",))
                                                                for f in variant.files))
                 for name, variant in corpus.variants.items()}  # fmt: skip
     monkeypatch.setitem(catalog.CORPORA, "mnist", dataclasses.replace(corpus, variants=variants))
