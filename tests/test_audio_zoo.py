@@ -24,12 +24,16 @@ SMALL = {  # narrower settings where the defaults would make this sweep slow; th
     "ecapa_tdnn": {"channels": 128, "mfa_dim": 384},
     "resnet18": {"width": 0.125},
 }
+SMALL_FRONTEND = {  # the sinc filters' 5,000 frames a second would make the attention backbones quadratic in them
+    "sinc": {"stride": 4},
+}
 FRONTEND_OUT = {"raw": Layout.WAVEFORM, "sinc": Layout.CHANNELS}  # the rest produce sequences
 
 
 def _model(frontend: str, backbone: str, seconds: float = 1.0) -> torch.nn.Module:
     return mf.build_model(
-        {"frontend": frontend, "backbone": {"type": backbone, "args": SMALL.get(backbone, {})}, "head": "linear"},
+        {"frontend": {"type": frontend, "args": SMALL_FRONTEND.get(frontend, {})},
+         "backbone": {"type": backbone, "args": SMALL.get(backbone, {})}, "head": "linear"},
         in_dim=1,
         num_classes=2,
         layout="waveform",
