@@ -3,23 +3,34 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
+from pathlib import Path
 
 import pytest
 
+from modforge.core import yaml_guard
+from modforge.core.errors import ConfigFileError, UsageError
+from modforge.core.json_limits import JsonLimitError, read_json
 from modforge.core.safe_files import (
     UnsafePathError,
     atomic_open,
     check_folder,
+    data_lines,
     ensure_folder,
     inside,
     open_append,
+    open_bounded_file,
     open_lock,
     open_regular,
+    read_bounded_file,
+    relative_name,
     remove_tree,
     write_atomic,
     write_via_temp,
 )
 from modforge.core.text_safety import csv_cell, markdown_cell, plain_text, terminal_text
+from modforge.core.yaml_guard import read_config_text
 
 pytestmark = pytest.mark.hostile
 
@@ -226,3 +237,82 @@ def test_the_checkpoint_copy_fallback_never_writes_through_a_link(tmp_path, vict
     assert victim.read_text() == "precious\n"
     _copy_to_new(str(tmp_path / "a.pt"), str(tmp_path / "b.pt"))
     assert (tmp_path / "b.pt").read_bytes() == b"weights"
+
+
+# ----------------------------------------------------------------------------- reading within bounds: one helper
+def _bounded_readers(path: Path):
+    """Each reader built on :func:`open_bounded_file`, with the words its refusals use."""
+    return [
+        (lambda: open_bounded_file(path, what="score file"), UsageError, f"the score file {path} is"),
+        (lambda: read_json(path, what="meta.json"), JsonLimitError, f"meta.json {path} is not a regular file but"),
+        (lambda: read_config_text(path, path.name), ConfigFileError, "expected a regular YAML file, got"),
+    ]
+
+
+def test_a_device_is_refused_by_every_bounded_reader_without_being_opened(monkeypatch):
+    """Score files, JSON and configs share one check: a device is named from ``stat``, never opened (opening
+    some devices does something), where the score-file reader used to open it first."""
+    device = Path("/dev/null")
+    if not device.exists():
+        pytest.skip("no /dev/null here")
+    opened: list[str] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda name, *a, **k: opened.append(os.fspath(name)) or real_open(name, *a, **k))
+    for read, error, words in _bounded_readers(device):
+        with pytest.raises(error, match=re.escape(words) + ".*a character device"):
+            read()
+    assert str(device) not in opened
+
+
+@pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="no unix sockets here")
+def test_a_socket_is_named_as_one_by_every_bounded_reader(tmp_path, monkeypatch):
+    """(Opened, a socket only says "No such device or address"; JSON said "not a regular file".)"""
+    monkeypatch.chdir(tmp_path)  # keep the bound path short
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind("s.json")
+        for read, error, words in _bounded_readers(Path("s.json")):
+            with pytest.raises(error, match=re.escape(words) + ".*a socket"):
+                read()
+
+
+def test_a_file_growing_past_its_cap_while_read_is_refused_by_every_bounded_reader(monkeypatch):
+    """``/proc/self/status`` is a regular file whose ``stat`` says 0 bytes: what is read is bounded too."""
+    proc = Path("/proc/self/status")
+    if not proc.is_file():
+        pytest.skip("no /proc here")
+    with pytest.raises(UsageError, match=r"^the status file /proc/self/status grew past the 16 bytes a status file"):
+        read_bounded_file(proc, what="status file", max_bytes=16)
+    with pytest.raises(JsonLimitError, match=r"^JSON file /proc/self/status is more than the 16 bytes"):
+        read_json(proc, max_bytes=16)
+    monkeypatch.setattr(yaml_guard, "MAX_CONFIG_BYTES", 16)
+    with pytest.raises(ConfigFileError, match=r"config file is too large \(0.0 MiB; at most 0 MiB is read\)"):
+        read_config_text(proc, "status.yaml")
+
+
+def test_bounded_reads_name_a_missing_file_and_take_their_callers_error(tmp_path):
+    with pytest.raises(ValueError, match=rf"^ASV score file not found: {tmp_path / 'gone.txt'}$"):
+        read_bounded_file(tmp_path / "gone.txt", what="ASV score file", max_bytes=10, error=ValueError)
+    (tmp_path / "ok.txt").write_text("# comment\n\nu1 0.5\n")
+    assert list(data_lines(tmp_path / "ok.txt", what="score file")) == [(3, "u1 0.5\n")]
+    assert read_bounded_file(tmp_path / "ok.txt", what="score file", max_bytes=100).endswith(b"u1 0.5\n")
+
+
+# ----------------------------------------------------------------------------- names from data, quoted
+def test_a_5_mb_name_from_data_is_quoted_in_at_most_200_characters(tmp_path):
+    """relative_name and inside quote a name read from a file (a COCO ``file_name``) through ``quoted``; a name
+    too long for the system is said to be, not called a loop."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "out").symlink_to(tmp_path / "elsewhere")
+    root, what = tmp_path / "root", "file_name of image 7"
+    climbing, through_link, too_long = "../" + "x" * 5_000_000, "out/" + "/".join(["y" * 100] * 30), "z" * 5_000
+    cases = [(lambda: relative_name(climbing, what, root), climbing, "is not a relative path inside"),
+             (lambda: inside(root, climbing, what), climbing, "is not a relative path inside"),
+             (lambda: inside(root, through_link, what), through_link, "leads outside"),
+             (lambda: inside(root, too_long, what), too_long, "cannot be looked up (File name too long)")]  # fmt: skip
+    for refuse, name, problem in cases:
+        with pytest.raises(UnsafePathError) as info:
+            refuse()
+        text = str(info.value)
+        assert text.startswith(f"{what} '") and problem in text, text[:700]
+        assert f"…' ({len(name)} characters)" in text and len(text) < 600, text[:700]

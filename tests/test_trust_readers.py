@@ -30,7 +30,8 @@ from bounded_child import assert_clean_exit, files_under, run_bounded_python
 from image_fixtures import write_manifest_csv, write_mnist_family, write_picture
 from modforge.core.errors import UsageError
 from modforge.core.restricted_pickle import MAX_PICKLE_NODES, plain
-from modforge.core.text_safety import MAX_QUOTED, MAX_TEXT_TABLE_BYTES, quoted
+from modforge.core.safe_files import MAX_TEXT_TABLE_BYTES
+from modforge.core.text_safety import MAX_QUOTED, quoted
 from modforge.core.weight_formats import DamagedFileError
 from modforge.data.audio.protocols import ProtocolError, read_asvspoof2019
 from modforge.data.images.formats import ImageDataError

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from typing import Any
 
 import numpy as np
 
 from .errors import UsageError
+from .safe_files import read_bounded_file
+from .text_safety import plain_text
 
 __all__ = ["MAX_JSON_BYTES", "MAX_JSON_DEPTH", "JsonLimitError", "json_depth", "read_json"]
 
@@ -33,6 +34,16 @@ _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPEN = (ord("["), ord("{"))
 _CLOSE = (ord("]"), ord("}"))
 _CHUNK = 1 << 24
+
+
+_JSON_WORDS = {
+    "missing": "{what} not found: {shown}",
+    "not regular": "{what} {shown} is not a regular file but {kind}",
+    "too large": "{what} {shown} is {size} bytes, more than the {max_bytes} a JSON file may have",
+    "grew": "{what} {shown} is more than the {max_bytes} bytes a JSON file may have",
+    "unreadable": "cannot read {what} {shown}: {detail}",
+}
+"""How :func:`read_json` words a file :func:`~modforge.core.safe_files.read_bounded_file` refuses."""
 
 
 class JsonLimitError(UsageError):
@@ -86,35 +97,16 @@ def read_json(
     error: type[UsageError] = JsonLimitError,
 ) -> Any:
     """The parsed content of the JSON file ``path``, refused (one line naming ``what`` and the
-    file) when it is not a regular file (a FIFO or device is never opened for a blocking read),
-    is larger than ``max_bytes``, nests deeper than ``max_depth``, or is not valid UTF-8 JSON.
+    file) when it is not a regular file (read through
+    :func:`~modforge.core.safe_files.read_bounded_file`: a FIFO or device is never opened for a
+    blocking read), is larger than ``max_bytes``, nests deeper than ``max_depth``, or is not
+    valid UTF-8 JSON.
 
     Raises:
         ``error`` (a :class:`~modforge.core.errors.UsageError`; :class:`JsonLimitError` by default).
     """
-    shown = os.fspath(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise error(f"{what} not found: {shown}") from None
-    except OSError as exc:
-        raise error(f"cannot read {what} {shown}: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"{what} {shown} is not a regular file")
-        if info.st_size > max_bytes:
-            raise error(f"{what} {shown} is {info.st_size} bytes, more than the {max_bytes} a JSON file may have")
-        if getattr(os, "O_NONBLOCK", 0):
-            os.set_blocking(fd, True)
-        with open(fd, "rb", closefd=False) as handle:
-            data = handle.read(max_bytes + 1)
-    except OSError as exc:
-        raise error(f"cannot read {what} {shown}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes:  # it grew while being read
-        raise error(f"{what} {shown} is more than the {max_bytes} bytes a JSON file may have")
+    shown = plain_text(os.fspath(path))
+    data = read_bounded_file(path, what=what, max_bytes=max_bytes, error=error, words=_JSON_WORDS)
     try:  # UTF-8 only: json.loads(bytes) would also take UTF-16/32, whose brackets json_depth does not see
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -22,26 +22,41 @@ modforge writes and reuses such folders:
   (:func:`leads_outside` is the same test for a path found while walking the root).
 - :func:`remove_tree` deletes only a real folder inside the folder modforge owns, and only
   when everything in it passes the caller's test of "modforge wrote this".
+- :func:`open_bounded_file` (and :func:`read_bounded_file`, :func:`open_text_table`,
+  :func:`data_lines`) is how modforge opens a file it is given to *read* — a score file, a
+  protocol, a manifest, a picture, a JSON annotation file, a config: only a regular file of at
+  most so many bytes, checked before anything is read, never a read that blocks on a FIFO;
+  each refusal is one error naming the file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
+import io
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePath
-from typing import IO, Any
+from types import MappingProxyType
+from typing import IO, Any, BinaryIO, Literal
 
 from .errors import UsageError
+from .text_safety import plain_text, quoted
 
 __all__ = [
     "MAX_FOLDER_ENTRIES",
+    "BOUNDED_READ_WORDS",
+    "MAX_TEXT_TABLE_BYTES",
+    "Refusal",
     "UnsafePathError",
     "atomic_open",
     "check_folder",
+    "data_lines",
+    "file_kind",
     "ensure_folder",
     "folder_below",
     "foreign_entry",
@@ -50,8 +65,11 @@ __all__ = [
     "is_relative_name",
     "relative_name",
     "open_append",
+    "open_bounded_file",
     "open_lock",
     "open_regular",
+    "open_text_table",
+    "read_bounded_file",
     "remove_tree",
     "save_figure",
     "write_atomic",
@@ -60,6 +78,10 @@ __all__ = [
 
 MAX_FOLDER_ENTRIES = 500_000
 """More entries than this in a folder to reuse is refused rather than walked for minutes."""
+
+MAX_TEXT_TABLE_BYTES = 1 << 30
+"""Largest score file, protocol or manifest read (1 GiB: ten times the largest real one, ASVspoof 2021 DF's
+~100 MB trial metadata)."""
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -266,18 +288,222 @@ def open_regular(path: str | os.PathLike, mode: str = "rb", *, encoding: str | N
     return open(fd, encoding=encoding or "utf-8")
 
 
+# ----------------------------------------------------------------------------- reading files given to read
+def file_kind(mode: int) -> str:
+    """What a file of ``os.stat`` mode ``mode`` is, in words, for a message refusing one that is not a
+    regular file ("a named pipe (FIFO)", "a folder"...)."""
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """Why :func:`open_bounded_file` refused a file: :meth:`message` words it from templates, or a caller's
+    ``refuse`` makes its own error from it (a config file's errors carry their own location).
+
+    Attributes:
+        reason: ``"missing"`` (no such file, or a folder on the way is not one), ``"loop"`` (links that loop),
+            ``"unreadable"`` (any other system error), ``"not regular"`` (a folder, FIFO, socket, device) or
+            ``"too large"``.
+        detail: the system's words for ``missing``, ``loop`` and ``unreadable``.
+        mode: the ``st_mode`` of a file that is ``not regular`` (:attr:`kind` says it in words).
+        size: the size of a file ``too large``; ``None`` when it grew past the limit while it was read.
+    """
+
+    reason: Literal["missing", "loop", "unreadable", "not regular", "too large"]
+    detail: str = ""
+    mode: int = 0
+    size: int | None = None
+
+    @property
+    def kind(self) -> str:
+        """:func:`file_kind` of :attr:`mode`."""
+        return file_kind(self.mode)
+
+    def message(self, words: Mapping[str, str], *, what: str, shown: str, max_bytes: int) -> str:
+        """The refusal in ``words`` (as :data:`BOUNDED_READ_WORDS`: a template per reason, ``"grew"`` for a
+        file that grew past the limit while read; a loop is worded as ``"unreadable"``)."""
+        key = self.reason
+        if key == "loop":
+            key = "unreadable"
+        elif key == "too large" and self.size is None:
+            key = "grew"
+        return words[key].format(what=what, shown=shown, kind=self.kind, size=self.size, max_bytes=max_bytes,
+                                 detail=self.detail)  # fmt: skip
+
+
+Refuse = Callable[[Refusal], BaseException]
+"""Makes the error to raise for a :class:`Refusal` (it names the file)."""
+
+BOUNDED_READ_WORDS: Mapping[str, str] = MappingProxyType({
+    "missing": "{what} not found: {shown}",
+    "not regular": "the {what} {shown} is {kind}; expected a regular file",
+    "too large": "the {what} {shown} is {size} bytes, more than the {max_bytes} a {what} may have",
+    "grew": "the {what} {shown} grew past the {max_bytes} bytes a {what} may have while it was read",
+    "unreadable": "cannot read the {what} {shown} ({detail})",
+})  # fmt: skip
+"""How :func:`open_bounded_file` words a refusal by default: a template per reason, with the fields ``what``,
+``shown`` (the file), ``kind`` (:func:`file_kind`), ``size``, ``max_bytes`` and ``detail`` (the system's words)."""
+
+
+def _os_refusal(exc: OSError) -> Refusal:
+    detail = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return Refusal("missing", detail)
+    return Refusal("loop" if exc.errno == errno.ELOOP else "unreadable", detail)
+
+
+def _checked(info: os.stat_result, max_bytes: int) -> Refusal | None:
+    if not stat.S_ISREG(info.st_mode):
+        return Refusal("not regular", mode=info.st_mode)
+    if info.st_size > max_bytes:
+        return Refusal("too large", size=info.st_size)
+    return None
+
+
+def _worded(path: str | os.PathLike, what: str, max_bytes: int, error: Callable[[str], BaseException],
+            words: Mapping[str, str]) -> Refuse:  # fmt: skip
+    """``error(message)`` for a refusal, the message in ``words``, naming ``what`` and the file (its name with
+    control characters replaced)."""
+    shown = plain_text(os.fspath(path))
+    return lambda refusal: error(refusal.message(words, what=what, shown=shown, max_bytes=max_bytes))
+
+
+def open_bounded_file(
+    path: str | os.PathLike,
+    *,
+    what: str,
+    max_bytes: int = MAX_TEXT_TABLE_BYTES,
+    error: Callable[[str], BaseException] = UsageError,
+    words: Mapping[str, str] = BOUNDED_READ_WORDS,
+    refuse: Refuse | None = None,
+) -> BinaryIO:
+    """``path`` opened to read (binary), once it is known to be a regular file of at most ``max_bytes`` bytes.
+
+    ``path`` is the file the user (or a dataset) names, so it may be a link. It is looked at (``stat``) before
+    it is opened — a folder, FIFO, socket or device is refused without being opened (opening some devices
+    does something) — then opened non-blocking (a FIFO swapped in meanwhile cannot hang the run) and
+    checked again on the open descriptor (``fstat``), so what is read is what was checked. The caller closes
+    the handle; a file that grows while it is read is the caller's to bound (:func:`read_bounded_file` does).
+
+    Args:
+        path: the file.
+        what: what the file is, for the message (``"score file"``, ``"manifest"``).
+        max_bytes: the largest size accepted.
+        error: the exception class (or any callable taking the message) raised.
+        words: the messages, a template per reason (:data:`BOUNDED_READ_WORDS`).
+        refuse: makes the error itself instead (``error`` and ``words`` unused): called with the
+            :class:`Refusal`, it returns what to raise.
+
+    Raises:
+        ``error`` (:class:`~modforge.core.errors.UsageError` by default), naming ``what`` and the file —
+        missing, unreadable, a link loop, not a regular file, larger than ``max_bytes`` — or what ``refuse`` made.
+    """
+    word = refuse or _worded(path, what, max_bytes, error, words)
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise word(_os_refusal(exc)) from None
+    problem = _checked(info, max_bytes)
+    if problem is not None:
+        raise word(problem)
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC | _BINARY)
+    except OSError as exc:
+        raise word(_os_refusal(exc)) from None
+    try:
+        problem = _checked(os.fstat(fd), max_bytes)
+        if problem is not None:
+            raise word(problem)
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, "rb")  # noqa: SIM115 - the caller closes it
+
+
+def read_bounded_file(
+    path: str | os.PathLike,
+    *,
+    what: str,
+    max_bytes: int,
+    error: Callable[[str], BaseException] = UsageError,
+    words: Mapping[str, str] = BOUNDED_READ_WORDS,
+    refuse: Refuse | None = None,
+) -> bytes:
+    """The whole content of ``path``, opened through :func:`open_bounded_file` and read to at most
+    ``max_bytes`` bytes (a file that grows past that while it is read is refused too, never read on).
+
+    Raises:
+        as :func:`open_bounded_file`; a read error is an ``"unreadable"`` refusal.
+    """
+    word = refuse or _worded(path, what, max_bytes, error, words)
+    with open_bounded_file(path, what=what, max_bytes=max_bytes, refuse=word) as handle:
+        try:
+            data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise word(_os_refusal(exc)) from None
+    if len(data) > max_bytes:
+        raise word(Refusal("too large"))
+    return data
+
+
+def open_text_table(
+    path: str | os.PathLike,
+    *,
+    what: str,
+    max_bytes: int = MAX_TEXT_TABLE_BYTES,
+    encoding: str = "utf-8",
+    errors: str = "replace",
+    newline: str | None = None,
+    error: Callable[[str], BaseException] = UsageError,
+) -> IO[str]:
+    """:func:`open_bounded_file` as text (a score file, a protocol: read line by line). The caller closes it.
+
+    Raises:
+        ``error``: see :func:`open_bounded_file`.
+    """
+    binary = open_bounded_file(path, what=what, max_bytes=max_bytes, error=error)
+    return io.TextIOWrapper(binary, encoding=encoding, errors=errors, newline=newline)
+
+
+def data_lines(
+    path: str | os.PathLike,
+    *,
+    what: str,
+    max_bytes: int = MAX_TEXT_TABLE_BYTES,
+    error: Callable[[str], BaseException] = UsageError,
+) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of each line of a whitespace-separated text table (a score file, a protocol)
+    that is neither blank nor a ``#`` comment, read through :func:`open_text_table` (a regular file of at most
+    ``max_bytes`` bytes; UTF-8, undecodable bytes replaced).
+
+    Raises:
+        ``error``: see :func:`open_bounded_file` (on the first ``next``).
+    """
+    with open_text_table(path, what=what, max_bytes=max_bytes, error=error) as handle:
+        for number, line in enumerate(handle, 1):
+            text = line.lstrip()
+            if text and not text.startswith("#"):
+                yield number, line
+
+
 # ----------------------------------------------------------------------------- paths from data
 def inside(root: str | os.PathLike, name: str, what: str = "path") -> Path:
     """``root / name`` when ``name`` is a relative path that stays inside ``root``: no absolute
-    name, no ``..``, no NUL, and no link on the way that leads out of ``root``.
+    name, no ``..``, no NUL, and no link on the way that leads out of ``root``. A refusal quotes at
+    most :data:`~modforge.core.text_safety.MAX_QUOTED` characters of ``name`` (a 5 MB ``file_name``
+    in an annotation file gives a one-line error).
 
     Raises:
         UnsafePathError: naming ``what`` (e.g. ``"file_name of image 7 in instances_val.json"``).
     """
     text = relative_name(name, what, root)
     target = Path(root) / text
-    if _escape(root, target, f"{what} {text!r}") is not None:
-        raise UnsafePathError(f"{what} {text!r} leads outside {_shown(root)} through a link; refused")
+    if _escape(root, target, f"{what} {quoted(text)}") is not None:
+        raise UnsafePathError(f"{what} {quoted(text)} leads outside {_shown(root)} through a link; refused")
     return target
 
 
@@ -319,15 +545,20 @@ def _beyond(real: Path, real_root: Path) -> Path | None:
 
 
 def _escape(root: str | os.PathLike, target: Path, shown: str) -> Path | None:
-    """:func:`leads_outside` for ``target`` below ``root`` (both resolved here); a loop is refused."""
+    """:func:`leads_outside` for ``target`` below ``root`` (both resolved here); a loop is refused, and so
+    is a name the system cannot look up (too long), each with its own words."""
     try:
         real_root = Path(root).resolve()
         try:  # strict: a loop raises on every Python (non-strict stops at it from 3.13 on)
             real = target.resolve(strict=True)
         except FileNotFoundError:  # not there (yet): where it would be
             real = target.resolve()
-    except (OSError, RuntimeError):
+    except RuntimeError:
         raise UnsafePathError(f"{shown}: a link on its way loops") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(f"{shown}: a link on its way loops") from None
+        raise UnsafePathError(f"{shown}: cannot be looked up ({exc.strerror or exc})") from None
     return _beyond(real, real_root)
 
 
@@ -335,13 +566,14 @@ def relative_name(name: str, what: str = "path", root: str | os.PathLike = "its 
     """``name`` when it is, as written, a relative path that cannot climb out of the folder it
     is joined to (no absolute name, drive, ``..`` or NUL). Unlike :func:`inside` it looks at no
     file, so links in a dataset (a subset made of links, a folder on shared storage) still work.
+    A refusal quotes at most :data:`~modforge.core.text_safety.MAX_QUOTED` characters of ``name``.
 
     Raises:
         UnsafePathError: naming ``what``.
     """
     text = str(name)
     if not is_relative_name(text):
-        raise UnsafePathError(f"{what} {text!r} is not a relative path inside {_shown(root)} "
+        raise UnsafePathError(f"{what} {quoted(text)} is not a relative path inside {_shown(root)} "
                               "(absolute names and '..' are refused)")  # fmt: skip
     return text
 

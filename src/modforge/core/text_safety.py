@@ -7,33 +7,21 @@ spreadsheet. Each function here turns such a string into plain text for one dest
 
 A line from a data file quoted in an error message is data too: :func:`quoted` shows at most
 :data:`MAX_QUOTED` characters of it, so a malformed 5 MB line gives a one-line error, not a 5 MB
-one. :func:`open_bounded_file` and :func:`open_text_table` open such a file (a score file, a
-protocol) only when it is a regular file of bounded size, checked before anything is read.
+one. (Opening such a file within bounds is :func:`modforge.core.safe_files.open_bounded_file`'s.)
 """
 
 from __future__ import annotations
 
 import html
-import io
-import os
 import re
-import stat
-from collections.abc import Iterator
-from typing import IO, Any, BinaryIO
-
-from .errors import UsageError
+from typing import Any
 
 __all__ = [
     "MAX_QUOTED",
-    "MAX_TEXT_TABLE_BYTES",
     "csv_cell",
     "csv_value",
-    "data_lines",
     "display_lines",
-    "file_kind",
     "markdown_cell",
-    "open_bounded_file",
-    "open_text_table",
     "plain_text",
     "quoted",
     "terminal_text",
@@ -41,10 +29,6 @@ __all__ = [
 
 MAX_QUOTED = 200
 """Most characters of a line from a data file an error message quotes."""
-
-MAX_TEXT_TABLE_BYTES = 1 << 30
-"""Largest score or protocol file read (1 GiB: ten times the largest real one, ASVspoof 2021 DF's ~100 MB
-trial metadata)."""
 
 # C0, DEL and C1 control characters, and the Unicode bidi overrides that
 # make a string display in another order than it reads
@@ -106,82 +90,3 @@ def quoted(value: Any, limit: int = MAX_QUOTED) -> str:
     if len(text) <= limit:
         return repr(text)
     return f"{text[:limit] + '…'!r} ({len(text)} characters)"
-
-
-def file_kind(mode: int) -> str:
-    """What a file of ``os.stat`` mode ``mode`` is, in words, for a message refusing one that is not a
-    regular file ("a named pipe (FIFO)", "a folder"...)."""
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
-def open_bounded_file(
-    path: str | os.PathLike, *, what: str, max_bytes: int = MAX_TEXT_TABLE_BYTES,
-    error: type[Exception] = UsageError,
-) -> BinaryIO:  # fmt: skip
-    """``path`` opened to read (binary), once it is known to be a regular file of at most ``max_bytes`` bytes.
-
-    The file is opened non-blocking (a FIFO named like a score file cannot hang the run) and checked on the
-    open descriptor (``fstat``), so what is read is what was checked. The caller closes the handle.
-
-    Raises:
-        ``error`` (:class:`~modforge.core.errors.UsageError` by default), naming ``what`` and the file:
-        missing, unreadable, not a regular file, larger than ``max_bytes``.
-    """
-    shown = plain_text(os.fspath(path))
-    nonblock = getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError:
-        raise error(f"{what} not found: {shown}") from None
-    except OSError as exc:
-        raise error(f"cannot read the {what} {shown} ({exc.strerror or exc})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"the {what} {shown} is {file_kind(info.st_mode)}; expected a regular file")
-        if info.st_size > max_bytes:
-            raise error(f"the {what} {shown} is {info.st_size} bytes, more than the {max_bytes} a {what} may have")
-        if nonblock:
-            os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return open(fd, "rb")  # noqa: SIM115 - the caller closes it
-
-
-def open_text_table(
-    path: str | os.PathLike,
-    *,
-    what: str,
-    max_bytes: int = MAX_TEXT_TABLE_BYTES,
-    encoding: str = "utf-8",
-    errors: str = "replace",
-    newline: str | None = None,
-    error: type[Exception] = UsageError,
-) -> IO[str]:
-    """:func:`open_bounded_file` as text (a score file, a protocol: read line by line). The caller closes it.
-
-    Raises:
-        ``error``: see :func:`open_bounded_file`.
-    """
-    binary = open_bounded_file(path, what=what, max_bytes=max_bytes, error=error)
-    return io.TextIOWrapper(binary, encoding=encoding, errors=errors, newline=newline)
-
-
-def data_lines(
-    path: str | os.PathLike, *, what: str, max_bytes: int = MAX_TEXT_TABLE_BYTES, error: type[Exception] = UsageError
-) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of each line of a whitespace-separated text table (a score file, a protocol)
-    that is neither blank nor a ``#`` comment, read through :func:`open_text_table` (a regular file of at most
-    ``max_bytes`` bytes; UTF-8, undecodable bytes replaced).
-
-    Raises:
-        ``error``: see :func:`open_bounded_file` (on the first ``next``).
-    """
-    with open_text_table(path, what=what, max_bytes=max_bytes, error=error) as handle:
-        for number, line in enumerate(handle, 1):
-            text = line.lstrip()
-            if text and not text.startswith("#"):
-                yield number, line

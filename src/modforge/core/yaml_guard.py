@@ -20,8 +20,6 @@ sure only input of that shape gets through, and refuses the rest quickly with on
 
 from __future__ import annotations
 
-import errno
-import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from yaml.events import (
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from .errors import ConfigFileError, ConfigSyntaxError
+from .safe_files import Refusal, read_bounded_file
 
 __all__ = ["MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_NODES", "read_config_text", "safe_yaml_load"]
 
@@ -57,73 +56,37 @@ _SAFE_HINT = " (configs are loaded with safe YAML: Python tags are refused)"
 
 
 # ---------------------------------------------------------------------- reading
-def _kind_of(mode: int) -> str | None:
-    """What a non-regular file is, in words; ``None`` for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
-def _check_stat(info: os.stat_result, shown: str) -> None:
-    kind = _kind_of(info.st_mode)
-    if kind == "a directory":
-        raise ConfigFileError("expected a YAML file, got a directory", source=shown)
-    if kind is not None:
-        raise ConfigFileError(f"expected a regular YAML file, got {kind}", source=shown)
-    if info.st_size > MAX_CONFIG_BYTES:
-        raise _too_large(info.st_size, shown)
-
-
-def _too_large(size: int, shown: str) -> ConfigFileError:
-    return ConfigFileError(
-        f"config file is too large ({size / 2**20:.1f} MiB; at most {MAX_CONFIG_BYTES // 2**20} MiB is read)",
-        source=shown,
-    )
-
-
-def _os_error(exc: OSError, shown: str) -> ConfigFileError:
-    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+def _refused(refusal: Refusal, shown: str) -> ConfigFileError:
+    """A config file's own words for why :func:`~modforge.core.safe_files.open_bounded_file` refused it."""
+    if refusal.reason == "missing":
         return ConfigFileError("config file not found", source=shown)
-    if exc.errno == errno.ELOOP:
+    if refusal.reason == "loop":
         return ConfigFileError("config path is a symlink loop (too many levels of symbolic links)", source=shown)
-    return ConfigFileError(f"cannot read config file: {exc.strerror or exc}", source=shown)
+    if refusal.reason == "not regular" and stat.S_ISDIR(refusal.mode):
+        return ConfigFileError("expected a YAML file, got a directory", source=shown)
+    if refusal.reason == "not regular":
+        return ConfigFileError(f"expected a regular YAML file, got {refusal.kind}", source=shown)
+    if refusal.reason == "too large":
+        size = MAX_CONFIG_BYTES + 1 if refusal.size is None else refusal.size  # None: it grew while read
+        return ConfigFileError(f"config file is too large ({size / 2**20:.1f} MiB; at most "
+                               f"{MAX_CONFIG_BYTES // 2**20} MiB is read)", source=shown)  # fmt: skip
+    return ConfigFileError(f"cannot read config file: {refusal.detail}", source=shown)
 
 
 def read_config_text(path: Path, shown: str) -> str:
     """The text of the config file at ``path``, checked before and while it is read.
 
-    Only a regular file of at most :data:`MAX_CONFIG_BYTES` is read.  The type is
-    checked with ``os.stat`` first and again on the opened descriptor, which is opened
-    non-blocking, so a FIFO (or a file swapped for one) can never hang the load.
+    Only a regular file of at most :data:`MAX_CONFIG_BYTES` is read, through
+    :func:`~modforge.core.safe_files.read_bounded_file`: the type is checked with
+    ``os.stat`` first and again on the opened descriptor, which is opened non-blocking,
+    so a FIFO (or a file swapped for one) can never hang the load.
 
     Raises:
         ConfigFileError: missing, a directory, a FIFO/device/socket, a symlink loop,
             too large, unreadable or not UTF-8 — always naming ``shown``.
     """
-    try:
-        _check_stat(os.stat(path), shown)
-        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise _os_error(exc, shown) from None
-    try:
-        with open(fd, "rb", closefd=True) as stream:
-            _check_stat(os.fstat(stream.fileno()), shown)
-            raw = stream.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise _os_error(exc, shown) from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise _too_large(len(raw), shown)
+    raw = read_bounded_file(path, what="config file", max_bytes=MAX_CONFIG_BYTES,
+                            refuse=lambda refusal: _refused(refusal, shown))  # fmt: skip
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -33,7 +33,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..core.errors import UsageError
-from ..core.text_safety import open_bounded_file
+from ..core.safe_files import open_bounded_file
 
 __all__ = [
     "IMAGE_FORMATS",
@@ -105,7 +105,7 @@ def pixel_limit(pixels: int) -> Iterator[None]:
 
 def open_picture_file(path: str | os.PathLike) -> BinaryIO:
     """``path`` opened to read once the open descriptor shows a regular file of at most
-    :data:`MAX_PICTURE_FILE_BYTES` (:func:`~modforge.core.text_safety.open_bounded_file`): opened non-blocking,
+    :data:`MAX_PICTURE_FILE_BYTES` (:func:`~modforge.core.safe_files.open_bounded_file`): opened non-blocking,
     so a FIFO (or a device) named like a picture is refused at once instead of hanging the reader.
 
     Raises:

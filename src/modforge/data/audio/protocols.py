@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ...core.errors import UsageError
-from ...core.safe_files import UnsafePathError, relative_name
-from ...core.text_safety import data_lines, open_bounded_file, open_text_table, quoted
+from ...core.safe_files import UnsafePathError, data_lines, open_bounded_file, open_text_table, relative_name
+from ...core.text_safety import quoted
 
 __all__ = [
     "BONAFIDE",
@@ -115,7 +115,7 @@ def parse_label(text: str) -> int:
 
 def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
     """``(line number, fields)`` of a protocol's lines (blank ones and ``#`` comments skipped), read from a
-    regular file of at most :data:`~modforge.core.text_safety.MAX_TEXT_TABLE_BYTES`."""
+    regular file of at most :data:`~modforge.core.safe_files.MAX_TEXT_TABLE_BYTES`."""
     for number, line in data_lines(path, what="protocol file", error=ProtocolError):
         yield number, line.split()
 

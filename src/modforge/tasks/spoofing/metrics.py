@@ -262,10 +262,11 @@ def read_asv_scores(path: str) -> tuple[np.ndarray, np.ndarray]:
 
     Raises:
         ValueError: a missing, unreadable, special (a FIFO) or oversized file (more than
-            :data:`~modforge.core.text_safety.MAX_TEXT_TABLE_BYTES`), or a malformed line (named
+            :data:`~modforge.core.safe_files.MAX_TEXT_TABLE_BYTES`), or a malformed line (named
             with its number, at most 200 characters of it quoted).
     """
-    from ...core.text_safety import data_lines, quoted
+    from ...core.safe_files import data_lines
+    from ...core.text_safety import quoted
 
     path = os.path.expanduser(str(path))
     scores, classes = [], []

@@ -28,7 +28,8 @@ from typing import Any, Optional
 import numpy as np
 
 from ...core.errors import UsageError
-from ...core.text_safety import data_lines, quoted
+from ...core.safe_files import data_lines
+from ...core.text_safety import quoted
 from . import challenge_metrics, sasv_metrics
 from .metrics import read_asv_scores
 from .scores import read_score_file

@@ -96,10 +96,11 @@ def read_score_file(path: str | Path) -> ScoreTable:
     or the ASVspoof 2019 organisers' (``utt_id attack label score``, e.g. ``LA_E_2834763 A11
     spoof -3.2``), told apart line by line by which field is the number — to compare systems, or
     to score another toolkit's output with ``modforge score``. The file must be a regular file of at
-    most :data:`~modforge.core.text_safety.MAX_TEXT_TABLE_BYTES`; an error quotes at most 200
+    most :data:`~modforge.core.safe_files.MAX_TEXT_TABLE_BYTES`; an error quotes at most 200
     characters of a line."""
     from ...core.errors import UsageError
-    from ...core.text_safety import data_lines, quoted
+    from ...core.safe_files import data_lines
+    from ...core.text_safety import quoted
 
     path = Path(path)
     utts, scores, labels, attacks = [], [], [], []

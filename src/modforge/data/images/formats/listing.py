@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ....core.safe_files import UnsafePathError, inside, leads_outside, relative_name
-from ....core.text_safety import file_kind, quoted
+from ....core.safe_files import UnsafePathError, file_kind, inside, leads_outside, relative_name
+from ....core.text_safety import quoted
 from . import ImageDataError, ImagePathError, MissingImageDataError
 
 __all__ = [
