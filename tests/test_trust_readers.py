@@ -234,6 +234,37 @@ def test_image_csv_and_image_folder_refuse_pictures_beyond_their_pixel_budget(tm
             DATASETS.build({"type": kind, "args": {**args, "val_fraction": 0.0, "max_pixels": 199}}).train.source.read(0)
 
 
+def test_predict_opens_pictures_through_the_one_picture_guard(tmp_path, monkeypatch):
+    """``modforge predict`` — a classifier's ``read_input`` and a detector's ``prepare_picture`` — opens a picture
+    through :func:`modforge.data.pictures.open_picture` (formats, bounded open, pixel limit) with its own limit,
+    instead of a copy of that handling."""
+    import modforge.data.pictures as pictures
+    from modforge.engines.inputs import MAX_PICTURE_PIXELS, read_input
+    from modforge.tasks.detection.predict import prepare_picture
+
+    seen: list[tuple[str, int]] = []
+    real = pictures.open_picture
+    monkeypatch.setattr(pictures, "open_picture",
+                        lambda path, **kw: seen.append((Path(path).name, kw["max_pixels"])) or real(path, **kw))  # fmt: skip
+    picture = write_picture(tmp_path / "a.png", (8, 8))
+    metadata = {"input": {"shape": [1, 8, 8], "layout": "image", "image": {"width": 8, "height": 8, "channels": 1}}}
+    assert read_input(picture, metadata)[0].shape == (1, 1, 8, 8)
+    assert prepare_picture(picture, {"mean": [0, 0, 0], "std": [1, 1, 1]}).input.shape == (1, 3, 8, 8)
+    assert seen == [("a.png", MAX_PICTURE_PIXELS)] * 2
+
+
+def test_a_picture_in_pillows_warning_band_is_refused_with_its_width_and_height(tmp_path):
+    """Between once and twice the limit Pillow only warns, without the size; the shared guard refuses that
+    band from the header (so ``predict`` can say ``W×H``), and above it Pillow's own error stands."""
+    big = write_picture(tmp_path / "big.png", (50, 40))
+    with pytest.raises(PictureBombError, match=r"big.png holds 2000 pixels, more than the 1500 allowed") as info:
+        open_picture(big, max_pixels=1500)
+    assert (info.value.size, info.value.pixels, info.value.max_pixels) == ((50, 40), "2000", 1500)
+    with pytest.raises(PictureBombError, match=r"big.png holds 2000 pixels, more than the 500 allowed") as info:
+        open_picture(big, max_pixels=500)
+    assert info.value.size is None
+
+
 # ------------------------------------------------------------------ the run-signing key's folder
 @pytest.fixture
 def home(tmp_path, monkeypatch) -> Path:

@@ -10,9 +10,11 @@ A picture file is untrusted input. Three things go wrong with Pillow left at its
 So a picture is opened here with Pillow's pixel limit set for that one call (:func:`pixel_limit`: scoped,
 under a lock, its warning made an error, raised from ``Image.open`` before a pixel is decoded), only the
 plug-ins of a short list of plain raster formats are tried, and every failure is one :class:`PictureError`
-(a ``ValueError``) whose message names the file. The file itself is opened non-blocking and checked to be a
-regular file on the open descriptor (:func:`open_picture_file`): a FIFO named ``cat.png`` is an error, not a
-run that hangs.
+(a ``ValueError``; :class:`PictureBombError`, :class:`PictureFormatError` and :class:`PictureDamagedError` say
+which, for callers that word their own message) whose message names the file. The file itself is opened
+non-blocking and checked to be a regular file on the open descriptor (:func:`open_picture_file`): a FIFO
+named ``cat.png`` is an error, not a run that hangs. This is the one picture guard: the image datasets,
+COCO and ``modforge predict`` (:mod:`modforge.engines.inputs`) all open pictures through it.
 
 :func:`open_picture` reads the header only (size and mode, for checks against an annotation file);
 :func:`decode_picture` decodes to a ``uint8`` array exactly as torchvision's default ``pil_loader`` does
@@ -42,8 +44,11 @@ __all__ = [
     "PICTURE_FORMATS",
     "PIXEL_MARGIN",
     "PictureBombError",
+    "PictureDamagedError",
     "PictureError",
+    "PictureFormatError",
     "decode_picture",
+    "failure_reason",
     "open_picture",
     "open_picture_file",
     "pixel_limit",
@@ -79,11 +84,38 @@ class PictureBombError(PictureError):
         path: the file.
         pixels: the pixel count the file declares (a string of digits, or ``"more"`` when Pillow did not say).
         max_pixels: the limit it exceeded.
+        size: ``(width, height)`` from the header, or ``None`` when Pillow refused the file before giving it
+            (more than twice its limit).
     """
 
-    def __init__(self, message: str, *, path: str | os.PathLike, pixels: str, max_pixels: int):
+    def __init__(self, message: str, *, path: str | os.PathLike, pixels: str, max_pixels: int,
+                 size: tuple[int, int] | None = None):  # fmt: skip
         super().__init__(message)
-        self.path, self.pixels, self.max_pixels = path, pixels, max_pixels
+        self.path, self.pixels, self.max_pixels, self.size = path, pixels, max_pixels, size
+
+
+class PictureFormatError(PictureError):
+    """A file that is not a picture of the formats allowed (Pillow does not identify it: garbage, an empty
+    file, an EPS document named ``.png``)."""
+
+
+class PictureDamagedError(PictureError):
+    """A picture whose header Pillow recognised but could not read (truncated, corrupt).
+
+    Attributes:
+        reason: what Pillow said, one line (:func:`failure_reason`).
+    """
+
+    def __init__(self, message: str, *, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def failure_reason(exc: BaseException) -> str:
+    """What a Pillow failure says, for a one-line message: the first line of its text (its class name when
+    it has none), at most 200 characters."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
 @contextlib.contextmanager
@@ -123,7 +155,9 @@ def open_picture(path: str | os.PathLike, *, max_pixels: int, formats: Sequence[
 
     Raises:
         PictureBombError: more pixels than ``max_pixels`` (Pillow's warning range included).
-        PictureError: the file is missing or not a readable picture of ``formats``; the message names it.
+        PictureFormatError: not a picture of ``formats``.
+        PictureDamagedError: a picture Pillow recognised but cannot read.
+        PictureError: the file is missing, not a regular file or too large; each message names the file.
     """
     file = os.fspath(path)
     handle = open_picture_file(file)
@@ -137,20 +171,34 @@ def open_picture(path: str | os.PathLike, *, max_pixels: int, formats: Sequence[
 
 
 def _pillow_open(handle: BinaryIO, file: str, max_pixels: int, formats: Sequence[str]) -> Image.Image:
-    """``Image.open`` of the open ``handle`` under :func:`pixel_limit`, each failure one :class:`PictureError`."""
+    """``Image.open`` of the open ``handle`` under :func:`pixel_limit`, each failure one :class:`PictureError`.
+
+    Pillow refuses more than twice the limit itself (before its plug-in returns); between once and twice it
+    only warns, and that band is refused here from the header's width and height (which the warning does not
+    carry), so the error can say ``W×H``."""
     try:
-        with pixel_limit(max_pixels):
-            return Image.open(handle, formats=tuple(formats))
+        with pixel_limit(max_pixels), warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # checked just below, with the size
+            image = Image.open(handle, formats=tuple(formats))
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         pixels = next((w for w in str(exc).replace("(", " ").split() if w.isdigit()), "more")
-        raise PictureBombError(f"image file {file} holds {pixels} pixels, more than the {max_pixels} allowed; "
-                               "refused as a possible decompression bomb",
-                               path=file, pixels=pixels, max_pixels=max_pixels) from None  # fmt: skip
+        raise _bomb(file, pixels, max_pixels, None) from None
     except UnidentifiedImageError:
-        raise PictureError(f"image file {file} is not a readable image (expected one of "
-                           f"{', '.join(formats)})") from None  # fmt: skip
+        raise PictureFormatError(f"image file {file} is not a readable image (expected one of "
+                                 f"{', '.join(formats)})") from None  # fmt: skip
     except (OSError, ValueError, EOFError, SyntaxError, struct.error) as exc:
-        raise PictureError(f"image file {file} is not a readable image ({str(exc)[:200]})") from None
+        reason = failure_reason(exc)
+        raise PictureDamagedError(f"image file {file} is not a readable image ({reason})", reason=reason) from None
+    width, height = image.size
+    if width * height > max_pixels:
+        raise _bomb(file, str(width * height), max_pixels, (width, height))
+    return image
+
+
+def _bomb(file: str, pixels: str, max_pixels: int, size: tuple[int, int] | None) -> PictureBombError:
+    return PictureBombError(f"image file {file} holds {pixels} pixels, more than the {max_pixels} allowed; "
+                            "refused as a possible decompression bomb",
+                            path=file, pixels=pixels, max_pixels=max_pixels, size=size)  # fmt: skip
 
 
 def decode_picture(
@@ -176,6 +224,8 @@ def decode_picture(
             image.load()
             converted = image.convert(mode)
         except (OSError, ValueError, EOFError, SyntaxError, struct.error, MemoryError) as exc:
-            raise PictureError(f"image file {os.fspath(path)} is not a readable image ({str(exc)[:200]})") from None
+            reason = failure_reason(exc)
+            raise PictureDamagedError(f"image file {os.fspath(path)} is not a readable image ({reason})",
+                                      reason=reason) from None  # fmt: skip
     pixels = np.array(converted, dtype=np.uint8)  # a writable copy
     return pixels[:, :, None] if pixels.ndim == 2 else pixels

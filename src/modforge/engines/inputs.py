@@ -4,10 +4,12 @@ audio) only — no torch."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import struct
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -16,7 +18,7 @@ import numpy as np
 from ..core.errors import _one_line
 from .base import EngineError
 
-__all__ = ["IMAGE_SUFFIXES", "MAX_NPY_HEADER", "MAX_PICTURE_PIXELS", "InputError", "read_input"]
+__all__ = ["IMAGE_SUFFIXES", "MAX_NPY_HEADER", "MAX_PICTURE_PIXELS", "InputError", "open_input_picture", "read_input"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff")
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".aiff", ".aif", ".au")
@@ -26,7 +28,7 @@ TIME_AXIS = {"waveform": 0, "channels": 1, "sequence": 0}  # in one sample's sha
 # includes camera MPO files) — never EPS (Ghostscript) or Pillow's other plug-ins.
 PICTURE_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "TIFF")
 # Pictures larger than this are refused before any pixel is decoded (Pillow's own default
-# limit; Pillow also warns above its ``Image.MAX_IMAGE_PIXELS``, which is refused too).
+# limit; a lower ``Image.MAX_IMAGE_PIXELS`` set in the process is honoured too).
 MAX_PICTURE_PIXELS = 89_478_485
 # numpy's own limit on the text header of a .npy file (``np.load``'s ``max_header_size``).
 MAX_NPY_HEADER = 10_000
@@ -194,36 +196,65 @@ def _audio(path: Path, layout: str | None, shape: tuple[int, ...], normalisation
     return wave[None]
 
 
+@contextlib.contextmanager
+def open_input_picture(path: Path, takes: str = "") -> Iterator[Any]:
+    """The picture at ``path`` for ``modforge predict``, open (header read, nothing decoded) inside the
+    ``with`` block, through :func:`modforge.data.pictures.open_picture` — the shared guard: a regular file,
+    PNG/JPEG/BMP/GIF/TIFF only (never EPS), refused before decoding above :data:`MAX_PICTURE_PIXELS` (or
+    a lower ``Image.MAX_IMAGE_PIXELS`` set in this process). Every failure, in the block too (decoding,
+    converting), is one :class:`InputError` naming the file; ``takes`` (``"28×28"``) ends a bomb's message
+    with the size the model takes.
+
+    Raises:
+        InputError: a decompression bomb, not a picture of those formats, a damaged or truncated one, one
+            of no pixels, or a file that cannot be opened.
+    """
+    from PIL import Image
+
+    from ..data.pictures import (
+        PictureBombError,
+        PictureDamagedError,
+        PictureError,
+        PictureFormatError,
+        failure_reason,
+        open_picture,
+    )
+
+    limit = min(MAX_PICTURE_PIXELS, Image.MAX_IMAGE_PIXELS or MAX_PICTURE_PIXELS)
+    try:
+        with open_picture(path, max_pixels=limit, formats=PICTURE_FORMATS) as picture:
+            width, height = picture.size
+            if width * height == 0:
+                raise InputError(f"{path}: a picture of {width}×{height} pixels has no pixels")
+            yield picture
+    except PictureBombError as exc:
+        what = f"{exc.size[0]}×{exc.size[1]} = {exc.pixels} pixels" if exc.size else f"{exc.pixels} pixels"
+        suffix = f" — this model takes {takes} pixels" if takes else ""
+        raise InputError(f"{path}: picture of {what} refused as a possible decompression bomb (the limit is "
+                         f"{exc.max_pixels} pixels); expected an ordinary picture{suffix}") from None  # fmt: skip
+    except PictureFormatError:
+        raise InputError(f"{path}: not a picture this command reads; expected a PNG, JPEG, BMP, GIF or TIFF "
+                         "picture") from None  # fmt: skip
+    except PictureDamagedError as exc:
+        raise InputError(f"{path}: damaged or truncated picture ({exc.reason})") from None
+    except PictureError as exc:  # the file itself: gone meanwhile, a FIFO, too large (the message names it)
+        raise InputError(str(exc)) from None
+    except (OSError, ValueError, EOFError, SyntaxError, struct.error) as exc:  # Pillow decoding in the block
+        raise InputError(f"{path}: damaged or truncated picture ({failure_reason(exc)})") from None
+
+
 def _picture(path: Path, image: dict[str, Any] | None, shape: tuple[int, ...]) -> np.ndarray:
     if not image:
         raise InputError(f"{path}: a picture, but this model was not trained on pictures (it takes {list(shape)})")
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     size = f"{int(image['width'])}×{int(image['height'])}"
-    try:
-        with warnings.catch_warnings():
-            # Pillow only warns between its limit and twice it (and raises above); both refuse here.
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path, formats=PICTURE_FORMATS) as picture:
-                width, height = picture.size  # from the header: nothing is decoded yet
-                if width * height > MAX_PICTURE_PIXELS:
-                    raise _too_large(path, f"{width}×{height} = {width * height} pixels", size)
-                if width * height == 0:
-                    raise InputError(f"{path}: a picture of {width}×{height} pixels has no pixels")
-                grey = _evaluation_steps(picture.convert("L" if image.get("channels", 1) == 1 else "RGB"),
-                                         image.get("steps") or [])  # fmt: skip
-                if grey.size != (int(image["width"]), int(image["height"])):
-                    grey = grey.resize((int(image["width"]), int(image["height"])), Image.Resampling.LANCZOS)
-                values = np.asarray(grey, dtype=np.float32) / 255.0
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        pixels = next((w for w in str(exc).replace("(", " ").split() if w.isdigit()), None)
-        raise _too_large(path, f"{pixels} pixels" if pixels else str(exc), size) from None
-    except UnidentifiedImageError:
-        raise InputError(f"{path}: not a picture this command reads; expected a PNG, JPEG, BMP, GIF or TIFF "
-                         "picture") from None
-    except (OSError, ValueError, EOFError, SyntaxError, struct.error) as exc:  # Pillow's ways of failing
-        reason = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"{path}: damaged or truncated picture ({reason[:200]})") from None
+    with open_input_picture(path, takes=size) as picture:
+        grey = _evaluation_steps(picture.convert("L" if image.get("channels", 1) == 1 else "RGB"),
+                                 image.get("steps") or [])  # fmt: skip
+        if grey.size != (int(image["width"]), int(image["height"])):
+            grey = grey.resize((int(image["width"]), int(image["height"])), Image.Resampling.LANCZOS)
+        values = np.asarray(grey, dtype=np.float32) / 255.0
     if image.get("ink", "light") == "dark":  # dark strokes on a light ground: strokes become high values
         values = 1.0 - values
     values = values * float(image.get("scale", 1.0))
@@ -258,11 +289,3 @@ def _evaluation_steps(picture: Any, steps: list) -> Any:
             top, left = int(round((height - size[0]) / 2.0)), int(round((width - size[1]) / 2.0))
             picture = picture.crop((left, top, left + int(size[1]), top + int(size[0])))
     return picture
-
-
-def _too_large(path: Path, what: str, size: str) -> InputError:
-    from PIL import Image
-
-    limit = min(MAX_PICTURE_PIXELS, Image.MAX_IMAGE_PIXELS or MAX_PICTURE_PIXELS)
-    return InputError(f"{path}: picture of {what} refused as a possible decompression bomb (the limit is {limit} "
-                      f"pixels); expected an ordinary picture — this model takes {size} pixels")

@@ -39,8 +39,6 @@ array). Boxes come back in the original picture's pixels: divided by the resize 
 from __future__ import annotations
 
 import dataclasses
-import struct
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,7 +47,7 @@ import numpy as np
 
 from ...core.safe_files import atomic_open
 from ...engines.base import EngineError
-from ...engines.inputs import IMAGE_SUFFIXES, MAX_PICTURE_PIXELS, PICTURE_FORMATS, InputError
+from ...engines.inputs import IMAGE_SUFFIXES, InputError, open_input_picture
 
 __all__ = [
     "Picture",
@@ -88,8 +86,10 @@ class Picture:
 def prepare_picture(path: str | Path, normalisation: dict[str, Any]) -> Picture:
     """Read the picture at ``path`` and make it the detector's input, as the ``coco`` dataset
     did in evaluation (the module doc): one clear :class:`InputError` when it is not a picture
-    this command reads, or when the artifact does not say how its pictures were prepared."""
-    from PIL import Image, UnidentifiedImageError
+    this command reads, or when the artifact does not say how its pictures were prepared. The picture is
+    opened through :func:`~modforge.engines.inputs.open_input_picture` (the shared picture guard:
+    decompression bombs, formats, damaged files)."""
+    from PIL import Image
 
     path = Path(path)
     if not path.is_file():
@@ -103,26 +103,10 @@ def prepare_picture(path: str | Path, normalisation: dict[str, Any]) -> Picture:
                           "mean and std, three values each); export it again with this version of modforge")  # fmt: skip
     min_size, max_size = normalisation.get("min_size"), normalisation.get("max_size")
     divisor = int(normalisation.get("size_divisor") or 1)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path, formats=PICTURE_FORMATS) as raw:
-                width, height = raw.size  # from the header: nothing decoded yet
-                if width * height > MAX_PICTURE_PIXELS:
-                    raise _too_large(path, f"{width}×{height} = {width * height} pixels")
-                if width * height == 0:
-                    raise InputError(f"{path}: a picture of {width}×{height} pixels has no pixels")
-                raw.load()
-                original = raw.convert("RGB")
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        pixels = next((w for w in str(exc).replace("(", " ").split() if w.isdigit()), None)
-        raise _too_large(path, f"{pixels} pixels" if pixels else str(exc)) from None
-    except UnidentifiedImageError:
-        raise InputError(f"{path}: not a picture this command reads; expected a PNG, JPEG, BMP, GIF or TIFF "
-                         "picture") from None  # fmt: skip
-    except (OSError, ValueError, EOFError, SyntaxError, struct.error) as exc:  # Pillow's ways of failing
-        reason = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"{path}: damaged or truncated picture ({reason[:200]})") from None
+    with open_input_picture(path) as raw:
+        width, height = raw.size  # from the header: nothing decoded yet
+        raw.load()
+        original = raw.convert("RGB")
     scale = _resize_scale(height, width, min_size, max_size)
     h, w = max(1, int(round(height * scale))), max(1, int(round(width * scale)))
     resized = original if (h, w) == (height, width) else original.resize((w, h), Image.BILINEAR)
@@ -133,14 +117,6 @@ def prepare_picture(path: str | Path, normalisation: dict[str, Any]) -> Picture:
     padded = np.zeros((1, 3, -(-h // divisor) * divisor, -(-w // divisor) * divisor), dtype=np.float32)
     padded[0, :, :h, :w] = values
     return Picture(padded, (h, w), scale, original)
-
-
-def _too_large(path: Path, what: str) -> InputError:
-    from PIL import Image
-
-    limit = min(MAX_PICTURE_PIXELS, Image.MAX_IMAGE_PIXELS or MAX_PICTURE_PIXELS)
-    return InputError(f"{path}: picture of {what} refused as a possible decompression bomb (the limit is {limit} "
-                      "pixels); expected an ordinary picture")  # fmt: skip
 
 
 def _resize_scale(height: int, width: int, min_size: int | None, max_size: int | None) -> float:
