@@ -26,7 +26,14 @@ import pytest
 import soundfile
 from PIL import Image
 
-from image_fixtures import write_image_folder, write_tiny_imagenet
+from image_fixtures import (
+    write_cifar_binary,
+    write_cifar_python,
+    write_emnist,
+    write_image_folder,
+    write_mnist_family,
+    write_tiny_imagenet,
+)
 from modforge.core.safe_files import UnsafePathError, folder_below
 from modforge.data.audio.audio_folder import AudioFolder
 from modforge.data.detection.coco import coco_dataset
@@ -205,6 +212,85 @@ def test_an_image_folders_class_folder_linking_inside_the_root_is_read(cli, tmp_
                                    "val_fraction: 0.0}}", "-n", "4")  # fmt: skip
     assert res.code == 0, res.err
     assert any(path.endswith(".png") for path in seen)
+
+
+# ----------------------------------------------------------------------------- CIFAR and IDX corpora, downloads
+CORPUS_KINDS = {"cifar10": "cifar10: batches folder", "cifar10-binary": "cifar10: batches folder",
+                "cifar100": "cifar100: batches folder", "mnist": "mnist: MNIST/raw folder",
+                "emnist-gzip": "emnist: gzip folder", "emnist-raw": "emnist: EMNIST/raw folder"}  # fmt: skip
+"""Each corpus layout, and how a refusal names the dataset and the folder."""
+
+
+def _corpus(tmp_path: Path, kind: str) -> tuple[Path, Path]:
+    """A corpus ``kind`` written in ``tmp_path/root``: (root, the folder below it the reader looks into)."""
+    root = tmp_path / "root"
+    if kind.startswith("cifar"):
+        writer = write_cifar_binary if kind.endswith("binary") else write_cifar_python
+        return root, writer(root, kind.split("-")[0]).folder
+    if kind == "mnist":
+        return root, write_mnist_family(root / "MNIST" / "raw").folder
+    gz = kind == "emnist-gzip"
+    return root, write_emnist(root / ("gzip" if gz else "EMNIST/raw"), "balanced", gz=gz, raw=not gz).folder
+
+
+def _corpus_config(kind: str, root: Path) -> str:
+    corpus = kind.split("-")[0]
+    return f"{{type: {corpus}, args: {{root: {root}{', split: balanced' if corpus == 'emnist' else ''}}}}}"
+
+
+@pytest.mark.parametrize("kind", CORPUS_KINDS)
+def test_data_show_refuses_a_corpus_folder_linking_out_of_the_root(cli, tmp_path, kind):
+    """CIFAR's batches folder, torchvision's ``MNIST/raw`` and ``EMNIST/raw``, EMNIST's ``gzip``: a link out of
+    the root to a private copy is refused before anything in it is read."""
+    root, folder = _corpus(tmp_path, kind)
+    victim = tmp_path / "private" / folder.name
+    victim.parent.mkdir()
+    link_out(folder, victim)
+    with touched(victim.parent) as seen:
+        res = _show(cli, tmp_path, _corpus_config(kind, root))
+    line = one_line(res)
+    assert (f"{CORPUS_KINDS[kind]}: {folder} leads outside the dataset root {root} through a link (to {victim})"
+            in line), line  # fmt: skip
+    assert seen == [], f"the victim's files were looked at: {seen}"
+    assert not (tmp_path / "shown.png").exists()
+
+
+@pytest.mark.parametrize("kind", CORPUS_KINDS)
+def test_a_corpus_folder_linking_inside_the_root_is_read_and_the_root_may_be_a_link(cli, tmp_path, kind):
+    root, folder = _corpus(tmp_path, kind)
+    store = root / "store" / folder.name
+    store.parent.mkdir()
+    shutil.move(folder, store)
+    folder.symlink_to(store)  # stays inside the root
+    (tmp_path / "named").symlink_to(root)  # the root the user names may itself be a link
+    with touched(store) as seen:
+        res = _show(cli, tmp_path, _corpus_config(kind, tmp_path / "named"))
+    assert res.code == 0, res.err
+    assert (tmp_path / "shown.png").stat().st_size > 0
+    assert seen, "the audit hook does see the corpus read"
+
+
+def test_a_download_into_a_folder_linking_out_of_the_root_is_refused_before_anything_is_fetched(tmp_path, monkeypatch):
+    """``corpus_folder`` and ``download_corpus``: the corpus' folder below ``--root`` (``cifar-10-batches-py``,
+    EMNIST's ``gzip``) must resolve inside it — checked before a byte is fetched."""
+    from modforge.data.images import catalog
+
+    root, folder = _corpus(tmp_path, "cifar10")
+    victim = tmp_path / "private" / folder.name
+    victim.parent.mkdir()
+    link_out(folder, victim)
+    fetched: list[str] = []
+    monkeypatch.setattr(catalog, "download_file", lambda url, dest, **kw: fetched.append(url))
+    expected = f"cifar10: download folder: {folder} leads outside the dataset root {root} through a link (to {victim})"
+    for call in (lambda: catalog.corpus_folder("cifar10", root), lambda: catalog.download_corpus("cifar10", root)):
+        with touched(victim.parent) as seen, pytest.raises(UnsafePathError) as info:
+            call()
+        assert str(info.value).startswith(expected), str(info.value)
+        assert seen == [] and fetched == []
+    (root / "inside").mkdir()
+    (root / "gzip").symlink_to(root / "inside")  # a link that stays inside is fine
+    assert catalog.corpus_folder("emnist", root) == root / "gzip"
+    assert catalog.corpus_folder("mnist", root) == root
 
 
 # ----------------------------------------------------------------------------- audio folders

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core.errors import UsageError
-from ...core.safe_files import ensure_folder
+from ...core.safe_files import ensure_folder, folder_below
 from ..download import DownloadError, check_url, download_file
 from ..extract import DEFAULT_MAX_MEMBERS, extract_archive
 
@@ -277,9 +277,17 @@ def get_corpus(name: str) -> Corpus:
 
 
 def corpus_folder(name: str, root: str | os.PathLike, variant: str | None = None) -> Path:
-    """Where corpus ``name`` lies under ``root`` once downloaded (ROOT itself for the MNIST family)."""
-    folder = get_corpus(name).variant(variant).folder
-    return Path(root) / folder if folder else Path(root)
+    """Where corpus ``name`` lies under ``root`` once downloaded (ROOT itself for the MNIST family).
+
+    The folder below ``root`` must resolve inside ``root``'s real path
+    (:func:`~modforge.core.safe_files.folder_below`; ``root`` itself may be a link the user named).
+
+    Raises:
+        UnsafePathError: the folder below ``root`` leads out of it through a link.
+    """
+    corpus = get_corpus(name)
+    folder = corpus.variant(variant).folder
+    return folder_below(root, folder, f"{corpus.name}: download folder") if folder else Path(root)
 
 
 def _mirror(base_url: str | None) -> str | None:
@@ -331,10 +339,13 @@ def download_corpus(
         UnsafeArchiveError: an archive holding a link, device or FIFO, a name leading out of
             ``root``, or more bytes or members than its bounds; nothing of it was put in place.
         UnknownCorpusError, UsageError: a wrong name or variant; an archive that did not hold the folder.
+        UnsafePathError: the corpus' folder below ``root`` leads out of it through a link (:func:`corpus_folder`;
+            checked before anything is fetched, and again once unpacked).
     """
     corpus = get_corpus(name)
     chosen = corpus.variant(variant)
     root = ensure_folder(Path(root).expanduser(), named=True)
+    corpus_folder(corpus.name, root, variant)  # a folder leading out is refused before anything is fetched
     for file in chosen.files:
         dest = root / file.filename
         report = None if progress is None else _for_file(progress, file.filename)
@@ -353,7 +364,7 @@ def download_corpus(
                                 url=failures[0].url, network=all(e.network for e in failures))  # fmt: skip
         if file.extract:
             extract_archive(dest, root, **file.extraction_limits())
-    folder = root / chosen.folder if chosen.folder else root
+    folder = corpus_folder(corpus.name, root, variant)
     if not folder.is_dir():
         raise UsageError(f"{corpus.name}: the downloaded files did not make {folder}; remove "
                          f"{', '.join(f.filename for f in chosen.files)} from {root} and download again")  # fmt: skip

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ....core.restricted_pickle import SharedWalk
+from ....core.safe_files import folder_below
 from . import ImageDataError, MissingImageDataError, download_hint
 
 __all__ = [
@@ -377,11 +378,12 @@ def _text_names(path: Path, count: int) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- finding the files
-def _folder(root: Path, layout: CifarLayout) -> Path | None:
+def _folder(root: Path, layout: CifarLayout, corpus: str) -> Path | None:
     """Where a version's files lie: ``root/<official folder>``, or ``root`` itself when it is that folder
-    (holds one of its files); None when neither."""
+    (holds one of its files); None when neither. The official folder must resolve inside ``root``'s real path
+    (:func:`~modforge.core.safe_files.folder_below`): one planted as a link to someone's folder is refused."""
     names = (*layout.train, *layout.test, *layout.meta)
-    for candidate in (root / layout.folder, root):
+    for candidate in (folder_below(root, layout.folder, f"{corpus}: batches folder"), root):
         if candidate.is_dir() and any((candidate / name).is_file() for name in names):
             return candidate
     return None
@@ -404,6 +406,7 @@ def load_cifar(
         MissingImageDataError: the files are not there (the message lists them, their folder and the
             download command).
         ImageDataError: a damaged or hostile file, a shape or label out of range.
+        UnsafePathError: the official folder below ``root`` leads out of it through a link.
     """
     if corpus not in _NAMES:
         raise ImageDataError(f"unknown corpus {corpus!r}: expected 'cifar10' or 'cifar100'")
@@ -411,7 +414,8 @@ def load_cifar(
         raise ImageDataError(f"unknown CIFAR version {version!r}: expected 'auto', 'python' or 'binary'")
     root = Path(root)
     versions = ("python", "binary") if version == "auto" else (version,)
-    found = next(((v, f) for v in versions if (f := _folder(root, CIFAR_LAYOUTS[(corpus, v)])) is not None), None)
+    found = next(((v, f) for v in versions if (f := _folder(root, CIFAR_LAYOUTS[(corpus, v)], corpus)) is not None),
+                 None)  # fmt: skip
     if found is None:
         expected = " or ".join(_expected(root, corpus, v) for v in versions)
         raise MissingImageDataError(f"{_NAMES[corpus]} files not found: expected {expected}; "

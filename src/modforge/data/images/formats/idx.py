@@ -27,6 +27,7 @@ from typing import BinaryIO, Literal
 
 import numpy as np
 
+from ....core.safe_files import folder_below
 from . import ImageDataError, MissingImageDataError, download_hint, missing_files_message
 
 __all__ = [
@@ -272,10 +273,16 @@ def _pick(folder: Path, name: str) -> Path | None:
     return None
 
 
-def _find_files(names: tuple[str, ...], folders: list[Path], corpus: str, root: Path, what: str) -> dict[str, Path]:
-    """The first of ``folders`` holding every one of ``names`` (raw or .gz): name → file."""
+def _find_files(names: tuple[str, ...], below: tuple[str, ...], corpus: str, root: Path, what: str) -> dict[str, Path]:
+    """The first folder holding every one of ``names`` (raw or .gz): name → file. The folders are ``root``,
+    then each of ``below`` under it — each looked into only when the ones before lack a file, and only when
+    it resolves inside ``root``'s real path (:func:`~modforge.core.safe_files.folder_below`: a ``MNIST/raw``
+    planted as a link to someone's folder is refused, not read)."""
+    folders = [root, *(root / name for name in below)]
     partial: tuple[Path, list[str]] | None = None
-    for folder in folders:
+    for k, folder in enumerate(folders):
+        if k:  # below root: looked into only when it resolves inside the root
+            folder_below(root, below[k - 1], f"{corpus}: {below[k - 1]} folder")
         found = {name: _pick(folder, name) for name in names}
         if all(found.values()):
             return {name: file for name, file in found.items() if file is not None}
@@ -307,9 +314,10 @@ def _labelled(images_file: Path, labels_file: Path, classes: list[str], what: st
 def load_mnist_family(root: str | os.PathLike, corpus: Literal["mnist", "fashion_mnist", "kmnist"]) -> IdxSplits:
     """MNIST, Fashion-MNIST or KMNIST from its four IDX files (see :data:`MNIST_FILES`; raw preferred over
     ``.gz`` when both lie there), looked for in ``root`` and in torchvision's ``root/MNIST/raw``,
-    ``root/FashionMNIST/raw``, ``root/KMNIST/raw``.
+    ``root/FashionMNIST/raw``, ``root/KMNIST/raw`` (each only when it resolves inside ``root``).
 
     Raises:
+        UnsafePathError: a folder below ``root`` that leads out of it through a link.
         MissingImageDataError: the files are not there (the message names them, the folders and the
             download command).
         ImageDataError: a damaged file, image and label counts that disagree, a label out of range.
@@ -317,8 +325,7 @@ def load_mnist_family(root: str | os.PathLike, corpus: Literal["mnist", "fashion
     if corpus not in MNIST_FAMILY_CLASSES:
         raise ImageDataError(f"unknown corpus {corpus!r}: expected one of {', '.join(MNIST_FAMILY_CLASSES)}")
     root = Path(root)
-    folders = [root, root / _TORCHVISION_FOLDERS[corpus] / "raw"]
-    files = _find_files(MNIST_FILES, folders, corpus, root, corpus)
+    files = _find_files(MNIST_FILES, (f"{_TORCHVISION_FOLDERS[corpus]}/raw",), corpus, root, corpus)
     classes = MNIST_FAMILY_CLASSES[corpus]
     train_images, train_labels = _labelled(files[MNIST_FILES[0]], files[MNIST_FILES[1]], classes, corpus)
     test_images, test_labels = _labelled(files[MNIST_FILES[2]], files[MNIST_FILES[3]], classes, corpus)
@@ -335,20 +342,21 @@ def load_emnist(
     root: str | os.PathLike, split: Literal["byclass", "bymerge", "balanced", "letters", "digits", "mnist"]
 ) -> IdxSplits:
     """An EMNIST split from its IDX files (:func:`emnist_files`, raw or ``.gz``), looked for in ``root``,
-    ``root/gzip`` (where the official ``gzip.zip`` extracts) and torchvision's ``root/EMNIST/raw``.
+    ``root/gzip`` (where the official ``gzip.zip`` extracts) and torchvision's ``root/EMNIST/raw`` (each only
+    when it resolves inside ``root``).
 
     The images are returned as the files store them — and as ``torchvision.datasets.EMNIST`` gives them:
     **transposed** (each picture is the character mirrored across its main diagonal; ``images.transpose(0, 2,
     1)`` shows it upright). Labels follow :data:`EMNIST_CLASSES` (``letters``: 1 … 26).
 
     Raises:
-        MissingImageDataError, ImageDataError: as :func:`load_mnist_family`.
+        MissingImageDataError, ImageDataError, UnsafePathError: as :func:`load_mnist_family`.
     """
     if split not in EMNIST_CLASSES:
         raise ImageDataError(f"unknown EMNIST split {split!r}: expected one of {', '.join(EMNIST_SPLITS)}")
     root = Path(root)
     names = emnist_files(split)
-    files = _find_files(names, [root, root / "gzip", root / "EMNIST" / "raw"], "emnist", root, f"EMNIST {split}")
+    files = _find_files(names, ("gzip", "EMNIST/raw"), "emnist", root, f"EMNIST {split}")
     classes = EMNIST_CLASSES[split]
     what = f"EMNIST {split}"
     train_images, train_labels = _labelled(files[names[0]], files[names[1]], classes, what)
