@@ -200,6 +200,21 @@ def finishes(call: Callable[[], Any], seconds: float = 30) -> Any:
     return box.get("value")
 
 
+def plant_unreadable(path: Path, kind: str) -> str:
+    """Put at ``path`` what no bounded reader may read — a FIFO, a folder or a sparse file one byte over
+    :data:`MAX_TEXT_TABLE_BYTES` (``kind``: ``fifo``, ``folder``, ``huge``) — and return the words of its refusal
+    as a pattern."""
+    if kind == "fifo":
+        os.mkfifo(path)
+        return r"is a named pipe \(FIFO\); expected a regular file"
+    if kind == "folder":
+        path.mkdir()
+        return "is a folder; expected a regular file"
+    with open(path, "wb") as sparse:  # a hole: no disk space taken
+        sparse.truncate(MAX_TEXT_TABLE_BYTES + 1)
+    return rf"is {MAX_TEXT_TABLE_BYTES + 1} bytes, more than the {MAX_TEXT_TABLE_BYTES}"
+
+
 @pytest.mark.parametrize("kind", ["fifo", "folder"])
 def test_an_image_manifest_row_naming_a_fifo_or_a_folder_is_one_error_naming_the_line(tmp_path, kind):
     root = tmp_path / "p"
@@ -263,6 +278,22 @@ def test_a_picture_in_pillows_warning_band_is_refused_with_its_width_and_height(
     with pytest.raises(PictureBombError, match=r"big.png holds 2000 pixels, more than the 500 allowed") as info:
         open_picture(big, max_pixels=500)
     assert info.value.size is None
+
+
+# ------------------------------------------------------------------ an image manifest itself
+@pytest.mark.parametrize("kind", ["fifo", "folder", "huge"])
+def test_an_image_manifest_must_be_a_regular_file_within_the_cap(cli, tmp_path, kind):
+    """The ``image_csv`` manifest is read through the bounded open (1 GiB, as protocols): a sparse 1 GiB + 1
+    file is refused before a byte is read, a FIFO is not waited for; one error naming the file, one line
+    through ``modforge data show``."""
+    path = tmp_path / "m.csv"
+    problem = plant_unreadable(path, kind) + (" a manifest may have" if kind == "huge" else "")
+    with pytest.raises(ImageDataError, match=rf"^the manifest {path} {problem}$"):
+        finishes(lambda: read_image_manifest(path))
+    (tmp_path / "show.yaml").write_text(f"data: {{type: image_csv, args: {{manifest: {path}}}}}\n")
+    result = cli("data", "show", "show.yaml", "-n", "2", "--out", "shown.png")
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1, result.err
+    assert re.search(rf"the manifest {path} {problem}", result.err), result.err
 
 
 # ------------------------------------------------------------------ the run-signing key's folder
@@ -336,16 +367,7 @@ def test_score_and_protocol_files_must_be_regular_files_within_the_cap(tmp_path,
     from modforge.tasks.spoofing.scores import read_score_file
 
     path = tmp_path / "f.txt"
-    if kind == "fifo":
-        os.mkfifo(path)
-        problem = r"is a named pipe \(FIFO\); expected a regular file"
-    elif kind == "folder":
-        path.mkdir()
-        problem = "is a folder; expected a regular file"
-    else:
-        with open(path, "wb") as sparse:  # a hole: no disk space taken
-            sparse.truncate(MAX_TEXT_TABLE_BYTES + 1)
-        problem = rf"is {MAX_TEXT_TABLE_BYTES + 1} bytes, more than the {MAX_TEXT_TABLE_BYTES}"
+    problem = plant_unreadable(path, kind)
     for read, error, what in ((read_score_file, UsageError, "score file"),
                               (read_asv_scores, ValueError, "ASV score file"),
                               (lambda p: read_asvspoof2019(p, tmp_path), ProtocolError, "protocol file")):  # fmt: skip

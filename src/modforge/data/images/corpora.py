@@ -325,7 +325,8 @@ def image_csv(manifest: str, root: Optional[str] = None, channels: int = 3, seed
         max_pixels: the pixel budget: a picture whose header declares more pixels is refused before it is
             decoded (default 2**26, e.g. 8192 × 8192).
 
-    A path naming a FIFO, device, socket or folder is refused when the manifest is read, naming its line.
+    A path naming a FIFO, device, socket or folder is refused when the manifest is read, naming its line; the
+    manifest itself is read only when it is a regular file of at most 1 GiB (one error naming it otherwise).
     """
     from .formats.listing import manifest_classes, read_image_manifest
 

@@ -18,7 +18,16 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ....core.safe_files import UnsafePathError, file_kind, inside, leads_outside, relative_name
+from ....core.safe_files import (
+    MAX_TEXT_TABLE_BYTES,
+    UnsafePathError,
+    file_kind,
+    inside,
+    leads_outside,
+    open_bounded_file,
+    read_bounded_file,
+    relative_name,
+)
 from ....core.text_safety import quoted
 from . import ImageDataError, ImagePathError, MissingImageDataError
 
@@ -38,6 +47,9 @@ MANIFEST_COLUMNS = ("path", "label", "split")
 """The columns of a manifest (``split`` optional; other columns are ignored)."""
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
+
+MAX_MANIFEST_BYTES = MAX_TEXT_TABLE_BYTES
+"""Largest manifest read (1 GiB, as a protocol or score file): checked before it is read."""
 
 
 # ----------------------------------------------------------------------------- a folder per class
@@ -236,8 +248,9 @@ def _header(columns: Sequence[str], path: Path) -> dict[str, int]:
 
 
 def _rows_csv(path: Path) -> tuple[dict[str, int], Iterable[tuple[str, list[Any]]]]:
+    data = read_bounded_file(path, what="manifest", max_bytes=MAX_MANIFEST_BYTES, error=ImageDataError)
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ImageDataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); expected a CSV "
                              "manifest path,label[,split]") from None  # fmt: skip
@@ -273,20 +286,21 @@ def _rows_parquet(path: Path) -> tuple[dict[str, int], Iterable[tuple[str, list[
     except ImportError:
         pq = None
     try:
-        if pq is not None:
-            table = pq.read_table(path)
-            columns = list(table.column_names)
-            data = [table.column(k).to_pylist() for k in range(len(columns))]
-        else:
-            try:
-                import pandas
-            except ImportError:
-                raise ImageDataError(f"{path}: reading a parquet manifest needs pyarrow, which is not installed "
-                                     "(pip install pyarrow), or write the manifest as CSV with the header "
-                                     "path,label[,split]") from None  # fmt: skip
-            frame = pandas.read_parquet(path)
-            columns = [str(c) for c in frame.columns]
-            data = [frame[c].tolist() for c in frame.columns]
+        with open_bounded_file(path, what="manifest", max_bytes=MAX_MANIFEST_BYTES, error=ImageDataError) as handle:
+            if pq is not None:
+                table = pq.read_table(handle)
+                columns = list(table.column_names)
+                data = [table.column(k).to_pylist() for k in range(len(columns))]
+            else:
+                try:
+                    import pandas
+                except ImportError:
+                    raise ImageDataError(f"{path}: reading a parquet manifest needs pyarrow, which is not installed "
+                                         "(pip install pyarrow), or write the manifest as CSV with the header "
+                                         "path,label[,split]") from None  # fmt: skip
+                frame = pandas.read_parquet(handle)
+                columns = [str(c) for c in frame.columns]
+                data = [frame[c].tolist() for c in frame.columns]
     except ImageDataError:
         raise
     except ImportError as exc:
@@ -309,17 +323,19 @@ def read_image_manifest(
     with pyarrow, or pandas, when installed). ``path`` is relative to ``root`` (default: the manifest's
     folder) and must stay inside it (no absolute name, no ``..``, no link leading out). An empty ``split``
     cell is None. Whether the files exist is not checked here (opening them is), but a path naming a FIFO,
-    device, socket or folder is refused here, naming its line.
+    device, socket or folder is refused here, naming its line. The manifest itself is read only when it is a
+    regular file of at most :data:`MAX_MANIFEST_BYTES` (:func:`~modforge.core.safe_files.read_bounded_file`:
+    checked before anything is read, a FIFO never waited on).
 
     Raises:
         MissingImageDataError: no such manifest.
-        ImageDataError: no header or a column missing, a row with a wrong number of fields, an empty path
-            or label, a path that is no regular file (naming the file and line), a parquet file without
-            pyarrow installed.
+        ImageDataError: the manifest is no regular file or larger than :data:`MAX_MANIFEST_BYTES`, no header
+            or a column missing, a row with a wrong number of fields, an empty path or label, a path that is
+            no regular file (naming the file and line), a parquet file without pyarrow installed.
         ImagePathError: a path leading outside ``root`` (naming the file and line).
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():  # anything else there is refused by the bounded open, saying what it is
         raise MissingImageDataError(
             f"manifest not found: {path} (expected a CSV file with the header path,label[,split])"
         )
