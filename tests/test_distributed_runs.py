@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,12 +18,21 @@ import torch
 from distributed_helpers import DIGITS, alive, modforge, rank_pid, torchrun
 
 
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One 3-epoch digits run of 2 processes (``modforge train --nproc 2``) and its command's result,
+    trained once for the tests below: the first checks the run itself, the kill test compares its
+    resumed run with it, the mid-epoch test resumes its checkpoint of step 30 into folders of its own."""
+    folder = tmp_path_factory.mktemp("two-processes")
+    (folder / "digits.yaml").write_text(DIGITS)
+    res = modforge("train", "digits.yaml", "--run-dir", "run", "--nproc", "2", cwd=folder)
+    return folder / "run", res
+
+
 @pytest.mark.slow
-def test_a_two_process_run_writes_once_and_tests_like_one_process(tmp_path):
-    (tmp_path / "digits.yaml").write_text(DIGITS)
-    res = modforge("train", "digits.yaml", "--run-dir", "run", "--nproc", "2", cwd=tmp_path)
+def test_a_two_process_run_writes_once_and_tests_like_one_process(two_process_run, tmp_path):
+    run, res = two_process_run
     assert res.returncode == 0, res.stderr
-    run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["processes"] == 2 and summary["epochs"] == 3
     assert summary["steps"] == 3 * 40  # 1,257 training samples / (16 × 2) per step
@@ -29,7 +40,7 @@ def test_a_two_process_run_writes_once_and_tests_like_one_process(tmp_path):
     lines = (run / "metrics.csv").read_text().splitlines()
     assert len(lines) == 4  # a header and three epochs, written once
     # the test split evaluated in two shards, combined: what one process computes on all of it
-    single = modforge("test", "run", cwd=tmp_path)
+    single = modforge("test", str(run), cwd=tmp_path)
     assert single.returncode == 0, single.stderr
     record = json.loads((run / "evaluations" / "best-test.json").read_text())
     for metric in ("accuracy", "loss", "macro_f1"):
@@ -38,11 +49,11 @@ def test_a_two_process_run_writes_once_and_tests_like_one_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_killing_one_process_ends_the_run_and_resume_continues_exactly(tmp_path):
+def test_killing_one_process_ends_the_run_and_resume_continues_exactly(two_process_run, tmp_path):
+    reference, trained = two_process_run  # the same config on 2 processes, never stopped
+    assert trained.returncode == 0, trained.stderr
     (tmp_path / "digits.yaml").write_text(DIGITS)
     train = ["-m", "modforge", "train", "digits.yaml"]
-    reference = torchrun(2, *train, "--run-dir", "reference", cwd=tmp_path)
-    assert reference.returncode == 0, reference.stderr
     launcher = torchrun(2, *train, "--run-dir", "killed", cwd=tmp_path, wait=False)
     checkpoints = tmp_path / "killed" / "checkpoints"
     deadline = time.monotonic() + 120
@@ -61,18 +72,17 @@ def test_killing_one_process_ends_the_run_and_resume_continues_exactly(tmp_path)
     resumed = modforge("train", "--resume", "killed", "--nproc", "2", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     ours = torch.load(tmp_path / "killed" / "checkpoints" / "last.pt", weights_only=True)
-    theirs = torch.load(tmp_path / "reference" / "checkpoints" / "last.pt", weights_only=True)
+    theirs = torch.load(reference / "checkpoints" / "last.pt", weights_only=True)
     assert all(torch.equal(ours["model"][k], theirs["model"][k]) for k in theirs["model"])
     assert all(torch.equal(ours["ema"]["average"][k], theirs["ema"]["average"][k]) for k in theirs["model"])
     assert [r["train_loss"] for r in ours["history"]] == pytest.approx([r["train_loss"] for r in theirs["history"]])
 
 
 @pytest.mark.slow
-def test_a_checkpoint_resumes_mid_epoch_with_another_number_of_processes(tmp_path):
-    (tmp_path / "digits.yaml").write_text(DIGITS)
-    res = modforge("train", "digits.yaml", "--run-dir", "run", "--epochs", "1", "--nproc", "2", cwd=tmp_path)
+def test_a_checkpoint_resumes_mid_epoch_with_another_number_of_processes(two_process_run, tmp_path):
+    run, res = two_process_run
     assert res.returncode == 0, res.stderr
-    middle = tmp_path / "run" / "checkpoints" / "epoch0000-step0000030.pt"  # 30 of the first epoch's 40 steps
+    middle = run / "checkpoints" / "epoch0000-step0000030.pt"  # 30 of the first epoch's 40 steps, 2 processes
     assert middle.exists()
     # 2 → 1 mid-epoch: the epoch's other 1,257 − 30 × 32 = 297 samples in 19 steps of 16, then a whole epoch
     one = modforge("train", "--resume", str(middle), "--run-dir", "one", "--epochs", "2", cwd=tmp_path)
