@@ -74,3 +74,29 @@ def cli(capsys, monkeypatch, tmp_path):
         return CliResult(code, captured.out, captured.err)
 
     return _run
+
+
+# The files whose tests add up to the most time (``--durations`` summed per file, a whole run on 2
+# workers), longest first. ``--dist loadfile`` hands out whole files in collection order, and a worker
+# that runs out of files waits: started first, these long files end early and the small files fill in
+# at the end (a long file started late can be the last thing running while the other worker sits idle).
+# Only the order changes; a file missing from the list, or a stale list, costs balance, never a test.
+LONG_FILES_FIRST = (
+    "test_distributed_runs.py", "test_detection_resume.py", "test_conformance.py", "test_distributed.py",
+    "test_trust.py", "test_docs.py", "test_sweep_ray.py", "test_sweep_run.py", "test_trust_sockets.py",
+    "test_continual_run.py", "test_sweep_optuna.py", "test_experiment.py", "test_engines.py",
+    "test_audio_zoo.py", "test_image_datasets.py", "test_trackers.py", "test_continual_processes.py",
+    "test_gpu_readiness.py",
+)  # fmt: skip
+
+
+def pytest_configure(config):
+    # xdist would otherwise hand the files out by their number of tests, most first: the long files of a
+    # few multi-process tests then start last and finish long after the other worker ran out of files
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
