@@ -1,6 +1,10 @@
-"""Run by ``torchrun`` from tests/test_distributed.py: one process of a multi-process check.
+"""Run by ``torchrun`` from tests/test_distributed.py: one process of the multi-process checks.
 
-    torchrun --nproc-per-node 2 tests/distributed_worker.py MODE OUT.pt
+    torchrun --nproc-per-node 2 tests/distributed_worker.py MODE OUT.pt [MODE OUT.pt ...]
+
+Each MODE runs after the one before it in the same process group (one launch for every check,
+so the tests pay torchrun's start once); each builds its own model and data from fixed seeds.
+Without torchrun it runs as the single process the checks compare with.
 
 ``step``: one training step of the Trainer (which wraps the model in DDP) on this rank's
 half of a fixed batch of 32; rank 0 saves the weights after the step.
@@ -147,13 +151,14 @@ def bucketed_scores(out: str) -> dict:
 
 
 def main() -> int:
-    mode, out = sys.argv[1], sys.argv[2]
+    pairs = sys.argv[1:]
     distributed.setup()
-    modes = {"step": one_step, "accumulate": lambda: one_step(2), "metrics": synced_metrics,
-             "evaluate": evaluate_sharded, "buckets": lambda: bucketed_scores(out)}
-    result = modes[mode]()
-    if distributed.is_main_process():
-        torch.save(result, out)
+    for mode, out in zip(pairs[::2], pairs[1::2], strict=True):
+        modes = {"step": one_step, "accumulate": lambda: one_step(2), "metrics": synced_metrics,
+                 "evaluate": evaluate_sharded, "buckets": lambda out=out: bucketed_scores(out)}
+        result = modes[mode]()
+        if distributed.is_main_process():
+            torch.save(result, out)
     distributed.shutdown()
     return 0
 

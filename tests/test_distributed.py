@@ -74,15 +74,50 @@ def test_collected_shards_are_put_back_in_data_order():
 
 
 # --------------------------------------------------------------- processes
+TWO_PROCESS_MODES = ("step", "accumulate", "metrics", "evaluate", "buckets")
+ONE_PROCESS_MODES = ("step", "accumulate", "metrics")  # what the 2-process results are compared with
+
+
+def _write_wavs(wavs) -> None:
+    """Whole files of different lengths, for the length-bucket check."""
+    import numpy as np
+    import soundfile as sf
+
+    wavs.mkdir()
+    rng = np.random.default_rng(0)
+    for i, n in enumerate([2400, 8000, 5123, 16000, 3001, 8000, 12345, 700, 9999, 4000, 6000]):
+        sf.write(wavs / f"u{i}.wav", (0.3 * rng.standard_normal(n)).clip(-1, 1).astype(np.float32), 16000,
+                 subtype="FLOAT")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The worker's results: every mode in one torchrun launch of 2 processes (``MODE-two.pt``), and
+    the modes compared with one process in one plain process (``MODE-one.pt``); each launch's
+    result, for the tests to check its exit status. A launch costs seconds of imports per process."""
+    folder = tmp_path_factory.mktemp("distributed")
+    _write_wavs(folder / "wavs")  # the buckets mode reads them beside its output
+    two = torchrun(2, str(WORKER), *[a for m in TWO_PROCESS_MODES for a in (m, str(folder / f"{m}-two.pt"))],
+                   cwd=folder)  # fmt: skip
+    one = subprocess.run([sys.executable, str(WORKER), *[a for m in ONE_PROCESS_MODES
+                                                         for a in (m, str(folder / f"{m}-one.pt"))]],
+                         env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return folder, two, one
+
+
+def _results(runs, mode: str, *, single: bool = False):
+    folder, two, one = runs
+    assert two.returncode == 0, two.stderr
+    if not single:
+        return torch.load(folder / f"{mode}-two.pt")
+    assert one.returncode == 0, one.stderr
+    return torch.load(folder / f"{mode}-two.pt"), torch.load(folder / f"{mode}-one.pt")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["step", "accumulate"])  # accumulate: 2 micro-batches, DDP syncs only the last
-def test_one_ddp_step_of_two_processes_equals_one_step_on_the_whole_batch(tmp_path, mode):
-    res = torchrun(2, str(WORKER), mode, str(tmp_path / "two.pt"), cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    single = subprocess.run([sys.executable, str(WORKER), mode, str(tmp_path / "one.pt")], env=ENV,
-                            capture_output=True, text=True, timeout=120)
-    assert single.returncode == 0, single.stderr
-    two, one = torch.load(tmp_path / "two.pt"), torch.load(tmp_path / "one.pt")
+def test_one_ddp_step_of_two_processes_equals_one_step_on_the_whole_batch(runs, mode):
+    two, one = _results(runs, mode, single=True)
     start = _worker().fixed_model().state_dict()
     for key in one:
         torch.testing.assert_close(two[key], one[key], rtol=1e-5, atol=1e-6)
@@ -99,13 +134,8 @@ def _worker():
 
 
 @pytest.mark.slow
-def test_metrics_of_two_processes_equal_one_process_on_all_the_data(tmp_path):
-    res = torchrun(2, str(WORKER), "metrics", str(tmp_path / "two.pt"), cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    single = subprocess.run([sys.executable, str(WORKER), "metrics", str(tmp_path / "one.pt")], env=ENV,
-                            capture_output=True, text=True, timeout=120)
-    assert single.returncode == 0, single.stderr
-    two, one = torch.load(tmp_path / "two.pt"), torch.load(tmp_path / "one.pt")
+def test_metrics_of_two_processes_equal_one_process_on_all_the_data(runs):
+    two, one = _results(runs, "metrics", single=True)
     assert two["confusion_matrix"] == one["confusion_matrix"] and sum(map(sum, one["confusion_matrix"])) == 40
     for name in ("accuracy", "macro_f1", "eer", "min_dcf"):
         assert two[name] == pytest.approx(one[name]), name
@@ -113,10 +143,8 @@ def test_metrics_of_two_processes_equal_one_process_on_all_the_data(tmp_path):
 
 
 @pytest.mark.slow
-def test_sharded_evaluation_with_batch_norm_equals_one_process_on_rank_0s_model(tmp_path):
-    res = torchrun(2, str(WORKER), "evaluate", str(tmp_path / "two.pt"), cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    two = torch.load(tmp_path / "two.pt")
+def test_sharded_evaluation_with_batch_norm_equals_one_process_on_rank_0s_model(runs):
+    two = _results(runs, "evaluate")
     worker = _worker()
     model = worker.fixed_model(norm="batch")
     model.load_state_dict(two["state"])  # rank 0's weights and BatchNorm statistics
@@ -134,21 +162,11 @@ def test_sharded_evaluation_with_batch_norm_equals_one_process_on_rank_0s_model(
 
 
 @pytest.mark.slow
-def test_length_buckets_shared_among_processes_score_each_file_as_alone(tmp_path):
+def test_length_buckets_shared_among_processes_score_each_file_as_alone(runs):
     """Whole files of different lengths scored in length buckets by two processes (each taking
     whole batches) give every file once, with the score it gets scored alone, to 1e-5."""
-    import numpy as np
-    import soundfile as sf
-
-    wavs = tmp_path / "wavs"
-    wavs.mkdir()
-    rng = np.random.default_rng(0)
-    for i, n in enumerate([2400, 8000, 5123, 16000, 3001, 8000, 12345, 700, 9999, 4000, 6000]):
-        sf.write(wavs / f"u{i}.wav", (0.3 * rng.standard_normal(n)).clip(-1, 1).astype(np.float32), 16000,
-                 subtype="FLOAT")  # fmt: skip
-    res = torchrun(2, str(WORKER), "buckets", str(tmp_path / "two.pt"), cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    two = torch.load(tmp_path / "two.pt")
+    two = _results(runs, "buckets")
+    wavs = runs[0] / "wavs"
     worker = _worker()
     assert sorted(two["index"].tolist()) == list(range(11))  # every file once
     assert two["all_batches"] > 2 and two["batches"] == (two["all_batches"] + 1) // 2  # rank 0: batches 0, 2, 4…
