@@ -30,7 +30,7 @@ def two_process_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess
 
 
 @pytest.mark.slow
-def test_a_two_process_run_writes_once_and_tests_like_one_process(two_process_run, tmp_path):
+def test_a_two_process_run_writes_once_and_tests_like_one_process(cli, two_process_run):
     run, res = two_process_run
     assert res.returncode == 0, res.stderr
     summary = json.loads((run / "summary.json").read_text())
@@ -40,8 +40,8 @@ def test_a_two_process_run_writes_once_and_tests_like_one_process(two_process_ru
     lines = (run / "metrics.csv").read_text().splitlines()
     assert len(lines) == 4  # a header and three epochs, written once
     # the test split evaluated in two shards, combined: what one process computes on all of it
-    single = modforge("test", str(run), cwd=tmp_path)
-    assert single.returncode == 0, single.stderr
+    single = cli("test", str(run))  # one process: this one (the same command; a child would import for seconds first)
+    assert single.code == 0, single.err
     record = json.loads((run / "evaluations" / "best-test.json").read_text())
     for metric in ("accuracy", "loss", "macro_f1"):
         assert summary["test"][metric] == pytest.approx(record[metric], abs=1e-6), metric
@@ -79,15 +79,15 @@ def test_killing_one_process_ends_the_run_and_resume_continues_exactly(two_proce
 
 
 @pytest.mark.slow
-def test_a_checkpoint_resumes_mid_epoch_with_another_number_of_processes(two_process_run, tmp_path):
+def test_a_checkpoint_resumes_mid_epoch_with_another_number_of_processes(cli, two_process_run, tmp_path):
     run, res = two_process_run
     assert res.returncode == 0, res.stderr
     middle = run / "checkpoints" / "epoch0000-step0000030.pt"  # 30 of the first epoch's 40 steps, 2 processes
     assert middle.exists()
     # 2 → 1 mid-epoch: the epoch's other 1,257 − 30 × 32 = 297 samples in 19 steps of 16, then a whole epoch
-    one = modforge("train", "--resume", str(middle), "--run-dir", "one", "--epochs", "2", cwd=tmp_path)
-    assert one.returncode == 0, one.stderr
-    assert "resuming a 2-process checkpoint with 1 process" in one.stderr
+    one = cli("train", "--resume", str(middle), "--run-dir", "one", "--epochs", "2")  # one process: this one
+    assert one.code == 0, one.err
+    assert "resuming a 2-process checkpoint with 1 process" in one.err
     assert json.loads((tmp_path / "one" / "summary.json").read_text())["steps"] == 30 + 19 + 79
     # 2 → 3 mid-epoch: 297 samples over 3 processes (99 each, equal shards: 7 steps), then 27 steps an epoch
     three = modforge("train", "--resume", str(middle), "--run-dir", "three", "--epochs", "2", "--nproc", "3",
