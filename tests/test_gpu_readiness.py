@@ -4,6 +4,7 @@ resumes exactly with the scaler's state in the checkpoint, channels_last trains,
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -61,8 +62,9 @@ def test_mixed_precision_runs_resume_exactly_from_a_mid_epoch_checkpoint(write, 
 
 @pytest.mark.slow
 def test_the_gpu_benchmark_runs_as_a_smoke_test_on_the_cpu():
+    # one torch thread: the other test worker has the other core (the smoke figures are no measurement)
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--smoke", "--runs", "1"],
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "AMP fp16 + GradScaler" in proc.stdout and "AASIST training steps/s" in proc.stdout
 

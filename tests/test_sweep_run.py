@@ -60,7 +60,8 @@ collect: [test.accuracy, {{name: seconds, goal: none}}]
 
 KILL_SWEEP = """
 config: digits.yaml
-overrides: {train.max_epochs: 3, data.batch_size: 16, train.callbacks: [], model.backbone.args.channels: [8, 16]}
+overrides: {train.max_epochs: 3, data.batch_size: 16, train.callbacks: [], model.backbone.args.channels: [8, 16],
+            train.num_threads: 1}
 seeds: [0, 1]
 collect: [test.accuracy, test.loss, best.val_accuracy]
 """
