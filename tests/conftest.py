@@ -76,17 +76,20 @@ def cli(capsys, monkeypatch, tmp_path):
     return _run
 
 
-# The files whose tests add up to the most time (``--durations`` summed per file, a whole run on 2
+# The files whose tests add up to 7 s or more (``--durations`` summed per file, a whole run on 2 idle
 # workers), longest first. ``--dist loadfile`` hands out whole files in collection order, and a worker
 # that runs out of files waits: started first, these long files end early and the small files fill in
 # at the end (a long file started late can be the last thing running while the other worker sits idle).
 # Only the order changes; a file missing from the list, or a stale list, costs balance, never a test.
 LONG_FILES_FIRST = (
-    "test_distributed_runs.py", "test_detection_resume.py", "test_conformance.py", "test_distributed.py",
-    "test_trust.py", "test_docs.py", "test_sweep_ray.py", "test_sweep_run.py", "test_trust_sockets.py",
-    "test_continual_run.py", "test_sweep_optuna.py", "test_experiment.py", "test_engines.py",
-    "test_audio_zoo.py", "test_image_datasets.py", "test_trackers.py", "test_continual_processes.py",
-    "test_gpu_readiness.py",
+    "test_distributed_runs.py", "test_detection_resume.py", "test_sweep_run.py", "test_sweep_ray.py",
+    "test_conformance.py", "test_trust.py", "test_continual_run.py", "test_docs.py", "test_reader_properties.py",
+    "test_trust_sockets.py", "test_sweep_optuna.py", "test_experiment.py", "test_continual_processes.py",
+    "test_image_datasets.py", "test_gpu_readiness.py", "test_engines.py", "test_audio_zoo.py", "test_trackers.py",
+    "test_trust_references.py", "test_trust_run_folders.py", "test_trust_sweeps.py", "test_backbone_timm.py",
+    "test_distributed.py", "test_detection_export.py", "test_aasist_reference.py", "test_archive_properties.py",
+    "test_backbone_torchvision.py", "test_trust_folder_properties.py", "test_backbone_aasist.py",
+    "test_backbone_nes2net.py", "test_run_lifecycle.py",
 )  # fmt: skip
 
 
