@@ -217,7 +217,7 @@ def test_a_run_imports_its_own_copy_of_its_plugins_only_while_the_copy_is_unchan
     config = yaml.safe_load(CONFIG.read_text())
     config.update({"plugins": ["head.py"]})
     config["model"]["head"] = "trust_head"
-    config["train"].update({"max_epochs": 1, "progress": "never"})
+    config["train"].update({"max_epochs": 1, "progress": "never", "num_threads": 1})  # two workers share the cores
     config["train"].pop("scheduler", None)
     (project / "configs" / "c.yaml").write_text(yaml.safe_dump(config))
     run = project / "run"
@@ -372,7 +372,7 @@ def test_runs_with_packages_file_type_paths_and_the_users_own_plugins_test_and_r
     config["data"]["args"] = {"as_image": False}
     config["model"] = {"backbone": {"type": "tiny.py:Tiny", "args": {"width": 6}}, "head": "pkg_head",
                        "losses": ["cross_entropy"]}
-    config["train"].update({"max_epochs": 1, "progress": "never"})
+    config["train"].update({"max_epochs": 1, "progress": "never", "num_threads": 1})  # two workers share the cores
     config["train"].pop("scheduler", None)
     (project / "configs" / "c.yaml").write_text(yaml.safe_dump(config))
     run = project / "run"
