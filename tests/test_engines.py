@@ -129,6 +129,17 @@ def test_training_under_compile_follows_eager():
     assert got == pytest.approx(ref, abs=1e-5)
 
 
+@pytest.mark.slow
+def test_validation_best_and_test_use_the_average_under_compile(cli, write, tmp_path):
+    """tests/test_ema.py's check of the weight average under the compile engine, kept in this file so that
+    it runs in the process that compiled just above (``--dist loadfile``: one file, one worker). A first
+    compile pays for TorchInductor's start; with an empty compile cache, as on a fresh CI machine, this
+    check took ~22 s alone and 4.5 s after the training test's compile."""
+    from test_ema import check_validation_best_and_test_use_the_average
+
+    check_validation_best_and_test_use_the_average(cli, write, tmp_path, "compile")
+
+
 def test_onnx_exports_a_dynamic_time_axis_for_sequences():
     model = mf.build_model({"backbone": "attention_pool_mlp", "head": "linear"}, in_dim=12, num_classes=5).eval()
     runner = build_engine("onnx").prepare(model, {"input": torch.randn(2, 10, 12)})
