@@ -209,8 +209,16 @@ def modforge(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=600)  # fmt: skip
 
 
+def train_here(cwd: Path, monkeypatch, capsys, *args: str) -> tuple[int, str]:
+    """``modforge train ARGS`` in this process from ``cwd`` (the run the checks below read, made without a
+    child's seconds of imports; what a run then loads is checked in fresh processes), and its stderr."""
+    monkeypatch.chdir(cwd)
+    code = main(["train", *args])
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.slow
-def test_a_run_imports_its_own_copy_of_its_plugins_only_while_the_copy_is_unchanged(tmp_path):
+def test_a_run_imports_its_own_copy_of_its_plugins_only_while_the_copy_is_unchanged(tmp_path, monkeypatch, capsys):
     project = tmp_path / "project"
     (project / "configs").mkdir(parents=True)
     (project / "configs" / "head.py").write_text(HEAD)
@@ -221,8 +229,8 @@ def test_a_run_imports_its_own_copy_of_its_plugins_only_while_the_copy_is_unchan
     config["train"].pop("scheduler", None)
     (project / "configs" / "c.yaml").write_text(yaml.safe_dump(config))
     run = project / "run"
-    trained = modforge("train", "configs/c.yaml", "--run-dir", str(run), cwd=project)
-    assert trained.returncode == 0, trained.stderr
+    code, err = train_here(project, monkeypatch, capsys, "configs/c.yaml", "--run-dir", str(run))
+    assert code == 0, err
     manifest = json.loads((run / "plugins" / "manifest.json").read_text())
     (entry, record), = manifest["entries"].items()
     assert len(manifest["hmac"]) == 64  # signed with this user's key
@@ -361,7 +369,7 @@ class Tiny(nn.Module):
 
 
 @pytest.mark.slow
-def test_runs_with_packages_file_type_paths_and_the_users_own_plugins_test_and_resume(tmp_path):
+def test_runs_with_packages_file_type_paths_and_the_users_own_plugins_test_and_resume(tmp_path, monkeypatch, capsys):
     project = tmp_path / "project"
     (project / "configs" / "mf_test_runpkg").mkdir(parents=True)
     (project / "configs" / "mf_test_runpkg" / "__init__.py").write_text("")
@@ -376,8 +384,8 @@ def test_runs_with_packages_file_type_paths_and_the_users_own_plugins_test_and_r
     config["train"].pop("scheduler", None)
     (project / "configs" / "c.yaml").write_text(yaml.safe_dump(config))
     run = project / "run"
-    trained = modforge("train", "configs/c.yaml", "--run-dir", str(run), cwd=project)
-    assert trained.returncode == 0, trained.stderr
+    code, err = train_here(project, monkeypatch, capsys, "configs/c.yaml", "--run-dir", str(run))
+    assert code == 0, err
     manifest = json.loads((run / "plugins" / "manifest.json").read_text())["entries"]
     assert len({record["copy"] for record in manifest.values()}) == 2  # the package copied once, the file once
     elsewhere = tmp_path / "elsewhere"
