@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401 - registration
     aasist,
+    airbench,
     attention_pool,
     cnn,
     ecapa_tdnn,
