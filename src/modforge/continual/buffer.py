@@ -19,6 +19,14 @@ Three ways to decide what stays:
 All randomness comes from the buffer's own ``torch.Generator`` (seeded), and the buffer's
 contents, counters and generator state are its ``state_dict`` — part of a checkpoint, so a
 resumed run replays exactly what an uninterrupted one would.
+
+On an accelerator. The stored tensors live on the device of the tensors offered (the
+model's), so replaying never copies samples between host and device. The generator and the
+counters stay on the host: the reservoir's decisions and the replay draws are made there
+without reading anything back from the device, and only the few slot indices travel, as
+non-blocking copies — adding to and drawing from a ``reservoir`` buffer never waits for the
+device (``torch.cuda.set_sync_debug_mode("error")`` passes). The class-balancing policies
+read the stored labels once per :meth:`Buffer.add` (one transfer, not one per sample).
 """
 
 from __future__ import annotations
@@ -88,18 +96,18 @@ class Buffer:
             self.data = {
                 k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device) for k, v in batch.items()
             }
-        if self.policy == "reservoir":
+        if self.policy == "reservoir":  # decided on the host from counts alone: the labels are not read
             slots = self._reservoir_slots(len(labels))
-        elif self.policy == "class_balanced":
-            slots = self._balanced_slots(labels)
-        else:
-            slots = self._greedy_slots(labels)
+        else:  # the balancing policies decide from labels: the batch's and the stored ones, read once
+            stored = self.data["label"].cpu()
+            offered = labels.cpu()
+            slots = (self._balanced_slots if self.policy == "class_balanced" else self._greedy_slots)(offered, stored)
         last_row = {int(slot): row for row, slot in enumerate(slots.tolist()) if slot >= 0}  # a later row wins a slot
         if last_row:
-            targets = torch.tensor(list(last_row), dtype=torch.long)
-            rows = torch.tensor(list(last_row.values()), dtype=torch.long)
+            targets = _OnDevices(torch.tensor(list(last_row), dtype=torch.long))
+            rows = _OnDevices(torch.tensor(list(last_row.values()), dtype=torch.long))
             for key, value in batch.items():
-                self.data[key][targets.to(value.device)] = value[rows.to(value.device)]
+                self.data[key][targets.on(value.device)] = value[rows.on(value.device)]
 
     def _reservoir_slots(self, n: int) -> torch.Tensor:
         """Target slot per incoming row (-1: not kept), by algorithm R."""
@@ -115,10 +123,11 @@ class Buffer:
                 slots[i] = j
         return slots
 
-    def _balanced_slots(self, labels: torch.Tensor) -> torch.Tensor:
-        """Target slot per incoming row (-1: not kept), by class-balancing reservoir sampling."""
+    def _balanced_slots(self, labels: torch.Tensor, stored: torch.Tensor) -> torch.Tensor:
+        """Target slot per incoming row (-1: not kept), by class-balancing reservoir sampling
+        (``labels``, ``stored``: the batch's and the buffer's labels, on the host; ``stored``
+        follows the decisions made)."""
         slots = torch.full((len(labels),), -1, dtype=torch.long)
-        stored = self.data["label"]
         for i, label in enumerate(labels.tolist()):
             self.seen += 1
             self.class_seen[label] = self.class_seen.get(label, 0) + 1
@@ -144,10 +153,10 @@ class Buffer:
             stored[slot] = label
         return slots
 
-    def _greedy_slots(self, labels: torch.Tensor) -> torch.Tensor:
-        """Target slot per incoming row (-1: not kept), by GDumb's greedy class-balancing sampler."""
+    def _greedy_slots(self, labels: torch.Tensor, stored: torch.Tensor) -> torch.Tensor:
+        """Target slot per incoming row (-1: not kept), by GDumb's greedy class-balancing sampler
+        (``labels``, ``stored``: on the host, as for :meth:`_balanced_slots`)."""
         slots = torch.full((len(labels),), -1, dtype=torch.long)
-        stored = self.data["label"]
         for i, label in enumerate(labels.tolist()):
             self.seen += 1
             self.class_seen[label] = self.class_seen.get(label, 0) + 1
@@ -218,7 +227,8 @@ class Buffer:
         missing = [k for k in wanted if k not in self.data]
         if missing:
             raise KeyError(f"the buffer stores no {', '.join(missing)} (it stores: {', '.join(self.data)})")
-        return {k: self.data[k][index.to(self.data[k].device)] for k in wanted}
+        on = _OnDevices(index)  # copied once per device the keys live on
+        return {k: self.data[k][on.on(self.data[k].device)] for k in wanted}
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
@@ -245,6 +255,19 @@ class Buffer:
         self.full = {int(c) for c in state.get("full", [])}
         self.generator.set_state(state["generator"])
         self.data = {k: v.clone() for k, v in state["data"].items()}
+
+
+class _OnDevices:
+    """A host index tensor, copied to each device asked for once; the copies do not wait for
+    the device (a copy from host memory is staged at once, so the host tensor may go right after)."""
+
+    def __init__(self, index: torch.Tensor):
+        self.index, self.copies = index, {index.device: index}
+
+    def on(self, device: torch.device) -> torch.Tensor:
+        if device not in self.copies:
+            self.copies[device] = self.index.to(device, non_blocking=True)
+        return self.copies[device]
 
 
 def stream_subset(
