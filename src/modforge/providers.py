@@ -21,7 +21,7 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
                "modforge.tasks.detection.metrics"),
     "callback": ("modforge.train.callbacks",),
     "optimizer": ("modforge.train.optimizers",),
-    "scheduler": ("modforge.train.schedulers", "modforge.train.warmup"),
+    "scheduler": ("modforge.train.schedulers", "modforge.train.warmup", "modforge.train.triangular"),
     "augmentation": ("modforge.data.audio.augment", "modforge.data.audio.codecs", "modforge.data.audio.rooms",
                      "modforge.data.audio.channel_augment"),
     "algorithm": ("modforge.continual.algorithms",),

@@ -308,6 +308,7 @@ class Trainer:
         generator: torch.Generator | None = getattr(train_loader, "generator", None)
         sampler = getattr(getattr(train_loader, "batch_sampler", None), "sampler", None)
         self.steps_per_epoch = len(train_loader)
+        self.train_loader = train_loader  # for callbacks that read the training data at fit start (whitening_init)
         # the engine first (it may change the parameters' dtype or device: float64, a device of its own),
         # then the state, so the optimizer's restored state takes the parameters' final dtype and device
         self.runnable = self.prepare_runnable(train_loader, generator)

@@ -4,6 +4,8 @@ from . import (  # noqa: F401 - registration
     checkpoint,
     csv_logger,
     early_stopping,
+    freeze,
+    lookahead,
     lr_monitor,
     mlflow_logger,
     nan_guard,
@@ -11,6 +13,7 @@ from . import (  # noqa: F401 - registration
     progress,
     tensorboard,
     wandb_logger,
+    whitening_init,
 )
 from .base import Callback, improved
 

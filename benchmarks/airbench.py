@@ -1,0 +1,390 @@
+"""airbench94 as a modforge config vs airbench's own code (KellerJordan/cifar10-airbench, PyPI 0.1.8).
+
+Two measurements (airbench is not a modforge dependency: ``pip install airbench==0.1.8`` or put
+its folder on ``PYTHONPATH``; it needs torchvision):
+
+* ``--parity`` (CPU, fp32): the same initial weights (modforge's, copied into airbench's network
+  in parameter order), the same pictures in the same batch order (random CIFAR-shaped data, no
+  augmentation on either side), the same whitening pictures; the first ``--steps`` training
+  losses of ``configs/vision/cifar10_airbench94.yaml`` trained by modforge's Trainer and of
+  airbench's own ``train94``. airbench hard-codes ``.cuda()``, ``.half()``, CUDA events and a
+  test-set loader; here — and only here — its network is built with ``Module.cuda``/``half``
+  made no-ops, CUDA timing events are stand-ins and its test loader is never read
+  (``verbose=False``). Its rates are per example of a summed loss, modforge's per mean loss, so
+  modforge's learning rates are scaled by ``batch / 1024`` (exact for a power-of-two batch).
+* ``--speed`` (CUDA): wall time of ``train94`` on airbench's own GPU-resident loader (random
+  uint8 pictures saved as its ``train.pt``) against modforge's config trained on the same
+  pictures for the same number of optimizer steps, both after one warm-up run; modforge twice:
+  ``loader`` — the config as shipped, reading CIFAR-10's python batches (written by the
+  benchmark) with per-sample augmentation in loader workers; ``tensors`` — the pictures as
+  normalised tensors, no augmentation (what the trainer and model cost on their own).
+
+    python benchmarks/airbench.py --parity [--steps 20] [--write]
+    python benchmarks/airbench.py --speed [--quick] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import pickle
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import update_readme  # noqa: E402
+
+# this file is named like the package it compares with: ``import airbench`` must find the package
+HERE = str(Path(__file__).resolve().parent)
+sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != HERE]
+
+import modforge as mf  # noqa: E402
+from modforge.core.config import load_config  # noqa: E402
+from modforge.data.base import ArrayDataset, DataSplits  # noqa: E402
+from modforge.experiment.runner import Experiment  # noqa: E402
+from modforge.experiment.schema import validate_config  # noqa: E402
+from modforge.train.callbacks.base import Callback  # noqa: E402
+
+CONFIG = ROOT / "configs" / "vision" / "cifar10_airbench94.yaml"
+CIFAR_MEAN = torch.tensor((0.4914, 0.4822, 0.4465)).view(1, 3, 1, 1)
+CIFAR_STD = torch.tensor((0.2470, 0.2435, 0.2616)).view(1, 3, 1, 1)
+SECTION = "airbench"
+
+
+# ---------------------------------------------------------------------------------------- data
+def random_pictures(count: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """CIFAR-shaped uint8 pictures [N, 32, 32, 3] and labels in 0..9 (no CIFAR files are reachable)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (count, 32, 32, 3), dtype=torch.uint8, generator=g), torch.randint(0, 10, (count,),
+                                                                                                      generator=g)  # fmt: skip
+
+
+def normalised(pictures: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, H, W, 3] → float [N, 3, H, W] scaled to [0, 1] and normalised by CIFAR-10's statistics."""
+    return (pictures.permute(0, 3, 1, 2).float() / 255 - CIFAR_MEAN) / CIFAR_STD
+
+
+class EpochBatches:
+    """Batches of fixed pictures in a seeded order per epoch (full batches only), as dicts for
+    modforge; the epoch is set by the trainer (``dataset.set_epoch``)."""
+
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor, batch: int, seed: int = 0):
+        self.inputs, self.labels, self.batch, self.seed = inputs, labels, batch, seed
+        self.dataset, self.epoch = self, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def order(self, epoch: int) -> torch.Tensor:
+        return torch.randperm(len(self.labels), generator=torch.Generator().manual_seed(self.seed * 1000 + epoch))
+
+    def __len__(self) -> int:
+        return len(self.labels) // self.batch
+
+    def batches(self, epoch: int):
+        order = self.order(epoch)
+        for i in range(len(self)):
+            idx = order[i * self.batch : (i + 1) * self.batch]
+            yield self.inputs[idx], self.labels[idx]
+
+    def __iter__(self):
+        for x, y in self.batches(self.epoch):
+            yield {"input": x, "label": y}
+
+
+class AirbenchBatches:
+    """The same batches in the interface airbench's ``train`` reads from its ``CifarLoader``
+    (``batch_size``, ``epoch``, ``images`` for the whitening, ``normalize``, ``labels``)."""
+
+    def __init__(self, source: EpochBatches, whiten_pictures: torch.Tensor):
+        self.source, self.batch_size, self.epoch = source, source.batch, 0
+        self.images, self.last_labels = whiten_pictures, None
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:  # the pictures are normalised already
+        return images
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __iter__(self):
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        for x, y in self.source.batches(epoch):
+            self.last_labels = y
+            yield x, y
+
+
+# ------------------------------------------------------------------------------------ modforge
+def recipe_config(*, batch: int, steps: int, steps_per_epoch: int, device: str, precision: str,
+                  whiten_samples: int = 5000, whiten_bias_epochs: int | None = None,
+                  root: str | None = None) -> Any:  # fmt: skip
+    """The shipped config, sized for ``steps`` optimizer steps of ``batch`` pictures: the learning
+    rates scaled by ``batch / 1024`` as its comment says, loading in-process unless ``root`` is given."""
+    cfg = load_config(CONFIG)
+    data, train = cfg.data["data"], cfg.data["train"]
+    data["batch_size"] = batch
+    if root is None:
+        data.update(num_workers=0, persistent_workers=False, pin_memory=False)
+    else:
+        data["args"]["root"] = root
+    train["max_epochs"] = math.ceil(steps / steps_per_epoch)
+    train["max_steps"] = steps
+    train.update(device=device, precision=precision, log_every=10**9)
+    train["optimizer"]["args"]["lr"] *= batch / 1024
+    train["optimizer"]["param_groups"][0]["args"]["lr"] *= batch / 1024
+    for spec in train["callbacks"]:
+        if spec["type"] == "whitening_init":
+            spec["args"]["samples"] = whiten_samples
+        if spec["type"] == "freeze_parameters" and whiten_bias_epochs is not None:
+            spec["args"]["from_epoch"] = whiten_bias_epochs
+    return validate_config(cfg)
+
+
+def tensor_splits(inputs: torch.Tensor, labels: torch.Tensor) -> DataSplits:
+    data = ArrayDataset(inputs, labels)
+    return DataSplits(train=data, val=None, test=None, num_classes=10, in_dim=3, layout="image",
+                      input_shape=(3, 32, 32))  # fmt: skip
+
+
+class LossRecorder(Callback):
+    """Keeps every optimizer step's training loss (read on the host: parity runs only)."""
+
+    order = 99
+
+    def __init__(self):
+        self.losses: list[float] = []
+
+    def on_step_end(self, trainer) -> None:
+        self.losses.append(float(trainer.last_loss))
+
+
+def modforge_losses(exp: Experiment, loader: EpochBatches) -> list[float]:
+    trainer = exp.trainer(loader, None)
+    recorder = LossRecorder()
+    trainer.add_callback(recorder)
+    trainer.fit(loader)
+    return recorder.losses
+
+
+# ------------------------------------------------------------------------------------ airbench
+@contextlib.contextmanager
+def airbench_on_cpu():
+    """airbench's ``train`` and ``make_net94`` on the CPU: ``Module.cuda``/``half`` do nothing,
+    CUDA timing events are stand-ins, its test-set loader is a stand-in that is never read."""
+    from airbench import utils
+
+    class Event:
+        def __init__(self, **_kw):
+            pass
+
+        def record(self) -> None:
+            pass
+
+        def elapsed_time(self, _other) -> float:
+            return 0.0
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(torch.nn.Module, "cuda", lambda self, *a, **k: self))
+        stack.enter_context(mock.patch.object(torch.nn.Module, "half", lambda self, *a, **k: self))
+        stack.enter_context(mock.patch.object(torch.cuda, "Event", Event))
+        stack.enter_context(mock.patch.object(torch.cuda, "synchronize", lambda *a, **k: None))
+        stack.enter_context(mock.patch.object(utils, "CifarLoader", lambda *a, **k: None))
+        yield
+
+
+def airbench_net_with(state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """airbench94's network (built on the CPU in fp32) holding ``state``'s tensors, matched in order."""
+    from airbench import lib_airbench94
+
+    with airbench_on_cpu():
+        net = lib_airbench94.make_net94()
+    theirs = net.state_dict()
+    mine = [v for k, v in state.items() if k.startswith("parts.")]
+    if len(mine) != len(theirs):
+        raise RuntimeError(f"airbench's network has {len(theirs)} state entries, modforge's {len(mine)}")
+    for (name, value), source in zip(theirs.items(), mine, strict=True):
+        if value.shape != source.shape:
+            raise RuntimeError(f"{name}: airbench {tuple(value.shape)} vs modforge {tuple(source.shape)}")
+    net.load_state_dict(dict(zip(theirs, mine, strict=True)))
+    return net
+
+
+def airbench_losses(
+    net: torch.nn.Module, loader: AirbenchBatches, *, steps: int, whiten_bias_epochs: int
+) -> list[float]:
+    """The training losses of airbench's own ``train94`` (mean over the batch) for ``steps`` steps."""
+    from airbench import lib_airbench94
+
+    smoothing = lib_airbench94.hyp["opt"]["label_smoothing"]
+    losses: list[float] = []
+
+    def record(_module, _inputs, output):
+        with torch.no_grad():
+            losses.append(float(F.cross_entropy(output.float(), loader.last_labels, label_smoothing=smoothing)))
+
+    handle = net.register_forward_hook(record)
+    try:
+        with airbench_on_cpu():
+            lib_airbench94.train94(loader, epochs=steps / len(loader), whiten_bias_epochs=whiten_bias_epochs,
+                                   make_net=lambda: net, verbose=False)  # fmt: skip
+    finally:
+        handle.remove()
+    return losses
+
+
+def parity(*, steps: int = 20, batch: int = 64, pictures: int = 640, seed: int = 0,
+           whiten_bias_epochs: int = 1) -> dict[str, Any]:  # fmt: skip
+    """The first ``steps`` fp32 losses of both, and their largest difference."""
+    raw, labels = random_pictures(pictures, seed)
+    inputs = normalised(raw)
+    source = EpochBatches(inputs, labels, batch, seed)
+    whiten = min(5000, pictures)
+    cfg = recipe_config(batch=batch, steps=steps, steps_per_epoch=len(source), device="cpu", precision="32",
+                        whiten_samples=whiten, whiten_bias_epochs=whiten_bias_epochs)  # fmt: skip
+    torch.manual_seed(seed)
+    exp = Experiment.build(cfg, tensor_splits(inputs, labels))
+    first = torch.cat([x for x, _ in source.batches(0)])[:whiten]  # what whitening_init reads: epoch 0's first pictures
+    net = airbench_net_with({k: v.clone() for k, v in exp.model.state_dict().items()})
+    theirs = airbench_losses(net, AirbenchBatches(source, first), steps=steps, whiten_bias_epochs=whiten_bias_epochs)
+    mine = modforge_losses(exp, source)
+    diffs = [abs(a - b) for a, b in zip(mine, theirs, strict=True)]
+    return {"steps": steps, "batch": batch, "modforge": mine, "airbench": theirs, "max_abs_diff": max(diffs)}
+
+
+# --------------------------------------------------------------------------------------- speed
+def write_cifar_python(root: Path, pictures: torch.Tensor, labels: torch.Tensor) -> None:
+    """CIFAR-10's python batches (``cifar-10-batches-py``) holding ``pictures`` (5 training batches)
+    and the same pictures' first 10,000 as the test batch."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    flat = pictures.permute(0, 3, 1, 2).reshape(len(pictures), -1).numpy()
+    parts = torch.arange(len(pictures)).chunk(5)
+    for i, idx in enumerate(parts, start=1):
+        entry = {b"data": flat[idx.numpy()], b"labels": labels[idx].tolist(), b"batch_label": f"batch {i}".encode()}
+        (folder / f"data_batch_{i}").write_bytes(pickle.dumps(entry))
+    test = {b"data": flat[:10000], b"labels": labels[:10000].tolist(), b"batch_label": b"test"}
+    (folder / "test_batch").write_bytes(pickle.dumps(test))
+    names = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
+    (folder / "batches.meta").write_bytes(pickle.dumps({b"label_names": names}))
+
+
+def _synchronised_seconds(run) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def speed(*, epochs: float, runs: int, workers: int) -> dict[str, Any]:
+    """Seconds of airbench's ``train94`` and of modforge's config (loader and tensors) for the same steps."""
+    from airbench import lib_airbench94, utils
+
+    raw, labels = random_pictures(50000)
+    hyp = lib_airbench94.hyp
+    out: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "epochs": epochs}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for split in ("train", "test"):
+            torch.save({"images": raw, "labels": labels, "classes": list(range(10))}, folder / f"{split}.pt")
+        write_cifar_python(folder / "cifar10", raw, labels)
+        loader = utils.CifarLoader(str(folder), train=True, batch_size=hyp["opt"]["batch_size"], aug=hyp["aug"],
+                                   altflip=True)  # fmt: skip
+        steps = math.ceil(len(loader) * epochs)
+        out["steps"] = steps
+        with mock.patch.object(utils, "CifarLoader", lambda *a, **k: None):  # its test set is never read (verbose off)
+
+            def theirs() -> None:
+                lib_airbench94.train94(loader, epochs=epochs, verbose=False)
+
+            theirs()  # warm-up: cuDNN autotuning
+            out["airbench_s"] = sorted(_synchronised_seconds(theirs) for _ in range(runs))[runs // 2]
+        inputs = normalised(raw)
+        for mode in ("tensors", "loader"):
+            root = str(folder / "cifar10") if mode == "loader" else None
+            cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=len(loader), device="cuda", precision="16",
+                                root=root)  # fmt: skip
+            if mode == "loader":
+                cfg.data["data"]["num_workers"] = workers
+
+            def ours(cfg=cfg, mode=mode) -> None:
+                exp = Experiment.build(cfg, None if mode == "loader" else tensor_splits(inputs, labels))
+                train_loader = exp.loaders()[0]
+                exp.trainer(train_loader, None).fit(train_loader)
+
+            ours()
+            out[f"modforge_{mode}_s"] = sorted(_synchronised_seconds(ours) for _ in range(runs))[runs // 2]
+    return out
+
+
+# ---------------------------------------------------------------------------------------- main
+def parity_table(result: dict[str, Any]) -> str:
+    rows = "\n".join(f"| {i + 1} | {a:.6f} | {b:.6f} | {abs(a - b):.2e} |"
+                     for i, (a, b) in enumerate(zip(result["modforge"], result["airbench"], strict=True)))  # fmt: skip
+    return (f"**Parity (CPU, fp32)**: the first {result['steps']} training losses of "
+            f"`configs/vision/cifar10_airbench94.yaml` (batch {result['batch']}, learning rates scaled by "
+            f"batch/1024, no augmentation) and of airbench 0.1.8's `train94`, same initial weights, pictures and "
+            f"batch order: max |difference| **{result['max_abs_diff']:.2e}** (goal ≤ 1e-3).\n\n"
+            f"| step | modforge | airbench | abs diff |\n|---|---|---|---|\n{rows}\n")  # fmt: skip
+
+
+def speed_table(result: dict[str, Any]) -> str:
+    a = result["airbench_s"]
+    lines = [f"**Speed ({result['device']}, torch {result['torch']})**: {result['steps']} optimizer steps of batch "
+             f"1024 on random CIFAR-shaped pictures, median of the timed runs after one warm-up.", "",
+             "| what | seconds | × airbench |", "|---|---|---|", f"| airbench 0.1.8 `train94` | {a:.2f} | 1.00 |"]  # fmt: skip
+    for mode, what in (("tensors", "modforge, pictures as tensors (no augmentation)"),
+                       ("loader", "modforge, the config as shipped (per-sample augmentation in workers)")):  # fmt: skip
+        s = result[f"modforge_{mode}_s"]
+        lines.append(f"| {what} | {s:.2f} | {s / a:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parity", action="store_true", help="first losses vs airbench on the CPU (fp32)")
+    parser.add_argument("--speed", action="store_true", help="wall time vs airbench on a CUDA device")
+    parser.add_argument("--steps", type=int, default=20, help="parity: training steps compared")
+    parser.add_argument("--batch", type=int, default=64, help="parity: batch size (a power of two)")
+    parser.add_argument("--quick", action="store_true", help="speed: 2 epochs, one timed run (under 2 minutes)")
+    parser.add_argument("--runs", type=int, default=3, help="speed: timed runs each")
+    parser.add_argument("--workers", type=int, default=8, help="speed: loader workers of the shipped config")
+    parser.add_argument("--write", action="store_true", help="record the figures in benchmarks/README.md")
+    args = parser.parse_args()
+    try:
+        import airbench  # noqa: F401
+    except ImportError as exc:
+        print(f"airbench is not importable ({exc}): pip install airbench==0.1.8 (with torchvision)", file=sys.stderr)
+        return 2
+    mf.BACKBONES.list()  # registries loaded before timing
+    sections = []
+    if args.parity or not args.speed:
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+        result = parity(steps=args.steps, batch=args.batch, pictures=args.batch * 10)
+        sections.append(parity_table(result))
+        print(sections[-1])
+    if args.speed:
+        if not torch.cuda.is_available():
+            print("--speed needs a CUDA device (airbench's own code runs only there)", file=sys.stderr)
+            return 2
+        result = speed(epochs=2.0 if args.quick else 9.9, runs=1 if args.quick else args.runs, workers=args.workers)
+        sections.append(speed_table(result))
+        print(sections[-1])
+    if args.write:
+        for body in sections:
+            update_readme(SECTION if "Parity" in body else f"{SECTION}-speed", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
