@@ -81,11 +81,11 @@ def test_the_demo_config_runs_with_one_epoch(cli, tmp_path):
     res = cli("train", str(ROOT / "configs/digits.yaml"), "--epochs", "1", "--run-dir", "one",
               "model.backbone.args.channels=[4,8]", "train.callbacks=[lr_monitor]")  # fmt: skip
     assert res.code == 0, res.err
-    assert "warmup (2) is not shorter than the schedule (1 epochs or optimizer steps" in res.err
-    assert res.err.count("not shorter than the schedule") == 1 and "the whole schedule runs at the full rate" in res.err
+    assert "warmup (2 epoch(s) of 40 optimizer steps) is not shorter than the run (40 optimizer steps)" in res.err
+    assert res.err.count("not shorter than the run") == 1 and "shortened to 39 optimizer steps" in res.err
     assert json.loads((tmp_path / "one/summary.json").read_text())["epochs"] == 1
     (row,) = csv.DictReader((tmp_path / "one/metrics.csv").open())
-    assert float(row["lr"]) == pytest.approx(3.0e-3)  # the one epoch trains at the full rate, not 0
+    assert float(row["lr"]) == pytest.approx(3.0e-3)  # the epoch's last step trains at the full rate
 
 
 def test_train_seconds_count_every_session(cli, tiny, tmp_path):
@@ -248,11 +248,11 @@ def test_a_warmup_as_long_as_the_run_is_shortened_so_the_run_reaches_the_full_ra
     config = ROOT / "configs" / "digits.yaml"
     res = cli("train", str(config), "--epochs", "2", "train.progress=never", "--run-dir", "two")
     assert res.code == 0, res.err
-    assert "warmup (2) is not shorter than the schedule (2 epochs" in res.err and "shortened to 1, so the rate rises " \
-        "from 0× over the first 1 and reaches the full rate only at the last" in res.err  # what the lr column shows
+    assert "not shorter than the run (80 optimizer steps); shortened to 79 optimizer steps, so the rate rises " \
+        "from 0× over the first 79 and reaches the full rate only at the last" in res.err  # what the lr column shows
     rows = list(csv.DictReader((tmp_path / "two" / "metrics.csv").open()))
-    assert float(rows[0]["lr"]) == pytest.approx(0.0)  # the first epoch at start_factor × the rate, as said
-    assert float(rows[-1]["lr"]) == pytest.approx(3e-3)  # the last epoch at the configured rate
+    assert float(rows[0]["lr"]) == pytest.approx(3e-3 * 40 / 79)  # the first epoch ends half-way up, as said
+    assert float(rows[-1]["lr"]) == pytest.approx(3e-3)  # the last step at the configured rate
 
 
 def test_num_threads_beyond_any_machine_and_num_classes_against_the_data_are_refused_by_config(cli):
@@ -270,7 +270,7 @@ def test_a_run_extended_on_resume_replans_its_schedule_instead_of_training_at_th
     assert cli("train", config, "--epochs", "3", "train.progress=never", "--run-dir", "ext").code == 0
     res = cli("train", "--resume", "ext", "train.max_epochs=5", "train.progress=never")
     assert res.code == 0, res.err
-    assert "planned for 3 steps (warmup 2) and now has 5" in res.err
+    assert "planned for 120 optimizer steps (warm-up 80, 40 per epoch) and now has 200 optimizer steps" in res.err
     rates = [float(row["lr"]) for row in csv.DictReader((tmp_path / "ext" / "metrics.csv").open())]
     assert len(rates) == 5 and rates[3] > 0 and rates[4] > 0 and rates[3] > rates[4]
 

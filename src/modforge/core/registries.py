@@ -14,7 +14,7 @@ loss        ``LOSSES``                        ``in_dim``, ``num_classes``
 dataset     ``DATASETS``                      ``seed``
 metric      ``METRICS``                       ``num_classes``, ``class_names``
 optimizer   ``OPTIMIZERS``                    ``params``
-scheduler   ``SCHEDULERS``                    ``optimizer``, ``total_steps``
+scheduler   ``SCHEDULERS``                    ``optimizer``, ``total_steps``, ``warmup_unit``
 engine      ``ENGINES``                       —
 callback    ``CALLBACKS``                     ``monitor``, ``mode`` (defaults from ``train.monitor``)
 algorithm   ``ALGORITHMS``                    ``model``, ``num_classes``, ``seed``
@@ -47,7 +47,7 @@ LOSSES = Registry("loss", injected=("in_dim", "num_classes"), base=MODULE)
 DATASETS = Registry("dataset", injected=("seed",))
 METRICS = Registry("metric", injected=("num_classes", "class_names"))
 OPTIMIZERS = Registry("optimizer", injected=("params",))
-SCHEDULERS = Registry("scheduler", injected=("optimizer", "total_steps"))
+SCHEDULERS = Registry("scheduler", injected=("optimizer", "total_steps", "warmup_unit"))
 ENGINES = Registry("engine")
 CALLBACKS = Registry("callback", injected=("monitor", "mode"))
 ALGORITHMS = Registry("algorithm", injected=("model", "num_classes", "seed"))

@@ -30,7 +30,7 @@ from ..tasks.base import RunRoutines, Task, get_task, sectioned_tasks
 from ..train import distributed
 from ..train.checkpoint import CorruptCheckpointError, find_resumable, load_checkpoint, load_weights
 from ..train.metrics import MeanLoss, Metric, is_loss_term
-from ..train.optim_builder import build_optimizer, build_scheduler
+from ..train.optim_builder import build_optimizer, build_scheduler, plan_schedule
 from ..train.rng import seed_everything
 from ..train.trainer import Trainer
 from .plots import plot_curves
@@ -250,14 +250,10 @@ class Experiment:
         settings = self.settings
         optimizer = build_optimizer(settings.optimizer, self.model, origin_of=self.cfg.where)
         scheduler_spec = settings.scheduler or {}
-        interval = scheduler_spec.get("interval", "epoch")
-        steps_per_epoch = max(1, -(-len(train_loader) // settings.accumulate))
-        total = (
-            settings.max_epochs
-            if interval == "epoch"
-            else (settings.max_steps or settings.max_epochs * steps_per_epoch)
-        )
-        scheduler = build_scheduler(settings.scheduler, optimizer, total_steps=total, origin_of=self.cfg.where)
+        plan = plan_schedule(settings.scheduler, epochs=settings.max_epochs, max_steps=settings.max_steps,
+                             steps_per_epoch=-(-len(train_loader) // settings.accumulate))  # fmt: skip
+        interval = plan.interval
+        scheduler = build_scheduler(settings.scheduler, optimizer, plan=plan, origin_of=self.cfg.where)
         self.check_monitor()
         try:
             return self._trainer(optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir, trainer_class,

@@ -9,6 +9,7 @@ decay on norms and biases" is ``{select: [bias, norm], args: {weight_decay: 0.0}
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import logging
 from collections.abc import Callable
@@ -19,7 +20,7 @@ import torch.nn as nn
 from ..core.errors import ConfigValueError
 from ..core.registries import OPTIMIZERS, SCHEDULERS
 
-__all__ = ["NORM_TYPES", "build_optimizer", "build_scheduler", "group_parameters"]
+__all__ = ["NORM_TYPES", "SchedulePlan", "build_optimizer", "build_scheduler", "group_parameters", "plan_schedule"]
 
 log = logging.getLogger("modforge.train")
 
@@ -105,15 +106,51 @@ def build_optimizer(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class SchedulePlan:
+    """How a run's learning-rate schedule is stepped.
+
+    Attributes:
+        interval: when the trainer steps it — ``"epoch"`` or ``"step"`` (every optimizer step).
+        total_steps: the schedule's length in that unit.
+        warmup_unit: optimizer steps per unit of the config's warm-up (the steps of an epoch
+            when the config counts epochs and the schedule counts optimizer steps, else 1).
+    """
+
+    interval: str
+    total_steps: int
+    warmup_unit: int = 1
+
+
+def plan_schedule(spec: dict[str, Any] | None, *, epochs: int, steps_per_epoch: int,
+                  max_steps: int | None = None) -> SchedulePlan:  # fmt: skip
+    """The plan for ``train.scheduler`` over ``epochs`` of ``steps_per_epoch`` optimizer steps.
+
+    A schedule whose class says ``counts_optimizer_steps`` (``warmup_cosine``) moves every
+    optimizer step even when the config says ``interval: epoch`` — its epochs are converted —
+    so no epoch is spent at a warm-up's starting rate. Any other schedule is stepped in the
+    config's unit, as torch's schedulers expect.
+    """
+    steps_per_epoch = max(1, steps_per_epoch)
+    run_steps = max_steps or epochs * steps_per_epoch
+    interval = (spec or {}).get("interval", "epoch")
+    if not spec:
+        return SchedulePlan(interval, run_steps)
+    if interval == "epoch" and getattr(SCHEDULERS.get(spec["type"]), "counts_optimizer_steps", False):
+        return SchedulePlan("step", run_steps, steps_per_epoch)
+    return SchedulePlan(interval, epochs if interval == "epoch" else run_steps)
+
+
 def build_scheduler(
     spec: dict[str, Any] | None,
     optimizer,
     *,
-    total_steps: int,
+    plan: SchedulePlan,
     path: str = "train.scheduler",
     origin_of: Callable[[str], str | None] | None = None,
 ):
-    """The LR scheduler from ``{type, args, interval, monitor}`` (None when not configured)."""
+    """The LR scheduler from ``{type, args, interval, monitor}`` (None when not configured),
+    planned by :func:`plan_schedule`."""
     if not spec:
         return None
     return SCHEDULERS.build(
@@ -121,5 +158,6 @@ def build_scheduler(
         path=path,
         origin_of=origin_of,
         optimizer=optimizer,
-        total_steps=total_steps,
+        total_steps=plan.total_steps,
+        warmup_unit=plan.warmup_unit,
     )

@@ -758,7 +758,9 @@ class Trainer:
     def load_state(self, payload: dict[str, Any], generator: torch.Generator | None = None) -> None:
         """Restore a :meth:`checkpoint_payload` (the model's weights included)."""
         saved_world = int(payload.get("world_size") or 1)
-        if saved_world != self.world_size and self.scheduler is not None and self.scheduler_interval == "step":
+        in_epochs = getattr(self.scheduler, "follows_epochs", False)  # it carries its position over in epochs
+        if saved_world != self.world_size and self.scheduler_interval == "step" and self.scheduler is not None \
+                and not in_epochs:
             raise ModforgeError(
                 f"this checkpoint was trained by {saved_world} process(es) with a learning-rate schedule that counts "
                 f"optimizer steps (interval: step); with {self.world_size} the remaining epochs would take a different "

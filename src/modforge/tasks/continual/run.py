@@ -178,7 +178,7 @@ def _enter_task(t: int, trainer: ContinualTrainer, exp: Any, tasks: list, loader
     its loader's order from the start; with ``begin``, the algorithm's ``begin_task``. A
     resumed task has begun already (the checkpoint holds that state); the schedule object is
     rebuilt anyway and the checkpoint's state is loaded into it."""
-    from ...train.optim_builder import build_scheduler
+    from ...train.optim_builder import build_scheduler, plan_schedule
 
     trainer.max_epochs = (t + 1) * epochs
     spec = exp.settings.scheduler
@@ -186,9 +186,9 @@ def _enter_task(t: int, trainer: ContinualTrainer, exp: Any, tasks: list, loader
         for group in trainer.optimizer.param_groups:  # from the configured rate (chainable schedules start from lr;
             group.setdefault("initial_lr", group["lr"])  # ReduceLROnPlateau records none: the first task does)
             group["lr"] = group["initial_lr"]
-        steps = max(1, -(-len(loaders[t]) // exp.settings.accumulate))
-        total = epochs if spec.get("interval", "epoch") == "epoch" else epochs * steps
-        trainer.scheduler = build_scheduler(spec, trainer.optimizer, total_steps=total, origin_of=exp.cfg.where)
+        plan = plan_schedule(spec, epochs=epochs, steps_per_epoch=-(-len(loaders[t]) // exp.settings.accumulate))
+        trainer.scheduler = build_scheduler(spec, trainer.optimizer, plan=plan, origin_of=exp.cfg.where)
+        trainer.scheduler_interval = plan.interval
     if begin:
         trainer.algorithm.begin_task(t, trainer, tasks[t].classes)
         trainer.epoch_start_generator = loaders[t].generator.get_state()
