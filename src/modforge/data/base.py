@@ -45,8 +45,12 @@ class ArrayDataset(Dataset):
         return {"input": self.inputs[i], "label": self.labels[i], "index": self.ids[i]}
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        idx = torch.as_tensor(indices, dtype=torch.long)
+        idx = torch.as_tensor(indices, dtype=torch.long).to(self.inputs.device, non_blocking=True)
         return {"input": self.inputs[idx], "label": self.labels[idx], "index": self.ids[idx]}
+
+    def to_device(self, device: torch.device | str) -> ArrayDataset:
+        """The same samples held on ``device`` (``data.device``: batches are then cut there)."""
+        return ArrayDataset(self.inputs.to(device), self.labels.to(device), self.ids.to(device))
 
     def subset(self, positions: Sequence[int] | torch.Tensor, *, train: bool | None = None) -> ArrayDataset:
         """The samples at ``positions`` (keeping their ids). ``train`` is accepted for the

@@ -38,11 +38,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from typing import Literal
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
 from .base import collate
+from .placement import DEVICE_NAMES, check_data_device, place
 
 __all__ = [
     "DynamicBatchSampler",
@@ -54,6 +56,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+DataDevice = Literal[DEVICE_NAMES]  # type: ignore[valid-type]
+"""A device name ``data.device`` takes (checked when the config is validated)."""
 
 
 def _check_shard(rank: int, num_replicas: int) -> None:
@@ -246,6 +251,11 @@ class LoaderSettings:
     (``eval_mode: full``) in length-bucketed batches of at most that many samples (rows ×
     longest) when the model handles padding masks (then ``eval_batch_size`` does not apply to
     them); otherwise files are read as without it.
+
+    ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``; None: host memory) holds an
+    in-memory training split on that device, where its batches are cut and augmented
+    (:mod:`.placement`); the training loader then runs in the training process (no workers,
+    no pinned memory).
     """
 
     batch_size: int = 64
@@ -257,8 +267,10 @@ class LoaderSettings:
     prefetch_factor: int | None = None
     max_samples: int | None = None
     eval_max_samples: int | None = None
+    device: DataDevice | None = None
 
     def __post_init__(self) -> None:
+        check_data_device(self.device)
         for name in ("max_samples", "eval_max_samples"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -293,6 +305,13 @@ def make_loader(
         bucketed = _bucketed_loader(dataset, settings, num_replicas, rank, mask_aware)
         if bucketed is not None:
             return bucketed
+    workers, pin = settings.num_workers, settings.pin_memory
+    if train and settings.device is not None:
+        dataset = place(dataset, settings.device)
+        if workers:
+            log.info("data.device: %s — the training batches are made there, in the training process "
+                     "(data.num_workers: %d applies to evaluation only)", settings.device, workers)  # fmt: skip
+        workers, pin = 0, False
     batch_size = settings.batch_size if train else (settings.eval_batch_size or settings.batch_size)
     if not train and settings.eval_batch_size is None and getattr(dataset, "pads_batches", False):
         batch_size = 1  # whole files padded together would be scored with each other's padding
@@ -308,7 +327,6 @@ def make_loader(
     if not drop_last:
         # no batch holds more than the split: torch pre-allocates a list of batch_size entries
         batch_size = max(1, min(batch_size, len(sampler)))
-    workers = settings.num_workers
     persistent = settings.persistent_workers and workers > 0
     seed_draw = generator if persistent and generator is not None else None
     tagged = dataset if train and hasattr(dataset, "set_epoch") else None
@@ -322,7 +340,7 @@ def make_loader(
         dataset,
         batch_sampler=batches,
         num_workers=workers,
-        pin_memory=settings.pin_memory and torch.cuda.is_available(),
+        pin_memory=pin and torch.cuda.is_available(),
         collate_fn=collate,
         generator=generator,
         persistent_workers=persistent,

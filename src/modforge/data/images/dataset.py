@@ -11,7 +11,10 @@ can re-split a pool into training and evaluation parts. A sample's randomness is
 (seed, epoch, the sample's id); the epoch comes with the batch's indices
 (:class:`EpochBatch`, tagged by the loader in the training process) so persistent workers,
 which never see :meth:`ImageDataset.set_epoch`, still draw the right epoch's augmentation.
-Without any per-sample transform an in-memory batch is converted in one tensor operation.
+An in-memory batch (:class:`TensorPictures`) is augmented as a whole
+(:meth:`~.transforms.ImagePipeline.batch`: the same pictures as one at a time, in a few tensor
+operations) unless its list holds a transform without a batched form; :meth:`ImageDataset.to_device`
+keeps a split's pictures on the accelerator, where its batches are then made (``data.device``).
 
 A split may also carry two *fixed* transforms (the same for every sample and epoch, no randomness):
 ``picture_transform`` on the uint8 pictures before the pipeline and ``tensor_transform`` on the
@@ -34,7 +37,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .mixing import BatchMixing
-from .transforms import ImagePipeline, SampleRandomness, sample_seed
+from .transforms import ImagePipeline, SampleRandomness, sample_seed, sample_seeds
 
 __all__ = ["EpochBatch", "FilePictures", "ImageDataset", "JoinedImageDataset", "TensorPictures"]
 
@@ -74,7 +77,11 @@ class TensorPictures:
         return self.pictures[position]
 
     def read_many(self, positions: torch.Tensor) -> torch.Tensor:
-        return self.pictures[positions]
+        return self.pictures[positions.to(self.pictures.device, non_blocking=True)]
+
+    def to(self, device: torch.device | str) -> TensorPictures:
+        """The same pictures held on ``device``."""
+        return TensorPictures(self.pictures.to(device))
 
     def take(self, positions: torch.Tensor) -> TensorPictures:
         return TensorPictures(self.pictures[positions])
@@ -243,15 +250,32 @@ class ImageDataset(Dataset):
         return {"input": self.picture(position), "label": self.labels[position], "index": self.ids[position]}
 
     def images(self, positions: torch.Tensor, epoch: int) -> torch.Tensor:
-        """The samples at ``positions`` as the model receives them (before batch mixing)."""
+        """The samples at ``positions`` as the model receives them (before batch mixing): an
+        in-memory batch as a whole where its pipeline allows (the same pictures), else one
+        picture at a time."""
         pipeline = self.pipeline
-        if not pipeline.random and isinstance(self.source, TensorPictures):
+        if isinstance(self.source, TensorPictures):
             raw = self.source.read_many(positions)
             if self.picture_transform is not None:
                 raw = self.picture_transform(raw)
-            images = pipeline.to_float(raw)
-            return images if self.tensor_transform is None else self.tensor_transform(images)
+            if pipeline.random:
+                images = pipeline.batch(raw, sample_seeds(self.seed, epoch, self.ids[positions]))
+            else:
+                images = pipeline.to_float(raw)
+            if images is not None:
+                return images if self.tensor_transform is None else self.tensor_transform(images)
         return torch.stack([self.picture(int(p), epoch) for p in positions])
+
+    def to_device(self, device: torch.device | str) -> ImageDataset:
+        """This split with its pictures and labels held on ``device`` (ids stay on the host: they
+        seed the draws). Only an in-memory split can move; a folder's pictures are decoded from
+        files (a ValueError says so)."""
+        if not isinstance(self.source, TensorPictures):
+            raise ValueError("its pictures are decoded from files one at a time (a folder corpus); only corpora "
+                             "held in memory (MNIST family, CIFAR, tensor sets) can live on the device")  # fmt: skip
+        placed = self._like(self.source.to(device), self.labels.to(device), self.ids, self.train)
+        placed.epoch = self.epoch
+        return placed
 
     def __getitems__(self, positions: Sequence[int]) -> dict[str, torch.Tensor]:
         epoch = getattr(positions, "epoch", self.epoch)
@@ -262,7 +286,7 @@ class ImageDataset(Dataset):
             with SampleRandomness.kept():
                 SampleRandomness.seed(sample_seed(self.seed, epoch, int(self.ids[idx[0]]), stream=1))
                 images, labels = self.mixing(images, labels)
-        return {"input": images, "label": labels, "index": self.ids[idx]}
+        return {"input": images, "label": labels, "index": self.ids[idx].to(labels.device)}
 
 
 class JoinedImageDataset(Dataset):
@@ -313,6 +337,12 @@ class JoinedImageDataset(Dataset):
             start = end
         return JoinedImageDataset(runs)
 
+    def to_device(self, device: torch.device | str) -> JoinedImageDataset:
+        """Every part held on ``device`` (see :meth:`ImageDataset.to_device`)."""
+        placed = JoinedImageDataset([part.to_device(device) for part in self.parts])
+        placed.set_epoch(self.epoch)
+        return placed
+
     def picture(self, position: int, epoch: int | None = None) -> torch.Tensor:
         part, local = self._locate(torch.tensor([position]))
         return self.parts[int(part)].picture(int(local), self.epoch if epoch is None else epoch)
@@ -335,4 +365,4 @@ class JoinedImageDataset(Dataset):
             with SampleRandomness.kept():
                 SampleRandomness.seed(sample_seed(self.seed, epoch, int(self.ids[idx[0]]), stream=1))
                 batch, labels = self.mixing(batch, labels)
-        return {"input": batch, "label": labels, "index": self.ids[idx]}
+        return {"input": batch, "label": labels, "index": self.ids[idx].to(labels.device)}

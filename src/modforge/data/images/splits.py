@@ -20,8 +20,9 @@ from .transforms import make_pipeline
 
 __all__ = ["TRANSFORM_KEYS", "check_transforms_section", "picture_splits", "stratified_positions"]
 
-TRANSFORM_KEYS = ("train", "eval", "mix")
-"""What ``data.transforms`` may hold: the training list, the evaluation list, batch mixing."""
+TRANSFORM_KEYS = ("train", "eval", "mix", "batched")
+"""What ``data.transforms`` may hold: the training list, the evaluation list, batch mixing, and
+whether in-memory batches may be augmented whole (``batched``, default true: the same pictures)."""
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -37,6 +38,8 @@ def _section(transforms: Any, path: str) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(map(str, unknown))} (expected {', '.join(TRANSFORM_KEYS)})",
                           path=path)  # fmt: skip
+    if not isinstance(transforms.get("batched", True), bool):
+        raise ConfigError(f"expected true or false, got {transforms['batched']!r}", path=f"{path}.batched")
     return transforms
 
 
@@ -111,8 +114,9 @@ def picture_splits(
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
     section = _section(transforms, "data.transforms")
-    train_pipe, mean, std = make_pipeline(section.get("train"), "data.transforms.train", mean, std)
-    eval_pipe, eval_mean, eval_std = make_pipeline(section.get("eval"), "data.transforms.eval", mean, std)
+    batched = section.get("batched", True)
+    train_pipe, mean, std = make_pipeline(section.get("train"), "data.transforms.train", mean, std, batched)
+    eval_pipe, eval_mean, eval_std = make_pipeline(section.get("eval"), "data.transforms.eval", mean, std, batched)
     if (eval_mean, eval_std) != (mean, std):
         raise ConfigError(f"the evaluation list normalises with mean={eval_mean} std={eval_std}, training with "
                           f"mean={mean} std={std}; name normalize once (in train) or alike in both",

@@ -22,18 +22,28 @@ seeds that generator for each sample from ``(seed, epoch, sample index)`` and gi
 back afterwards, so an augmented sample is a pure function of those three numbers — the same
 in any worker, for any number of workers, after any resume — and the training process's own
 random stream (dropout, …) is untouched.
+
+Whole batches: for pictures held in memory, :meth:`ImagePipeline.batch` does the geometric
+transforms (crops, padding, flips) of a whole batch in a few tensor operations with the very
+draws v2 makes under each sample's seed (:mod:`.batched`) — the same pictures, bit for bit,
+in a fraction of the time, on the CPU or on the device the pictures live on. A list with
+anything else (colour, rotation, auto-augment policies) goes one picture at a time, and says
+so once. ``data.transforms.batched: false`` turns the batched path off.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
 from ...core.errors import ConfigError
+
+log = logging.getLogger("modforge.data")
 
 __all__ = [
     "FLOAT_TRANSFORMS",
@@ -42,6 +52,7 @@ __all__ = [
     "SampleRandomness",
     "build_transforms",
     "sample_seed",
+    "sample_seeds",
 ]
 
 TRANSFORMS: dict[str, str] = {
@@ -177,6 +188,25 @@ def sample_seed(seed: int, epoch: int, index: int, stream: int = 0) -> int:
     return state >> 1
 
 
+def sample_seeds(seed: int, epoch: int, indices: torch.Tensor | Sequence[int], stream: int = 0) -> list[int]:
+    """:func:`sample_seed` of many samples at once (the same numbers, in numpy's wrapping uint64
+    arithmetic: a whole batch's seeds in a few array operations)."""
+    import numpy as np
+
+    ids = torch.as_tensor(indices, dtype=torch.int64).cpu().numpy().astype(np.uint64)  # two's complement: & mask
+    mask = (1 << 64) - 1
+    state = np.zeros(len(ids), dtype=np.uint64)
+    golden, mul1, mul2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+    with np.errstate(over="ignore"):
+        for value in (seed, epoch, ids, stream):
+            term = value if isinstance(value, np.ndarray) else np.uint64(int(value) & mask)
+            z = state + term + golden
+            z = (z ^ (z >> np.uint64(30))) * mul1
+            z = (z ^ (z >> np.uint64(27))) * mul2
+            state = z ^ (z >> np.uint64(31))
+    return (state >> np.uint64(1)).tolist()
+
+
 class SampleRandomness:
     """Seeds torch's default CPU generator per sample and restores it afterwards (see the module doc)."""
 
@@ -197,19 +227,25 @@ class SampleRandomness:
 
 
 class ImagePipeline:
-    """What happens to one picture (a uint8 ``[C, H, W]`` tensor) on its way to the model.
+    """What happens to one picture (a uint8 ``[C, H, W]`` tensor) on its way to the model — or to
+    a whole batch of them at once (:meth:`batch`), with the same result.
 
     Args:
         before: v2 transforms on the uint8 picture (crops, flips, colour, auto-augment policies).
         mean, std: per-channel normalisation after scaling to [0, 1] (None: none).
         after: v2 transforms on the normalised float tensor (random erasing, noise).
+        batched: whether :meth:`batch` may transform whole batches (``data.transforms.batched``).
+        name: the config key of the list, named when a batch is augmented one picture at a time.
     """
 
     def __init__(self, before: Sequence[Any], mean: Sequence[float] | None, std: Sequence[float] | None,
-                 after: Sequence[Any] = ()):  # fmt: skip
+                 after: Sequence[Any] = (), *, batched: bool = True, name: str = "data.transforms"):  # fmt: skip
         self.before, self.after = list(before), list(after)
         self.mean = None if mean is None else torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
         self.std = None if std is None else torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
+        self.batched, self.name = bool(batched), name
+        self._plans: dict[tuple[int, int], Any] = {}
+        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
     def random(self) -> bool:
@@ -221,8 +257,15 @@ class ImagePipeline:
         """uint8 pictures (one ``[C, H, W]`` or a batch ``[B, C, H, W]``) as normalised float32."""
         out = images.to(torch.float32).div_(255.0)
         if self.mean is not None:
-            out = out.sub_(self.mean).div_(self.std)
+            mean, std = self._statistics(out.device)
+            out = out.sub_(mean).div_(std)
         return out
+
+    def _statistics(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mean and std on ``device`` (copied there once)."""
+        if device not in self._on:
+            self._on[device] = (self.mean.to(device), self.std.to(device))  # type: ignore[union-attr]
+        return self._on[device]
 
     def __call__(self, picture: torch.Tensor) -> torch.Tensor:
         for transform in self.before:
@@ -232,12 +275,53 @@ class ImagePipeline:
             picture = transform(picture)
         return picture
 
+    def plan(self, height: int, width: int) -> Any:
+        """The batched form of ``before`` for pictures of this size (:mod:`.batched`), or None —
+        then the reason is logged, once per list and size."""
+        key = (int(height), int(width))
+        if key not in self._plans:
+            from .batched import batch_plan
+
+            plan = batch_plan(self.before, *key) if self.batched else f"{self.name.rsplit('.', 1)[0]}.batched is false"
+            if isinstance(plan, str):
+                log.info("%s: %s, so these pictures are augmented one at a time (torchvision v2 per sample)",
+                         self.name, plan)  # fmt: skip
+                plan = None
+            self._plans[key] = plan
+        return self._plans[key]
+
+    def batch(self, pictures: torch.Tensor, seeds: Sequence[int]) -> torch.Tensor | None:
+        """uint8 pictures ``[B, C, H, W]`` through the pipeline as a batch, sample ``i`` drawing
+        from ``seeds[i]`` exactly as :meth:`__call__` does under that seed (the same pictures), on
+        the pictures' device; None when ``before`` has no batched form (see :meth:`plan`)."""
+        plan = self.plan(*pictures.shape[-2:])
+        if plan is None:
+            return None
+        from .batched import raw_draws
+
+        raw, states = raw_draws(plan, seeds, keep_states=bool(self.after))
+        out = self.to_float(plan(pictures, raw))
+        if states:
+            with SampleRandomness.kept():  # float transforms one at a time, each from where v2 left off
+                for i, state in enumerate(states):
+                    torch.default_generator.set_state(state)
+                    picture = out[i]
+                    for transform in self.after:
+                        picture = transform(picture)
+                    out[i] = picture
+        return out
+
 
 def make_pipeline(
-    entries: Sequence[Any] | None, path: str, mean: Sequence[float] | None, std: Sequence[float] | None
+    entries: Sequence[Any] | None,
+    path: str,
+    mean: Sequence[float] | None,
+    std: Sequence[float] | None,
+    batched: bool = True,
 ) -> tuple[ImagePipeline, list[float] | None, list[float] | None]:
     """The pipeline a config list describes, and the mean/std it normalises with (the list's own
-    ``normalize`` when it names one, else the dataset's ``mean``/``std``)."""
+    ``normalize`` when it names one, else the dataset's ``mean``/``std``); ``batched``: whether
+    whole batches may be augmented at once (:meth:`ImagePipeline.batch`)."""
     built = build_transforms(entries, path)
     split = next((i for i, t in enumerate(built) if type(t).__name__ in FLOAT_TRANSFORMS), len(built))
     before, after = built[:split], built[split:]
@@ -254,4 +338,4 @@ def make_pipeline(
         raise ConfigError(f"normalize: mean has {len(mean)} values, std {len(std)}", path=path)
     if std is not None and any(v <= 0 for v in std):
         raise ConfigError(f"normalize: every std must be positive, got {std}", path=path)
-    return ImagePipeline(before, mean, std, after), mean, std
+    return ImagePipeline(before, mean, std, after, batched=batched, name=path), mean, std
