@@ -146,24 +146,16 @@ def mammoth_commit(mammoth: Path, given: str | None) -> str:
     return given or MAMMOTH_COMMIT
 
 
-def main(
-    mammoth_dir: str, out: str, seeds: list[int], names: list[str], commit: str | None, init: str = "xavier"
-) -> None:
-    mammoth = Path(mammoth_dir).resolve()
-    out_path = Path(out).resolve()  # Mammoth's models/__init__.py changes the working directory
-    found = mammoth_commit(mammoth, commit)
-    if found != MAMMOTH_COMMIT and not commit:
-        raise SystemExit(f"{mammoth} is at {found}, not {MAMMOTH_COMMIT} (pass --commit to run anyway)")
-
-    streams = modforge_streams(seeds)  # before Mammoth's top-level packages (utils, models, ...) are importable
-
+def mammoth_kit(mammoth: Path) -> types.SimpleNamespace:
+    """Mammoth's pieces this script drives, imported from the tree ``mammoth`` (after modforge's stream
+    is built: Mammoth's top-level packages — utils, models, ... — are then put on the path), with the
+    dataset classes that hand it modforge's stream: ``kit.build(name, args, seed, tasks, init, device)``
+    builds one run as ``utils/main.py`` does; ``kit.evaluate`` is Mammoth's own."""
     import importlib
 
-    import numpy as np
     import torch
     import torch.nn.functional as F
 
-    torch.set_num_threads(1)
     sys.path.insert(0, str(mammoth))
     # Mammoth's datasets/__init__.py imports every dataset module (some fetch CLIP weights): enter the package
     # without it; the models import only get_dataset, unused here (the dataset is given to them)
@@ -232,7 +224,8 @@ def main(
         def get_denormalization_transform(self):
             return Namespace(mean=(0.0,), std=(1.0,))  # read by X-DER for its (unused) strong augmentation
 
-    def run(model_name: str, model_args: dict, seed: int) -> dict:
+    def build(model_name: str, model_args: dict, seed: int, tasks: list, init: str = "xavier", device: str = "cpu"):
+        """``(model, dataset, args)`` of one run, built as ``utils/main.py`` builds them, on ``device``."""
         module = importlib.import_module(f"models.{model_name}")
         model_class = next(c for c in vars(module).values()
                            if isinstance(c, type) and getattr(c, "NAME", None) == model_name)  # fmt: skip
@@ -249,26 +242,50 @@ def main(
             lr=LR, optimizer="sgd", optim_wd=0.0, optim_mom=0.0, optim_nesterov=False, lr_scheduler=None,
             batch_size=BATCH, n_epochs=EPOCHS, fitting_mode="epochs", drop_last=False, num_workers=0, seed=seed,
             label_perc=1, nowand=1, non_verbose=True, debug_mode=0, eval_future=False, enable_other_metrics=0,
-            device="cpu", code_optimization=0,
+            device=device, code_optimization=0,
         )  # fmt: skip
-        started = time.perf_counter()
         set_random_seed(seed)  # utils/main.py: before the dataset, the backbone and the model are built
-        dataset = SeqDigits(streams[seed]["tasks"], args)
+        dataset = SeqDigits(tasks, args)
         backbone = BaseMNISTMLP(FEATURES, NUM_CLASSES, HIDDEN)  # nn.Linear's init, then Mammoth's Xavier
         if init == "pytorch":  # diagnostic only: nn.Linear's own init again, as modforge's mlp/linear default
             for layer in (backbone.fc1, backbone.fc2, backbone.classifier):
                 layer.reset_parameters()
         model = model_class(backbone, F.cross_entropy, args, dataset.get_transform(), dataset=dataset)
-        model.to(torch.device("cpu"))
+        model.to(torch.device(device))
         if model_name == "xder":  # its SimCLR input: image augmentations, on vectors; the term weighs lambd = 0
             assert args.lambd == 0.0
             model.gpu_augmentation = lambda x: x
+        return model, dataset, args
+
+    return types.SimpleNamespace(build=build, evaluate=evaluate, get_scheduler=get_scheduler)
+
+
+def main(
+    mammoth_dir: str, out: str, seeds: list[int], names: list[str], commit: str | None, init: str = "xavier"
+) -> None:
+    mammoth = Path(mammoth_dir).resolve()
+    out_path = Path(out).resolve()  # Mammoth's models/__init__.py changes the working directory
+    found = mammoth_commit(mammoth, commit)
+    if found != MAMMOTH_COMMIT and not commit:
+        raise SystemExit(f"{mammoth} is at {found}, not {MAMMOTH_COMMIT} (pass --commit to run anyway)")
+
+    streams = modforge_streams(seeds)  # before Mammoth's top-level packages (utils, models, ...) are importable
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    kit = mammoth_kit(mammoth)
+
+    def run(model_name: str, model_args: dict, seed: int) -> dict:
+        started = time.perf_counter()
+        model, dataset, args = kit.build(model_name, model_args, seed, streams[seed]["tasks"], init)
         class_rows, task_rows, steps = [], [], 0
         for _ in range(dataset.N_TASKS):  # utils/training.py's train()
             model.net.train()
             train_loader, _ = dataset.get_data_loaders()
             model.meta_begin_task(dataset)
-            scheduler = get_scheduler(model, args, reload_optim=True)  # None: no lr_scheduler
+            scheduler = kit.get_scheduler(model, args, reload_optim=True)  # None: no lr_scheduler
             for epoch in range(args.n_epochs):
                 model.meta_begin_epoch(epoch, dataset)
                 for data in train_loader:  # train_single_epoch
@@ -281,7 +298,7 @@ def main(
                     scheduler.step()
                 model.meta_end_epoch(epoch, dataset)
             model.meta_end_task(dataset)
-            accs = evaluate(model, dataset)  # the tasks seen so far
+            accs = kit.evaluate(model, dataset)  # the tasks seen so far
             model.meta_end_eval(dataset, accs)
             class_rows.append([round(a, 4) for a in accs[0]])
             task_rows.append([round(a, 4) for a in accs[1]])
