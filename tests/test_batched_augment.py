@@ -1,0 +1,188 @@
+"""Whole-batch augmentation of in-memory pictures (the same pictures as v2 one at a time) and
+``data.device`` (the training split held on a device, its batches cut there; resumed exactly)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pytest
+import torch
+
+from image_fixtures import write_cifar_python
+from modforge.core.errors import ConfigError
+from modforge.data.base import ArrayDataset
+from modforge.data.images.dataset import FilePictures, ImageDataset, TensorPictures
+from modforge.data.images.transforms import make_pipeline, sample_seed, sample_seeds
+from modforge.data.loader import LoaderSettings, make_loader
+from modforge.data.placement import place
+
+pytest.importorskip("torchvision")
+
+CIFAR = [{"type": "random_crop", "args": {"size": 32, "padding": 4}}, "random_horizontal_flip"]
+MNIST = [{"type": "random_crop", "args": {"size": 28, "padding": 2}}]
+OTHERS = [  # every batched transform and padding mode, in orders where the maps compose
+    [{"type": "random_crop", "args": {"size": 30, "padding": [1, 2, 3, 4], "padding_mode": "reflect"}},
+     {"type": "random_vertical_flip", "args": {"p": 0.3}}],
+    ["random_horizontal_flip", {"type": "random_crop", "args": {"size": 32, "padding": 5, "padding_mode": "symmetric"}}],
+    [{"type": "pad", "args": {"padding": 3, "fill": 9}}, {"type": "random_crop", "args": {"size": 34, "fill": 9}},
+     {"type": "center_crop", "args": {"size": 33}}],
+    [{"type": "random_crop", "args": {"size": 36, "pad_if_needed": True, "padding_mode": "edge"}},
+     {"type": "center_crop", "args": {"size": [27, 30]}}],
+    [*CIFAR, {"type": "random_erasing", "args": {"p": 0.5}}],  # geometry batched, then erasing per sample
+]  # fmt: skip
+
+
+def _split(transforms, shape, *, n=40, batched=True, seed=3):
+    g = torch.Generator().manual_seed(0)
+    pictures = torch.randint(0, 256, (n, *shape), dtype=torch.uint8, generator=g)
+    channels = shape[0]
+    pipeline, _, _ = make_pipeline(transforms, "data.transforms.train", [0.4] * channels, [0.3] * channels, batched)
+    return ImageDataset(TensorPictures(pictures), torch.arange(n) % 4, train_pipeline=pipeline,
+                        eval_pipeline=pipeline, train=True, seed=seed, ids=torch.arange(100, 100 + n))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("transforms", "shape"),
+    [(CIFAR, (3, 32, 32)), (MNIST, (1, 28, 28)), *((t, (3, 32, 32)) for t in OTHERS)],
+    ids=["cifar", "mnist", "reflect-vflip", "flip-symmetric", "pad-crop-center", "edge-center", "then-erasing"],
+)
+def test_a_batch_augmented_whole_is_the_per_sample_v2_pictures(transforms, shape):
+    whole, single = _split(transforms, shape), _split(transforms, shape, batched=False)
+    positions = list(range(len(whole)))
+    for epoch in (0, 1):
+        whole.set_epoch(epoch)
+        single.set_epoch(epoch)
+        ours = whole.__getitems__(positions)["input"]
+        assert torch.equal(ours, single.__getitems__(positions)["input"])  # picture for picture, bit for bit
+        # and the same as v2 called on one picture under its sample's seed, by hand
+        torch.manual_seed(sample_seed(3, epoch, 105))
+        by_hand = whole.pipeline(whole.source.pictures[5])
+        assert torch.equal(ours[5], by_hand)
+    assert whole.pipeline.plan(*shape[1:]) is not None  # these were batched, not the fallback
+
+
+def test_a_samples_pictures_do_not_depend_on_its_batch():
+    split = _split(CIFAR, (3, 32, 32))
+    split.set_epoch(2)
+    alone = torch.cat([split.__getitems__([i])["input"] for i in range(12)])
+    shuffled = split.__getitems__([7, 3, 11, 0, 5, 1, 9, 2, 10, 4, 8, 6])["input"]
+    assert torch.equal(shuffled[torch.argsort(torch.tensor([7, 3, 11, 0, 5, 1, 9, 2, 10, 4, 8, 6]))], alone)
+    assert not torch.equal(alone, split.__getitems__(list(range(12)))["input"].flip(0))  # the crops do vary
+
+
+def test_a_transform_without_a_batched_form_goes_per_sample_and_says_why_once(caplog):
+    rotation = [*MNIST, {"type": "random_rotation", "args": {"degrees": 15}}]
+    split = _split(rotation, (1, 28, 28), n=8)
+    with caplog.at_level(logging.INFO, logger="modforge.data"):
+        first = split.__getitems__(list(range(8)))["input"]
+        split.__getitems__(list(range(8)))
+    said = [r.getMessage() for r in caplog.records if "one at a time" in r.getMessage()]
+    assert len(said) == 1 and "data.transforms.train: RandomRotation" in said[0]
+    assert torch.equal(first, torch.stack([split.picture(i) for i in range(8)]))
+
+
+def test_batch_seeds_are_the_per_sample_seeds():
+    ids = torch.tensor([0, 1, 7, 2**40, 2**62 + 3, 12345])
+    for seed, epoch, stream in ((0, 0, 0), (-5, 3, 1), (2**70, 2**33, 0)):
+        assert sample_seeds(seed, epoch, ids, stream) == [sample_seed(seed, epoch, int(i), stream) for i in ids]
+
+
+def test_bad_data_device_values_get_one_error_naming_the_key(cli, write, tmp_path):
+    cfg = write(
+        "d.yaml",
+        """
+        data: {type: digits, device: gpu}
+        model: {backbone: {type: cnn, args: {channels: [4]}}, neck: global_avg_pool, head: linear,
+                losses: [cross_entropy]}
+        train: {max_epochs: 1}
+    """,
+    )
+    result = cli("config", str(cfg))
+    assert result.code == 2 and "data.device" in result.err and "'cuda'" in result.err and "'gpu'" in result.err
+    with pytest.raises(ConfigError, match=r"data\.device.*'gpu'"):
+        LoaderSettings(device="gpu")
+    folder = ImageDataset(FilePictures([tmp_path / "a.png"]), torch.zeros(1), train_pipeline=make_pipeline(
+        [], "p", None, None)[0], eval_pipeline=make_pipeline([], "p", None, None)[0], train=True)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"data\.device.*decoded from files"):
+        place(folder, "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="no CUDA device"):
+            place(ArrayDataset(torch.zeros(2, 3), torch.zeros(2)), "cuda")
+
+
+def test_a_training_loader_on_the_device_serves_the_batches_of_the_host_loader():
+    host = _split([*CIFAR, {"type": "random_erasing", "args": {"p": 0.5}}], (3, 32, 32), n=24)
+    settings = LoaderSettings(batch_size=8, device="cpu", num_workers=2)
+    placed = make_loader(host, settings, train=True, generator=torch.Generator().manual_seed(1))
+    plain = make_loader(host, LoaderSettings(batch_size=8), train=True, generator=torch.Generator().manual_seed(1))
+    assert placed.num_workers == 0 and placed.dataset is not host  # a copy on the device, cut in-process
+    for a, b in zip(placed, plain, strict=True):
+        assert all(torch.equal(a[k], b[k]) for k in b)
+    assert make_loader(host, settings, train=False).dataset is host  # evaluation stays in host memory
+
+
+RUN = """
+seed: 2
+data:
+  type: cifar10
+  args: {root: cifar, val_fraction: 0.25}
+  batch_size: 8
+  DEVICE
+  transforms:
+    train: [{type: random_crop, args: {size: 32, padding: 4}}, random_horizontal_flip,
+            {type: random_erasing, args: {p: 0.5}}]
+    mix: {mixup_alpha: 0.4, cutmix_alpha: 1.0}
+    batched: BATCHED
+model: {backbone: {type: cnn, args: {channels: [4]}}, neck: global_avg_pool, head: linear, losses: [cross_entropy]}
+train:
+  max_epochs: 2
+  optimizer: {type: adamw, args: {lr: 3.0e-3}}
+  checkpoint: {every_n_steps: 2, keep_last: 100}
+  num_threads: 1
+  progress: never
+"""
+
+
+def test_a_run_with_its_data_on_the_device_resumes_bit_for_bit_and_trains_as_per_sample_v2(
+    write, tmp_path, monkeypatch
+):
+    """data.device (here the CPU) with batched crops, flips, per-sample erasing and MixUp/CutMix:
+    resumed from a mid-epoch checkpoint it ends exactly where the uninterrupted run ends — and
+    exactly where the same config ends with per-sample v2 transforms in host memory."""
+    import modforge as mf
+    from modforge.experiment.runner import train_run
+    from modforge.experiment.schema import validate_config
+    from modforge.train.checkpoint import load_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    write_cifar_python(tmp_path / "cifar", "cifar10", n_train=32, n_test=8)
+    on_device = write("device.yaml", RUN.replace("DEVICE", "device: cpu").replace("BATCHED", "true"))
+    per_sample = write("host.yaml", RUN.replace("DEVICE", "num_workers: 0").replace("BATCHED", "false"))
+
+    def run(cfg, folder, resume=None):
+        train_run(validate_config(mf.load_config(cfg)), folder, resume=resume)
+        return load_checkpoint(folder / "checkpoints" / "last.pt")["model"], (folder / "metrics.csv").read_text()
+
+    (tmp_path / "full").mkdir()
+    model, metrics = run(on_device, tmp_path / "full")
+    middle = tmp_path / "full" / "checkpoints" / "epoch0001-step0000004.pt"  # 3 steps an epoch: 1 into the second
+    resumed_dir = tmp_path / "resumed"
+    (resumed_dir / "checkpoints").mkdir(parents=True)
+    shutil.copy(middle, resumed_dir / "checkpoints" / middle.name)
+    resumed, resumed_metrics = run(on_device, resumed_dir, load_checkpoint(middle))
+    assert resumed_metrics == metrics and all(torch.equal(resumed[k], model[k]) for k in model)
+    (tmp_path / "host").mkdir()
+    host, host_metrics = run(per_sample, tmp_path / "host")
+    assert host_metrics == metrics and all(torch.equal(host[k], model[k]) for k in model)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_batches_made_on_a_cuda_device_are_the_host_batches():
+    host = _split([*CIFAR, {"type": "random_erasing", "args": {"p": 0.5}}], (3, 32, 32), n=64)
+    placed = place(host, "cuda")
+    assert placed.source.pictures.is_cuda
+    positions = list(range(0, 64, 3))
+    ours, theirs = placed.__getitems__(positions), host.__getitems__(positions)
+    assert ours["input"].is_cuda and ours["label"].is_cuda
+    assert all(torch.equal(ours[k].cpu(), theirs[k]) for k in theirs)
