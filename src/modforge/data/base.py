@@ -19,7 +19,19 @@ from torch.utils.data import Dataset
 
 from ..core.layouts import Layout
 
-__all__ = ["ArrayDataset", "DataSplits", "collate"]
+__all__ = ["ArrayDataset", "DataSplits", "collate", "copy_to"]
+
+
+def copy_to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device`` without making the host wait for the device: a small host tensor
+    (a batch's positions, its draws) bound for a CUDA device goes through page-locked memory
+    (torch's caching host allocator), so the copy is queued behind the running step instead of
+    waiting for it, as a copy from pageable memory does."""
+    if tensor.device == device:
+        return tensor
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)
 
 
 class ArrayDataset(Dataset):
@@ -45,7 +57,7 @@ class ArrayDataset(Dataset):
         return {"input": self.inputs[i], "label": self.labels[i], "index": self.ids[i]}
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        idx = torch.as_tensor(indices, dtype=torch.long).to(self.inputs.device, non_blocking=True)
+        idx = copy_to(torch.as_tensor(indices, dtype=torch.long), self.inputs.device)
         return {"input": self.inputs[idx], "label": self.labels[idx], "index": self.ids[idx]}
 
     def to_device(self, device: torch.device | str) -> ArrayDataset:

@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from ..base import copy_to
+
 __all__ = ["BatchPlan", "batch_plan", "draw_passes", "raw_draws"]
 
 log = logging.getLogger("modforge.data")
@@ -113,7 +115,7 @@ class BatchPlan:
         """The pictures ``[B, C, H, W]`` transformed, given each sample's raw draws ``[B, K]``."""
         batch, channels, height, width = pictures.shape
         device = pictures.device
-        values = self.offsets(raw.to(device, non_blocking=True))
+        values = self.offsets(copy_to(raw, device))
         coords = [torch.arange(n, device=device).expand(batch, n) for n in self.out_size]
         valid = [torch.ones(batch, n, dtype=torch.bool, device=device) for n in self.out_size]
         for step in reversed(self.steps):

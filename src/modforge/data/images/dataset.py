@@ -36,6 +36,7 @@ from typing import Literal
 import torch
 from torch.utils.data import Dataset
 
+from ..base import copy_to
 from .mixing import BatchMixing
 from .transforms import ImagePipeline, SampleRandomness, sample_seed, sample_seeds
 
@@ -77,7 +78,7 @@ class TensorPictures:
         return self.pictures[position]
 
     def read_many(self, positions: torch.Tensor) -> torch.Tensor:
-        return self.pictures[positions.to(self.pictures.device, non_blocking=True)]
+        return self.pictures[copy_to(positions, self.pictures.device)]
 
     def to(self, device: torch.device | str) -> TensorPictures:
         """The same pictures held on ``device``."""
@@ -281,12 +282,12 @@ class ImageDataset(Dataset):
         epoch = getattr(positions, "epoch", self.epoch)
         idx = torch.as_tensor(list(positions), dtype=torch.long)
         images = self.images(idx, epoch)
-        labels = self.labels[idx]
+        labels = self.labels[copy_to(idx, self.labels.device)]
         if self.train and self.mixing is not None:
             with SampleRandomness.kept():
                 SampleRandomness.seed(sample_seed(self.seed, epoch, int(self.ids[idx[0]]), stream=1))
                 images, labels = self.mixing(images, labels)
-        return {"input": images, "label": labels, "index": self.ids[idx].to(labels.device)}
+        return {"input": images, "label": labels, "index": copy_to(self.ids[idx], labels.device)}
 
 
 class JoinedImageDataset(Dataset):
@@ -360,9 +361,9 @@ class JoinedImageDataset(Dataset):
             served = self.parts[k].images(local[where], epoch)
             for i, image in zip(where.tolist(), served, strict=True):
                 images[i] = image
-        batch, labels = torch.stack(images), self.labels[idx]  # type: ignore[arg-type]
+        batch, labels = torch.stack(images), self.labels[copy_to(idx, self.labels.device)]  # type: ignore[arg-type]
         if self.train and self.mixing is not None:
             with SampleRandomness.kept():
                 SampleRandomness.seed(sample_seed(self.seed, epoch, int(self.ids[idx[0]]), stream=1))
                 batch, labels = self.mixing(batch, labels)
-        return {"input": batch, "label": labels, "index": self.ids[idx].to(labels.device)}
+        return {"input": batch, "label": labels, "index": copy_to(self.ids[idx], labels.device)}
