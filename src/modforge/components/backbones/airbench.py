@@ -40,7 +40,7 @@ from ...core.registries import register_backbone
 from ..base import Backbone
 from ..layouts import Layout
 
-__all__ = ["Airbench", "ConvGroup", "tta_average"]
+__all__ = ["Airbench", "ConvGroup"]
 
 TTA = Literal["none", "flip", "flip_translate"]
 
@@ -79,24 +79,6 @@ class ConvGroup(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.activ(self.norm1(self.pool(self.conv1(x))))
         return self.activ(self.norm2(self.conv2(x)))
-
-
-def tta_average(features: nn.Module, x: torch.Tensor, mode: str) -> torch.Tensor:
-    """``features(x)`` averaged over airbench's test-time views: ``flip`` — the picture and
-    its mirror image, equally; ``flip_translate`` — half that, plus half the mean of the same
-    for the picture shifted one pixel up-left and down-right (reflect padding)."""
-
-    def mirror(inputs: torch.Tensor) -> torch.Tensor:
-        return 0.5 * features(inputs) + 0.5 * features(inputs.flip(-1))
-
-    if mode == "none":
-        return features(x)
-    if mode == "flip":
-        return mirror(x)
-    h, w = x.shape[-2:]
-    padded = F.pad(x, (1, 1, 1, 1), mode="reflect")
-    shifted = 0.5 * mirror(padded[..., 0:h, 0:w]) + 0.5 * mirror(padded[..., 2 : h + 2, 2 : w + 2])
-    return 0.5 * mirror(x) + 0.5 * shifted
 
 
 @register_backbone("airbench")
@@ -147,19 +129,31 @@ class Airbench(Backbone):
             groups.append(ConvGroup(width, out, bn_momentum, bn_eps))
             width = out
         self.groups = nn.ModuleList(groups)
-        self.scale, self.tta = float(scale), tta
+        self.scale, self.tta = float(scale), str(tta)
+        self.min_size = 8 * whiten_kernel  # three halvings after the whitening conv leave at least 1×1
         self.out_dim = widths[-1]
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
-        if min(x.shape[-2:]) < 8 * self.whiten.kernel_size[0]:
-            raise ValueError(f"airbench needs pictures of at least {8 * self.whiten.kernel_size[0]} pixels a side, "
-                             f"got {tuple(x.shape[-2:])}")  # fmt: skip
+        if x.shape[-2] < self.min_size or x.shape[-1] < self.min_size:
+            raise ValueError(f"airbench needs pictures of at least {self.min_size}×{self.min_size}, "
+                             f"got {x.shape[-2]}×{x.shape[-1]}")  # fmt: skip
         x = self.activ(self.whiten(x))
         for group in self.groups:
             x = group(x)
         return torch.amax(x, dim=(2, 3)) * self.scale
 
+    def _mirror(self, x: torch.Tensor) -> torch.Tensor:
+        """The picture and its mirror image, equally (airbench's ``infer_mirror``)."""
+        return 0.5 * self._features(x) + 0.5 * self._features(x.flip(-1))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training or self.tta == "none":
             return self._features(x)
-        return tta_average(self._features, x, self.tta)
+        if self.tta == "flip":
+            return self._mirror(x)
+        # flip_translate: half the mirror pair, half the mean of the pairs shifted one pixel up-left
+        # and down-right with reflect padding (airbench's ``infer_mirror_translate``)
+        h, w = x.shape[-2], x.shape[-1]
+        padded = F.pad(x, [1, 1, 1, 1], mode="reflect")
+        shifted = 0.5 * self._mirror(padded[:, :, 0:h, 0:w]) + 0.5 * self._mirror(padded[:, :, 2 : h + 2, 2 : w + 2])
+        return 0.5 * self._mirror(x) + 0.5 * shifted
