@@ -46,7 +46,7 @@ def _nudge(net: nn.Module, amount: float) -> None:
 
 def test_the_average_follows_during_warmup_then_decays_every_nth_step():
     net = _net()
-    average = WeightAverage(net, EmaSettings(decay=0.75, warmup_steps=1, every=2))
+    average = WeightAverage(net, EmaSettings(decay=0.75, warmup_steps=1, every=2, ramp=False))
     start = {k: v.clone() for k, v in net.state_dict().items()}
     _nudge(net, 1.0)
     average.step()  # step 1: not a multiple of every → untouched
@@ -56,7 +56,7 @@ def test_the_average_follows_during_warmup_then_decays_every_nth_step():
     torch.testing.assert_close(average.average["0.weight"], start["0.weight"] + 0.25 * 2.0)
     torch.testing.assert_close(average.average["1.running_mean"], start["1.running_mean"] + 2.0)  # copied
     assert int(average.average["1.num_batches_tracked"]) == 2  # integer buffers are copied, not averaged
-    timm_like = WeightAverage(_net(), EmaSettings(decay=0.75, average_buffers=True))
+    timm_like = WeightAverage(_net(), EmaSettings(decay=0.75, average_buffers=True, ramp=False))
     initial = timm_like.average["1.running_mean"].clone()
     _nudge(timm_like.model, 2.0)
     timm_like.step()
@@ -156,3 +156,36 @@ def test_a_continual_method_that_changes_weights_outside_its_steps_refuses_an_ev
     res = cli("train", str(config), "--run-dir", "gdumb")
     assert res.code == 2 and "algorithm 'gdumb' cannot be evaluated with train.ema's weight average" in res.err, res.err
     assert "retrains the model from scratch" in res.err and "train.ema.evaluate: false" in res.err
+
+
+def test_the_decay_ramps_with_the_updates_as_tensorflows_num_updates_rule():
+    net = _net()
+    average = WeightAverage(net, EmaSettings(decay=0.9, warmup_steps=2))
+    start = net.state_dict()["0.weight"].clone()
+    decays = []
+    for _ in range(200):
+        average.step()
+        decays.append(average.decay_now())
+    assert decays[:2] == pytest.approx([0.1, 0.1])  # warm-up: no averaging update yet
+    assert decays[2] == pytest.approx(2 / 11) and decays[-1] == pytest.approx(0.9)  # (1 + n) / (10 + n), capped
+    _nudge(net, 1.0)
+    fresh = WeightAverage(net, EmaSettings(decay=0.999))
+    _nudge(net, 1.0)
+    fresh.step()  # first update: decay (1 + 1) / 11 → mostly the weights now, not the initial ones
+    torch.testing.assert_close(fresh.average["0.weight"], start + 1.0 + (9 / 11) * 1.0)
+    fixed = WeightAverage(_net(), EmaSettings(decay=0.999, ramp=False))
+    fixed.step()
+    assert fixed.decay_now() == 0.999
+
+
+def test_a_young_average_is_said_once_at_its_first_evaluation_and_at_the_end(cli, write, tmp_path):
+    cfg = write("young.yaml", RUN.replace("ema: {decay: 0.8, warmup_steps: 5}", "ema: {decay: 0.999}"))
+    res = cli("train", str(cfg), "--run-dir", "run", "train.max_epochs=2")
+    assert res.code == 0, res.err
+    assert res.err.count("the weight average (train.ema) is young: 40 averaging update(s), fewer than the ~1000") == 1
+    assert res.err.count("train.ema.decay to about 0.96") == 2  # a horizon of a third of the run's 80 updates
+    assert res.err.count("is young") == 2 and "it is what is tested and exported" in res.err
+    old = cli("train", str(cfg), "--run-dir", "old", "train.max_epochs=1", "train.ema.ramp=false")
+    assert "without the ramp (train.ema.ramp=false) 96% of it is still the initial weights" in old.err
+    settled = cli("train", str(cfg), "--run-dir", "settled", "train.max_epochs=1", "train.ema.decay=0.9")
+    assert settled.code == 0 and "is young" not in settled.err

@@ -8,7 +8,13 @@ statistics averaged along the trajectory do not describe the averaged weights' a
 an LCNN whose trained weights have 0 % validation EER scored 34 % with averaged statistics and 0 %
 with the current ones). ``average_buffers`` averages the floating buffers too (timm's way). For the first ``warmup_steps`` optimizer steps the average
 simply follows the weights (mmengine's ``begin_iter``): early weights, far from any minimum,
-would otherwise weigh on it for thousands of steps.
+would otherwise weigh on it for thousands of steps. With ``ramp`` (the default) the decay itself grows with the
+number of averaging updates *n*, as TensorFlow's ``ExponentialMovingAverage(num_updates=…)`` does:
+``min(decay, (1 + n) / (10 + n))`` — 0.1 at the first update, 0.5 at the eighth, 0.9 at the 81st — so a
+short run's average is made of its trained weights and not mostly of the initial ones (at a fixed
+0.999, 300 updates leave 74 % of the initial weights in the average). An average that has seen fewer
+updates than its horizon (``1 / (1 − decay)``) is *young*: the run says so once, when it is first
+evaluated, and again at the end of training if it still is, naming the setting that fits the run.
 
 With ``evaluate`` on (the default) validation, ``best.pt`` selection, the end-of-run test,
 ``modforge test``, ``export`` and ``predict`` use the average: the trainer swaps it into the
@@ -45,6 +51,8 @@ class EmaSettings:
             False: the average is only kept (in every checkpoint's ``ema``).
         average_buffers: average the floating buffers (BatchNorm statistics) too; False: copy
             them from the model at each update.
+        ramp: grow the decay with the number of updates, ``min(decay, (1 + n) / (10 + n))``
+            (TensorFlow's num-updates rule); False: ``decay`` from the first update.
     """
 
     decay: float = 0.999
@@ -52,6 +60,7 @@ class EmaSettings:
     every: int = 1
     evaluate: bool = True
     average_buffers: bool = False
+    ramp: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.decay < 1.0:
@@ -108,9 +117,40 @@ class WeightAverage:
             torch._foreach_copy_(floats, float_src)
         else:
             sources = [s.to(a.dtype) if s.dtype != a.dtype else s for a, s in zip(floats, float_src, strict=True)]
-            torch._foreach_lerp_(floats, sources, 1.0 - self.settings.decay)
+            torch._foreach_lerp_(floats, sources, 1.0 - self.decay_now())
         for avg, value in zip(others, other_src, strict=True):
             avg.copy_(value)
+
+    def averaged_updates(self) -> int:
+        """Updates that moved the average (after the warm-up, every ``every``-th step)."""
+        moving = max(0, self.updates - self.settings.warmup_steps)
+        return moving // self.settings.every
+
+    def decay_now(self) -> float:
+        """The decay of the current update (the ramped one with ``ramp``)."""
+        n = self.averaged_updates()
+        if not self.settings.ramp:
+            return self.settings.decay
+        return min(self.settings.decay, (1 + n) / (10 + n))
+
+    def youth(self, planned_steps: int | None = None) -> str | None:
+        """A sentence saying the average is young — it has seen fewer updates than its horizon
+        ``1 / (1 − decay)`` — or None. With ``ramp`` off, how much of the initial weights it still
+        holds. ``planned_steps``: the run's optimizer steps, for the decay the sentence suggests
+        (a horizon of a third of the run's averaging updates)."""
+        horizon = 1.0 / (1.0 - self.settings.decay)
+        n = self.averaged_updates()
+        if n >= horizon:
+            return None
+        held = (f"; without the ramp (train.ema.ramp=false) {self.settings.decay ** n:.0%} of it is still the "
+                "initial weights" if not self.settings.ramp else "")  # fmt: skip
+        total = n
+        if planned_steps is not None:
+            total = max(n, (planned_steps - self.settings.warmup_steps) // self.settings.every)
+        fitting = 1.0 - 1.0 / max(2.0, total / 3)
+        return (f"the weight average (train.ema) is young: {n} averaging update(s), fewer than the ~{horizon:.0f} its "
+                f"decay {self.settings.decay:g} averages over{held}. For a run this short set train.ema.decay "
+                f"to about {fitting:.2g} (a horizon of a third of the run)")  # fmt: skip
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
@@ -142,4 +182,3 @@ class WeightAverage:
             for name, value in average.items():
                 self.average[name].copy_(value)
         self.updates = int(state["updates"])
-

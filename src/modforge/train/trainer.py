@@ -178,6 +178,7 @@ class Trainer:
         self.model = model.to(self.device)
         self.find_unused_parameters = find_unused_parameters
         self.ema = WeightAverage(self.model, ema) if ema is not None else None
+        self._young_said = False  # the young-average warning at the first evaluation: once
         self._fake_quantized = any(type(m).__name__ == "FakeQuantize" for m in self.model.modules())
         self.ddp: nn.Module | None = None  # the DistributedDataParallel wrapper, built by fit()
         self.optimizer, self.scheduler = optimizer, scheduler
@@ -321,6 +322,7 @@ class Trainer:
                 cb.on_fit_start(self)
             while self.epoch < self.max_epochs and not self.should_stop and not self._steps_done():
                 self._run_epoch(train_loader, val_loader, generator, sampler)
+            self._say_if_young(first=False)
             for cb in self.callbacks:
                 cb.on_fit_end(self)
         except (RuntimeError, distributed.PeerFailure) as exc:  # DDP's gradient averaging fails as RuntimeError
@@ -452,8 +454,19 @@ class Trainer:
         """The weights validation runs with: the weight average when ``train.ema`` keeps one
         for evaluation (swapped in for the duration), else the trained weights."""
         if self.ema is not None and self.ema.settings.evaluate:
+            self._say_if_young(first=True)
             return self.ema.applied()
         return contextlib.nullcontext()
+
+    def _say_if_young(self, *, first: bool) -> None:
+        """Warn that the evaluated weight average is young: at its first evaluation, and at the
+        end of training when it still is (the average tested and exported)."""
+        if (first and self._young_said) or self.ema is None or not self.ema.settings.evaluate:
+            return
+        planned = self.max_steps or self.max_epochs * -(-(self.steps_per_epoch or 0) // self.accumulate)
+        if (youth := self.ema.youth(planned or None)) is not None and distributed.is_main_process():
+            log.warning("%s%s", youth, "" if first else " — the run ends with it: it is what is tested and exported")
+        self._young_said = True
 
     def _global_batch_size(self, loader: Any) -> int:
         """Samples of the epoch one step consumes: the loader's batch size × the processes
