@@ -307,17 +307,19 @@ def raw_draws(plan: BatchPlan, seeds: Sequence[int], *, keep_states: bool = Fals
                 states.append(generator.get_state())
         return raw, states
     passes = draw_passes(plan)
-    rows = [torch.empty(len(seeds), count, dtype=torch.int64) for _ in passes]
+    drawn = [torch.empty(len(seeds), count, dtype=torch.int64) for _ in passes]
+    rows = [d.unbind(0) for d in drawn]  # views made once: a sample's draws go straight into its row
+    moduli = [modulus for modulus, _ in passes]
     for i, seed in enumerate(seeds):
-        generator.manual_seed(seed)
-        for p, (modulus, _) in enumerate(passes):
-            if p:
-                generator.manual_seed(seed)
-            rows[p][i].random_(0, modulus, generator=generator)
+        for modulus, row in zip(moduli, rows, strict=True):
+            generator.manual_seed(seed)
+            row[i].random_(0, modulus, generator=generator)
         if states is not None:
+            if not passes:
+                generator.manual_seed(seed)
             states.append(generator.get_state())
-    for (_, slots), drawn in zip(passes, rows, strict=True):
-        raw[:, slots] = drawn[:, slots]
+    for (_, slots), values in zip(passes, drawn, strict=True):
+        raw[:, slots] = values[:, slots]
     return raw, states
 
 

@@ -78,7 +78,7 @@ class TensorPictures:
         return self.pictures[position]
 
     def read_many(self, positions: torch.Tensor) -> torch.Tensor:
-        return self.pictures[copy_to(positions, self.pictures.device)]
+        return self.pictures.index_select(0, copy_to(positions, self.pictures.device))  # [] is ~50× slower on uint8
 
     def to(self, device: torch.device | str) -> TensorPictures:
         """The same pictures held on ``device``."""
