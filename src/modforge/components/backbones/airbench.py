@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...core.constraints import PositiveFloat, PositiveInt
+from ...core.constraints import PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_backbone
 from ..base import Backbone
 from ..layouts import Layout
@@ -108,7 +108,7 @@ class Airbench(Backbone):
         in_dim: int,
         widths: tuple[PositiveInt, PositiveInt, PositiveInt] = (64, 256, 256),
         whiten_kernel: PositiveInt = 2,
-        bn_momentum: float = 0.4,
+        bn_momentum: Probability = 0.4,
         bn_eps: PositiveFloat = 1e-12,
         scale: PositiveFloat = 1 / 9,
         tta: TTA = "none",

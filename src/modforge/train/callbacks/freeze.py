@@ -5,7 +5,8 @@ fixed (``whiten_bias_epochs``). Here the parameters whose names match ``names`` 
 ``requires_grad`` on during epochs ``0 … from_epoch − 1`` and off after: without a gradient
 the optimizer leaves them alone (no step, no weight decay). It is decided at the start of
 every epoch from the epoch number, so a resumed run is in the same state as one that never
-stopped.
+stopped. In a multi-process run set ``train.distributed.find_unused_parameters: true``: the
+frozen parameters then get no gradient for DistributedDataParallel to average.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...core.constraints import PositiveInt
+from ...core.constraints import NonNegativeFloat, PositiveInt, Probability
 from ...core.registries import register_callback
 from .base import Callback
 
@@ -53,7 +53,7 @@ class Lookahead(Callback):
 
     order = 4  # the slow copy is the network as built, before whitening_init (order 5) sets its first layer
 
-    def __init__(self, every: PositiveInt = 5, base: float = 0.95**5, power: float = 3.0,
+    def __init__(self, every: PositiveInt = 5, base: Probability = 0.95**5, power: NonNegativeFloat = 3.0,
                  total_steps: PositiveInt | None = None):  # fmt: skip
         if not 0.0 <= base <= 1.0:
             raise ValueError(f"base must be in [0, 1], got {base}")
