@@ -35,7 +35,7 @@ from .errors import (
     ConfigValueError,
     UnknownKeyError,
 )
-from .origins import CommandLineOrigin
+from .origins import CommandLineOrigin, typed_here
 from .references import Reference, follow_reference, vouched_sources
 from .yaml_guard import read_config_text, safe_yaml_load
 
@@ -110,7 +110,13 @@ class Config:
         return [value] if isinstance(value, str) else list(value)
 
     def where(self, path: str) -> str | None:
-        """The source of ``path`` or of its closest recorded ancestor."""
+        """The source of ``path`` or of its closest recorded ancestor.
+
+        A list one of whose items was typed on the command line (``...channels.0=abc``) is that
+        command line's: a list is checked as one value, and the item is what changed it."""
+        typed = self._typed_item(path)
+        if typed is not None:
+            return typed
         probe = path
         while probe:
             if probe in self.origins:
@@ -118,6 +124,15 @@ class Config:
             probe = probe.rpartition(".")[0]
         if self.file is not None:
             return display_path(self.file)
+        return None
+
+    def _typed_item(self, path: str) -> str | None:
+        """The command-line origin of an item (at any list depth) inside the list at ``path``, if any."""
+        prefix = f"{path}."
+        for key, origin in self.origins.items():
+            if key.startswith(prefix) and typed_here(origin):
+                if all(part.lstrip("-").isdigit() for part in key[len(prefix) :].split(".")):
+                    return origin
         return None
 
     def get(self, path: str, default: Any = _MISSING) -> Any:
@@ -168,6 +183,9 @@ class Config:
                 if not create:
                     raise KeyError(walked)
                 node[part] = {}
+                # the mapping is this origin's doing: a mistyped key on the way (``train.optimizr.args.lr=1``)
+                # is then blamed on the override that made it, not on the file its parent came from
+                self.origins[walked] = origin
             return node[part]
         if isinstance(node, list):
             return node[self._index(node, part, walked, origin)]
