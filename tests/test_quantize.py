@@ -42,8 +42,17 @@ def test_a_static_int8_graph_is_calibrated_reported_and_predicts(trained, cli):
     import onnx
 
     metadata = json.loads(next(p.value for p in onnx.load(str(artifact)).metadata_props if p.key == "modforge"))
-    assert metadata["quantization"] == {"mode": "int8", "calibration_batches": 4, "calibration_split": "val"}
-    assert "int8: static, QDQ, calibrated on 4 val batch(es)" in res.out
+    quantization = metadata["quantization"]
+    check = quantization.pop("check")
+    assert quantization == {"mode": "int8", "calibration_method": "minmax", "per_channel": True, "float_ends": [],
+                            "calibration_batches": 4, "calibration_split": "val"}  # fmt: skip
+    assert check["split"] == "val" and check["metric"] == "accuracy" and check["samples"] == 270
+    assert check["max_loss"] == 1.0 and check["loss_points"] <= 1.0
+    assert check["loss_points"] == pytest.approx(100 * (check["fp32"] - check["int8"]), abs=1e-3)
+    assert check["tried"] == [{"calibration_method": "minmax", "per_channel": True, "float_ends": [],
+                               "loss_points": check["loss_points"]}]  # fmt: skip
+    assert "int8: static, QDQ, calibrated on 4 val batch(es) — minmax calibration, per-channel weights" in res.out
+    assert "val accuracy" in res.out and "within --max-loss 1" in res.out
     assert "test accuracy fp32 → int8" in res.out and "270 samples" in res.out and "× faster" in res.out
     line = next(ln for ln in res.out.splitlines() if "test accuracy fp32 → int8" in ln)
     fp32, int8 = (float(v) for v in line.split()[5:8:2])
@@ -66,6 +75,9 @@ def test_a_dynamic_int8_graph_needs_no_calibration(trained, cli):
     (["--engine", "torchscript", "--quantize", "int8"], "--quantize makes an int8 ONNX graph: use it with --engine onnx"),
     (["--engine", "onnx", "--quantize", "int8", "--calibration-batches", "0"], "--calibration-batches must be at least 1"),
     (["--engine", "onnx", "--quantize", "int4"], "invalid choice: 'int4'"),
+    (["--engine", "onnx", "--quantize", "int8", "--calibration", "kl"], "invalid choice: 'kl'"),
+    (["--engine", "onnx", "--quantize", "int8", "--keep-float", "middle"], "expected first, last or first,last"),
+    (["--engine", "onnx", "--quantize", "int8", "--max-loss", "-1"], "--max-loss must be a number of points ≥ 0"),
 ])  # fmt: skip
 def test_a_wrong_combination_is_one_clear_error_and_writes_nothing(trained, cli, args, message):
     res = cli("export", str(trained / "cnn"), *args, "--out", str(trained / "refused.onnx"))
@@ -135,3 +147,117 @@ def test_a_detector_quantizes_its_network_keeps_its_decoding_in_float_and_report
     picture = sorted((tmp_path / "set" / "images" / "test").glob("*.png"))[0]
     predicted = cli("predict", str(artifact), str(picture))
     assert predicted.code == 0 and '"detections"' in predicted.out, predicted.err
+
+
+def _metadata(path: Path) -> dict:
+    import onnx
+
+    return json.loads(next(p.value for p in onnx.load(str(path)).metadata_props if p.key == "modforge"))
+
+
+def _float_weights(path: Path) -> set[str]:
+    """The matrix nodes whose weights are float32 initializers (not dequantized int8)."""
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    floats = {init.name for init in graph.initializer if init.data_type == onnx.TensorProto.FLOAT}
+    return {node.name for node in graph.node if node.op_type in ("Conv", "Gemm", "MatMul") and node.input[1] in floats}
+
+
+@pytest.mark.slow
+def test_the_calibration_options_reach_the_quantizer_and_the_metadata(trained, cli, monkeypatch):
+    import onnxruntime.quantization as ort
+
+    seen = []
+    real = ort.quantize_static
+    monkeypatch.setattr(ort, "quantize_static", lambda *a, **kw: seen.append(kw) or real(*a, **kw))
+    out = trained / "entropy.onnx"
+    res = cli("export", str(trained / "cnn"), "--engine", "onnx", "--quantize", "int8", "--calibration", "entropy",
+              "--no-per-channel", "--keep-float", "first,last", "--calibration-batches", "2", "--out", str(out))  # fmt: skip
+    assert res.code == 0, res.err
+    assert len(seen) == 1 and seen[0]["calibrate_method"] == ort.CalibrationMethod.Entropy
+    assert seen[0]["per_channel"] is False and len(seen[0]["nodes_to_exclude"]) == 2
+    # the first convolution and the classifier keep float32 weights; the middle convolution is int8
+    assert _float_weights(out) == {"/model/backbone/block1/block1.0/Conv", "/model/head/fc/Gemm"}
+    assert "DequantizeLinear" in _operators(out)
+    quantization = _metadata(out)["quantization"]
+    assert {k: quantization[k] for k in ("calibration_method", "per_channel", "float_ends", "calibration_batches")} == {
+        "calibration_method": "entropy", "per_channel": False, "float_ends": ["first", "last"], "calibration_batches": 2}  # fmt: skip
+    assert "entropy calibration, per-tensor weights, first and last layers in float32" in res.out
+
+
+def _miscalibrated(monkeypatch, methods):
+    """Calibration batches scaled ×10⁴ for ``methods``: every activation range is far too wide, so
+    the int8 graph rounds nearly every activation to zero — a bad calibration, made on purpose."""
+    from modforge.experiment import int8_check
+
+    real = int8_check.quantize_onnx
+
+    def quantize(model_bytes, mode, calibration, **kw):
+        if kw["method"] in methods:
+            calibration = [1e4 * np.asarray(a) for a in calibration]
+        return real(model_bytes, mode, calibration, **kw)
+
+    monkeypatch.setattr(int8_check, "quantize_onnx", quantize)
+
+
+@pytest.mark.slow
+def test_a_graph_that_loses_more_than_a_point_is_refused_naming_the_option_that_helps(trained, cli, monkeypatch):
+    _miscalibrated(monkeypatch, {"minmax"})
+    out = trained / "bad.onnx"
+    args = ["export", str(trained / "cnn"), "--engine", "onnx", "--quantize", "int8", "--calibration-batches", "2"]
+    res = cli(*args, "--calibration", "minmax", "--out", str(out))
+    assert res.code == 2 and not out.exists(), res.err
+    line = res.err.strip().splitlines()[-1]
+    assert "the int8 graph loses" in line and "val accuracy, 270 samples) with minmax calibration" in line
+    assert "more than --max-loss 1; nothing was written" in line
+    assert "--calibration entropy loses 0.0 (measured; --calibration auto finds it)" in line  # measured, not guessed
+    lost = float(line.split("loses ")[1].split(" points")[0])
+    assert lost > 1 and f"--max-loss {np.ceil(lost * 10) / 10:.1f} writes it anyway" in line
+    # auto passes over the bad setting to the next one, and records both
+    res = cli(*args, "--out", str(out))
+    assert res.code == 0, res.err
+    check = _metadata(out)["quantization"]["check"]
+    assert [t["calibration_method"] for t in check["tried"]] == ["minmax", "entropy"]
+    assert check["tried"][0]["loss_points"] == pytest.approx(lost, abs=0.1) and check["loss_points"] <= 1
+    assert "entropy calibration" in res.out and "(2 settings tried)" in res.out
+
+
+@pytest.mark.slow
+def test_a_loss_beyond_every_setting_is_refused_unless_the_user_accepts_it(trained, cli, monkeypatch):
+    _miscalibrated(monkeypatch, {"minmax", "entropy", "percentile"})
+    out = trained / "accepted.onnx"
+    args = ["export", str(trained / "cnn"), "--engine", "onnx", "--quantize", "int8", "--calibration-batches", "1",
+            "--keep-float", "first", "--out", str(out)]  # fmt: skip
+    res = cli(*args)
+    assert res.code == 2 and not out.exists(), res.err
+    assert "with the best of 3 settings tried" in res.err and "quantization-aware training (train.qat)" in res.err
+    res = cli(*args, "--max-loss", "100")
+    assert res.code == 0, res.err
+    check = _metadata(out)["quantization"]["check"]
+    assert check["max_loss"] == 100 and check["loss_points"] > 1 and len(check["tried"]) == 1  # the first is within 100
+    assert "MORE than 1 point, accepted by --max-loss 100" in res.out
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_ends_are_the_first_and_last_matrix_layers():
+    import io
+
+    import torch
+
+    from modforge.engines.quantize import end_nodes
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Conv2d(3, 4, 3), torch.nn.Conv2d(3, 4, 3)  # two first layers, side by side
+            self.middle, self.fc = torch.nn.Conv2d(4, 4, 1), torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            y = torch.relu(self.a(x) + self.b(x))
+            return self.fc(self.middle(y).mean((2, 3)))
+
+    buffer = io.BytesIO()
+    torch.onnx.export(Net(), (torch.zeros(1, 3, 8, 8),), buffer, dynamo=False)
+    assert sorted(end_nodes(buffer.getvalue(), "first")) == ["/a/Conv", "/b/Conv"]
+    assert end_nodes(buffer.getvalue(), "last") == ["/fc/Gemm"]

@@ -23,7 +23,6 @@ QAT_TOLERANCE = 0.01
 relative to the outputs' scale (at least 1)."""
 
 
-
 @dataclasses.dataclass
 class ExportResult:
     """What :func:`export_run` wrote and how close the artifact is to eager."""
@@ -41,8 +40,17 @@ class ExportResult:
     """With ``quantize``: the int8 artifact against the fp32 graph (:class:`~.quantized.QuantizationReport`)."""
 
 
-def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *, which: str = "best",
-               force: bool = False, quantize: str | None = None, calibration_batches: int = 8) -> ExportResult:
+def export_run(
+    target: Path,
+    engine_spec: Any,
+    out: str | Path | None = None,
+    *,
+    which: str = "best",
+    force: bool = False,
+    quantize: str | None = None,
+    calibration_batches: int = 8,
+    int8: Any = None,
+) -> ExportResult:
     """Write the model of a run folder or checkpoint as an artifact of ``engine_spec``.
 
     The run's own plug-ins are loaded first (its verified copies, installed entry points or
@@ -64,7 +72,10 @@ def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *,
     against eager as always, then quantized — statically with its activation ranges calibrated on
     ``calibration_batches`` batches of the run's validation split (else training split) — and the
     int8 graph is written, with the test-split accuracy of both graphs and their batch-1 latency
-    in the result (:mod:`.quantized`).
+    in the result (:mod:`.quantized`). ``int8`` (:class:`~.int8_check.Int8Options`): the calibration
+    method (default ``auto``), per-channel weights, layers kept in float32 and the most validation
+    points the int8 graph may lose — a graph that loses more is refused, nothing written
+    (:mod:`.int8_check`).
     """
     exp, checkpoint = load_trained(Path(target), which)
     cfg = exp.cfg
@@ -73,7 +84,7 @@ def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *,
     if quantize is not None:
         from .quantized import check_quantizable
 
-        check_quantizable(engine, quantize, calibration_batches)
+        check_quantizable(engine, quantize, calibration_batches, int8)
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
     stem = f"{checkpoint.stem}-{engine.name}" + (f"-{quantize}" if quantize else "")  # best-onnx-int8.onnx
     path = _artifact_path(out, run_dir / "exports", stem, engine)
@@ -125,7 +136,8 @@ def export_run(target: Path, engine_spec: Any, out: str | Path | None = None, *,
     if quantize is not None:
         from .quantized import quantize_export
 
-        written, quantization = quantize_export(exp, engine, runnable, path, metadata, quantize, calibration_batches)
+        written, quantization = quantize_export(exp, engine, runnable, path, metadata, quantize, calibration_batches,
+                                                int8)  # fmt: skip
     report = exp.task.export_report(model, batch, got, metadata)
     return ExportResult(written, checkpoint, engine.name, diff, scale, metadata, report, quantization)
 

@@ -26,10 +26,11 @@ from ..core.errors import UsageError
 from ..data.loader import make_loader
 from ..engines.onnx import Onnx
 from ..engines.onnx_runtime import OnnxRunner
-from ..engines.quantize import QUANTIZE_MODES, quantize_onnx
+from ..engines.quantize import QUANTIZE_MODES
+from .int8_check import Candidate, Choice, Int8Options, choose_int8
 from .profile import median_ms
 
-__all__ = ["QuantizationReport", "check_quantizable", "quantize_export"]
+__all__ = ["Int8Options", "QuantizationReport", "check_quantizable", "quantize_export"]
 
 LATENCY_RUNS, LATENCY_WARMUP = 50, 5
 
@@ -52,6 +53,11 @@ class QuantizationReport:
     """What ``fp32_accuracy``/``int8_accuracy`` measure: top-1 ``accuracy``, or ``mAP`` (COCO, 0.50:0.95)."""
     extra: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     """Further figures of both graphs (a detector's mAP@0.5 and mAP@0.75)."""
+    settings: Candidate | None = None
+    """The quantizer's setting that was kept (calibration method, per-channel weights, float ends)."""
+    check: Choice | None = None
+    """The validation check the setting passed (:mod:`.int8_check`)."""
+    max_loss: float = 1.0
 
     @property
     def speedup(self) -> float:
@@ -60,7 +66,11 @@ class QuantizationReport:
     def rows(self) -> list[tuple[str, str]]:
         how = ("static, QDQ, calibrated on " f"{self.calibration_batches} {self.calibration_split} batch(es)"
                if self.mode == "int8" else "dynamic (weights int8, activations per batch)")  # fmt: skip
+        if self.settings is not None:
+            how += f" — {self.settings.describe()}"
         rows = [("quantization", f"{self.mode}: {how}")]
+        if self.check is not None:
+            rows.append(("int8 check", self._check_row()))
         if self.fp32_accuracy is not None and self.int8_accuracy is not None:
             change = (f"{100 * (self.int8_accuracy - self.fp32_accuracy):+.2f} points" if self.metric == "accuracy"
                       else f"{self.int8_accuracy - self.fp32_accuracy:+.4f}")  # fmt: skip
@@ -74,21 +84,36 @@ class QuantizationReport:
                      f"{self.fp32_ms:.3f} → {self.int8_ms:.3f} ms ({self.speedup:.2f}× faster)"))  # fmt: skip
         return rows
 
+    def _check_row(self) -> str:
+        check = self.check
+        assert check is not None
+        tried = f" ({len(check.tried)} settings tried)" if len(check.tried) > 1 else ""
+        if check.loss is None:
+            return f"not measured: this task's outputs have no {check.metric} to compare{tried}"
+        verdict = "within" if check.loss <= 1.0 else "MORE than 1 point, accepted by"
+        return (f"{check.split} {check.metric} {check.fp32:.4f} → {check.kept.int8:.4f} ({100 * (check.kept.int8 - check.fp32):+.2f} points, "
+                f"{check.samples} samples): {verdict} --max-loss {self.max_loss:g}{tried}")  # fmt: skip
 
-def check_quantizable(engine: Any, mode: str, calibration_batches: int) -> None:
+
+def check_quantizable(engine: Any, mode: str, calibration_batches: int, options: Int8Options | None = None) -> None:
     """Refuse, before anything is exported, what cannot be quantized: another engine, an unknown
-    mode, no calibration batch."""
+    mode, no calibration batch, an option out of range."""
     if not isinstance(engine, Onnx):
         raise UsageError(f"--quantize makes an int8 ONNX graph: use it with --engine onnx (not '{engine.name}')")
     if mode not in QUANTIZE_MODES:
         raise UsageError(f"--quantize {mode!r}: expected one of {', '.join(QUANTIZE_MODES)}")
     if calibration_batches < 1:
         raise UsageError(f"--calibration-batches must be at least 1, got {calibration_batches}")
+    if options is not None:
+        options.validate()
 
 
 def quantize_export(exp: Any, engine: Onnx, fp32: OnnxRunner, path: Path, metadata: dict[str, Any], mode: str,
-                    calibration_batches: int) -> tuple[Path, QuantizationReport]:  # fmt: skip
-    """Quantize the checked fp32 graph, write the int8 artifact at ``path``, compare the two."""
+                    calibration_batches: int, options: Int8Options | None = None) -> tuple[Path, QuantizationReport]:  # fmt: skip
+    """Quantize the checked fp32 graph (each candidate setting of ``options`` in turn, checked on
+    the validation split: :mod:`.int8_check`), write the kept int8 artifact at ``path``, compare
+    the two graphs on the test split."""
+    options = dataclasses.replace(options or Int8Options(), calibration_batches=calibration_batches)
     splits = exp.splits
     calibration_split, calibration_name = (splits.val, "val") if splits.val is not None else (splits.train, "train")
     settings = dataclasses.replace(exp.loader, num_workers=0)
@@ -97,10 +122,20 @@ def quantize_export(exp: Any, engine: Onnx, fp32: OnnxRunner, path: Path, metada
         batches = make_loader(calibration_split, settings, train=False)
         calibration = [batch["input"].numpy() for batch in itertools.islice(batches, calibration_batches)]
     detector = exp.task.name == "detection"
-    int8 = OnnxRunner(quantize_onnx(fp32.model_bytes, mode, calibration, float_tail=detector), threads=engine.threads,
-                      optimization=engine.optimization)  # fmt: skip
-    metadata = {**metadata, "quantization": {"mode": mode, "calibration_batches": len(calibration),
-                                             "calibration_split": calibration_name if calibration else None}}
+    check_loader = make_loader(calibration_split, settings, train=False)
+    if detector:
+        score = _detector_score(exp, check_loader, metadata)
+        metric = "mAP"
+    else:
+        score, metric = _classifier_score(check_loader)
+    choice = choose_int8(fp32.model_bytes, mode, options, calibration, score, score(fp32) if score else None,
+                         metric=metric, split=calibration_name, samples=len(calibration_split), float_tail=detector,
+                         threads=engine.threads)  # fmt: skip
+    int8 = OnnxRunner(choice.kept.model_bytes, threads=engine.threads, optimization=engine.optimization)
+    metadata = {**metadata, "quantization": {"mode": mode, **choice.kept.candidate.record(),
+                                             "calibration_batches": len(calibration),
+                                             "calibration_split": calibration_name if calibration else None,
+                                             "check": choice.record(options.max_loss)}}  # fmt: skip
     written = engine.save(int8, path, metadata)
     loaded, _ = engine.load(written)
     test, name = (splits.test, "test") if splits.test is not None else (splits.val, "val")
@@ -108,10 +143,47 @@ def quantize_export(exp: Any, engine: Onnx, fp32: OnnxRunner, path: Path, metada
         test, name = splits.train, "train"
     loader = make_loader(test, settings, train=False)
     if detector:
-        return written, _compare_detectors(exp, fp32, loaded, loader, metadata, mode, len(calibration),
-                                           calibration_name, name, len(test))  # fmt: skip
-    report = _compare(fp32, loaded, loader)
-    return written, QuantizationReport(mode, len(calibration), calibration_name, name, *report)
+        report = _compare_detectors(exp, fp32, loaded, loader, metadata, mode, len(calibration), calibration_name,
+                                    name, len(test))  # fmt: skip
+    else:
+        report = QuantizationReport(mode, len(calibration), calibration_name, name, *_compare(fp32, loaded, loader))
+    return written, dataclasses.replace(report, settings=choice.kept.candidate, check=choice, max_loss=options.max_loss)
+
+
+def _classifier_score(loader: Any) -> tuple[Any, str]:
+    """(a runnable → its top-1 accuracy on ``loader``'s batches, held in memory; "accuracy"), or
+    (None, "accuracy") where the batches have no class labels for one-logit-per-class outputs."""
+    batches = [(batch["input"].numpy(), batch.get("label")) for batch in loader]
+    if not batches or any(y is None or y.dim() != 1 for _, y in batches):
+        return None, "accuracy"
+    labelled = [(x, y.numpy()) for x, y in batches]
+
+    def score(runner: Any) -> float | None:
+        right = total = 0
+        for x, y in labelled:
+            logits = np.asarray(runner({"input": x})["logits"])
+            if logits.ndim != 2 or logits.shape[1] < 2:
+                return None
+            right += int((logits.argmax(1) == y).sum())
+            total += len(y)
+        return right / max(1, total)
+
+    return score, "accuracy"
+
+
+def _detector_score(exp: Any, loader: Any, metadata: dict[str, Any]) -> Any:
+    """A runnable → its COCO mAP on ``loader`` after ``modforge predict``'s post-processing."""
+    from ..tasks.detection.export_check import artifact_box_metrics
+
+    names = list(getattr(exp.splits.train, "class_names", None) or []) or None
+    settings = metadata["postprocess"]
+
+    def score(runner: Any) -> float:
+        return float(
+            artifact_box_metrics({"g": runner}, loader, settings, int(settings["num_classes"]), names)["g"]["map"]
+        )
+
+    return score
 
 
 def _compare_detectors(exp: Any, fp32: Any, int8: Any, loader: Any, metadata: dict[str, Any], mode: str,

@@ -4,6 +4,7 @@ compile, or a plug-in's engine: the run's own plug-ins are loaded as ``modforge 
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,45 @@ def _parser() -> CommandParser:
         metavar="N",
         help="validation batches that calibrate a static int8 graph (default 8)",
     )
+    parser.add_argument(
+        "--calibration",
+        choices=("auto", "minmax", "percentile", "entropy"),
+        default="auto",
+        help="how a static int8 graph's activation ranges are calibrated: auto (default) tries minmax, entropy, "
+        "percentile, then the first and last layers in float32, and keeps the first that passes the check",
+    )
+    parser.add_argument(
+        "--per-channel",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="int8 weights with one scale per output channel (default) or per tensor (--no-per-channel)",
+    )
+    parser.add_argument(
+        "--keep-float",
+        type=_float_ends,
+        metavar="first,last",
+        help="keep the first and/or last Conv/Gemm/MatMul layers in float32 (default: none, or as auto finds)",
+    )
+    parser.add_argument(
+        "--max-loss",
+        type=float,
+        default=1.0,
+        metavar="POINTS",
+        help="the int8 graph may lose at most this many points of the validation metric (accuracy, a detector's "
+        "mAP ×100) against fp32, else nothing is written (default 1)",
+    )
     add_checkpoint_option(parser)
     parser.add_argument("--force", action="store_true", help="replace an existing file at --out")
     add_plugins_option(parser)
     return parser
+
+
+def _float_ends(text: str) -> tuple[str, ...]:
+    """``--keep-float first,last`` as a tuple of ends."""
+    ends = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not ends or not set(ends) <= {"first", "last"}:
+        raise argparse.ArgumentTypeError(f"expected first, last or first,last, got {text!r}")
+    return ends
 
 
 def engine_spec(name: str, texts: list[str]) -> Any:
@@ -67,12 +103,14 @@ def engine_spec(name: str, texts: list[str]) -> Any:
 
 def run(argv: list[str]) -> int:
     from ...experiment.export import export_run
+    from ...experiment.int8_check import Int8Options
 
     ns = _parser().parse_args(argv)
     load_cli_plugins(ns.plugins)
     spec = engine_spec(ns.engine, ns.engine_args)
+    int8 = Int8Options(ns.calibration, ns.per_channel, ns.keep_float, ns.calibration_batches, ns.max_loss)
     result = export_run(Path(ns.target), spec, ns.out, which=ns.checkpoint, force=ns.force, quantize=ns.quantize,
-                        calibration_batches=ns.calibration_batches)  # fmt: skip
+                        calibration_batches=ns.calibration_batches, int8=int8)  # fmt: skip
     rows = [
         ("artifact", display_path(result.path)),
         ("engine", result.engine),
