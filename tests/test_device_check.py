@@ -74,3 +74,36 @@ def test_the_sections_a_device_run_rewrote_are_taken_back():
     assert "H200: 1.02x" in text and "Not run yet" not in text and "\ntext\n" in text
     assert text.endswith("<!-- continual_gpu:start -->\n1.3x\n<!-- continual_gpu:end -->\n")
     assert dc.take_sections(returned, text) == (text, [])
+
+
+def test_a_step_runs_in_its_own_process_group_with_its_output_logged_and_is_stopped_at_its_limit(tmp_path):
+    dc = _module()
+    env = {**__import__("os").environ}
+    ok = dc.Step("ok", [sys.executable, "-c", "print('figures')"], 30)
+    assert dc.run_step(ok, 30, env, tmp_path / "ok.log")[0] == "ok"
+    assert (tmp_path / "ok.log").read_text().endswith("figures\n")
+    failing = dc.Step("failing", [sys.executable, "-c", "raise SystemExit(3)"], 30)
+    assert dc.run_step(failing, 30, env, tmp_path / "failing.log")[0] == "failed (exit 3)"
+    # a step that outlives its limit is stopped with the process it started
+    code = ("import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', 'import time; "
+            "time.sleep(60)']); print(child.pid, flush=True); time.sleep(60)")  # fmt: skip
+    slow = dc.Step("slow", [sys.executable, "-c", code], 1)
+    status, seconds = dc.run_step(slow, 1.5, env, tmp_path / "slow.log")
+    assert status == "stopped at its limit (2 s)" and seconds < 30
+    child = int((tmp_path / "slow.log").read_text().splitlines()[-1])
+    assert _ended(child)
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` is gone (or a zombie nobody reaped yet), waiting up to 5 s."""
+    import time
+
+    for _ in range(50):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False
