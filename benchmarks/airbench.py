@@ -14,10 +14,11 @@ its folder on ``PYTHONPATH``; it needs torchvision):
   modforge's learning rates are scaled by ``batch / 1024`` (exact for a power-of-two batch).
 * ``--speed`` (CUDA): wall time of ``train94`` on airbench's own GPU-resident loader (random
   uint8 pictures saved as its ``train.pt``) against modforge's config trained on the same
-  pictures for the same number of optimizer steps, both after one warm-up run; modforge twice:
+  pictures for the same number of optimizer steps, both after one warm-up run; modforge three ways:
   ``loader`` — the config as shipped, reading CIFAR-10's python batches (written by the
-  benchmark) with per-sample augmentation in loader workers; ``tensors`` — the pictures as
-  normalised tensors, no augmentation (what the trainer and model cost on their own).
+  benchmark) with its augmentation in loader workers; ``device`` — the same with ``data.device:
+  cuda`` (the pictures kept and augmented on the GPU); ``tensors`` — the pictures as normalised
+  tensors, no augmentation (what the trainer and model cost on their own).
 
     python benchmarks/airbench.py --parity [--steps 20] [--write]
     python benchmarks/airbench.py --speed [--quick] [--write]
@@ -60,6 +61,11 @@ CONFIG = ROOT / "configs" / "vision" / "cifar10_airbench94.yaml"
 CIFAR_MEAN = torch.tensor((0.4914, 0.4822, 0.4465)).view(1, 3, 1, 1)
 CIFAR_STD = torch.tensor((0.2470, 0.2435, 0.2616)).view(1, 3, 1, 1)
 SECTION = "airbench"
+MODES = {  # how modforge's side of --speed is fed
+    "tensors": "modforge, pictures as normalised tensors (no augmentation)",
+    "device": "modforge, the config with `data.device: cuda` (augmented in batches on the GPU)",
+    "loader": "modforge, the config as shipped (augmentation in loader workers)",
+}
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -127,7 +133,7 @@ class AirbenchBatches:
 # ------------------------------------------------------------------------------------ modforge
 def recipe_config(*, batch: int, steps: int, steps_per_epoch: int, device: str, precision: str,
                   whiten_samples: int = 5000, whiten_bias_epochs: int | None = None,
-                  root: str | None = None) -> Any:  # fmt: skip
+                  root: str | None = None, data_changes: dict[str, Any] | None = None) -> Any:  # fmt: skip
     """The shipped config, sized for ``steps`` optimizer steps of ``batch`` pictures: the learning
     rates scaled by ``batch / 1024`` as its comment says, loading in-process unless ``root`` is given."""
     cfg = load_config(CONFIG)
@@ -137,6 +143,7 @@ def recipe_config(*, batch: int, steps: int, steps_per_epoch: int, device: str, 
         data.update(num_workers=0, persistent_workers=False, pin_memory=False)
     else:
         data["args"]["root"] = root
+    data.update(data_changes or {})
     train["max_epochs"] = math.ceil(steps / steps_per_epoch)
     train["max_steps"] = steps
     train.update(device=device, precision=precision, log_every=10**9)
@@ -324,15 +331,14 @@ def speed(*, epochs: float, runs: int, workers: int) -> dict[str, Any]:
             theirs()  # warm-up: cuDNN autotuning
             out["airbench_s"] = sorted(_synchronised_seconds(theirs) for _ in range(runs))[runs // 2]
         inputs = normalised(raw)
-        for mode in ("tensors", "loader"):
-            root = str(folder / "cifar10") if mode == "loader" else None
+        changes = {"loader": {"num_workers": workers}, "device": {"device": "cuda", "num_workers": 0}}
+        for mode in MODES:
+            root = None if mode == "tensors" else str(folder / "cifar10")
             cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=len(loader), device="cuda", precision="16",
-                                root=root)  # fmt: skip
-            if mode == "loader":
-                cfg.data["data"]["num_workers"] = workers
-            splits = None if mode == "loader" else tensor_splits(inputs, labels)
+                                root=root, data_changes=changes.get(mode))  # fmt: skip
+            splits = tensor_splits(inputs, labels) if mode == "tensors" else None
             if mode == "tensors":
-                fit_seconds(cfg, splits)  # warm-up (cuDNN autotuning; the loader's run reuses it)
+                fit_seconds(cfg, splits)  # warm-up (cuDNN autotuning; the other modes' runs reuse it)
             out[f"modforge_{mode}_s"] = sorted(fit_seconds(cfg, splits) for _ in range(runs))[runs // 2]
     return out
 
@@ -353,8 +359,7 @@ def speed_table(result: dict[str, Any]) -> str:
     lines = [f"**Speed ({result['device']}, torch {result['torch']})**: {result['steps']} optimizer steps of batch "
              f"1024 on random CIFAR-shaped pictures, median of the timed runs after one warm-up run of each library.", "",
              "| what | seconds | × airbench |", "|---|---|---|", f"| airbench 0.1.8 `train94` | {a:.2f} | 1.00 |"]  # fmt: skip
-    for mode, what in (("tensors", "modforge, pictures as tensors (no augmentation)"),
-                       ("loader", "modforge, the config as shipped (per-sample augmentation in workers)")):  # fmt: skip
+    for mode, what in MODES.items():
         s = result[f"modforge_{mode}_s"]
         lines.append(f"| {what} | {s:.2f} | {s / a:.2f} |")
     return "\n".join(lines) + "\n"
