@@ -22,6 +22,7 @@ from modforge.experiment.runner import Experiment
 from modforge.experiment.schema import validate_config
 from modforge.model.whitening import image_patches, patch_whitening_weight, whiten_conv_
 from modforge.train.callbacks.base import Callback
+from modforge.train.callbacks.freeze import FreezeParameters
 from modforge.train.callbacks.lookahead import Lookahead
 from modforge.train.callbacks.whitening_init import WhiteningInit
 from modforge.train.triangular import Triangular
@@ -161,7 +162,7 @@ def test_triangular_rate_and_lookahead_pull_follow_airbench():
     assert look.decay(476) == pytest.approx(0.95**5) and look.decay(238) == pytest.approx(0.95**5 / 8)
 
 
-def test_whitening_init_names_a_missing_module_and_its_first_convolutions():
+def test_a_wrong_module_or_parameter_name_is_one_error_naming_what_the_model_has():
     model = mf.build_model({"backbone": {"type": "airbench", "args": {"widths": [8, 16, 16]}}, "head": "linear"},
                            in_dim=3, num_classes=10)  # fmt: skip
     trainer = SimpleNamespace(model=model, train_loader=[{"input": torch.randn(2, 3, 32, 32)}])
@@ -169,6 +170,8 @@ def test_whitening_init_names_a_missing_module_and_its_first_convolutions():
         WhiteningInit(module="parts.backbone.nope").on_fit_start(trainer)
     with pytest.raises(ConfigError, match="output channels"):
         WhiteningInit(module="parts.backbone.groups.0.conv1").on_fit_start(trainer)
+    with pytest.raises(ConfigError, match=r"no parameter matches \['parts\.nope\.\*'\].*parts\.backbone\.whiten"):
+        FreezeParameters(names=["parts.nope.*"], from_epoch=1).on_epoch_start(SimpleNamespace(model=model, epoch=0))
 
 
 def test_first_losses_equal_airbenchs_own_code():
