@@ -197,9 +197,10 @@ class Buffer:
             if value.shape[0] != len(slots) or value.shape[1:] != self.data[key].shape[1:]:
                 raise ValueError(f"buffer.update: '{key}' has shape {tuple(value.shape)} for {len(slots)} slots "
                                  f"of shape {tuple(self.data[key].shape[1:])}")  # fmt: skip
+        on = _OnDevices(slots)
         for key, value in tensors.items():
             target = self.data[key]
-            target[slots.to(target.device)] = value.detach().to(target.device, target.dtype)
+            target[on.on(target.device)] = value.detach().to(target.device, target.dtype)
 
     # ------------------------------------------------------------------ drawing
     def sample(self, size: int, keys: tuple[str, ...] | None = None) -> dict[str, torch.Tensor]:
