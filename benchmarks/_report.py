@@ -37,9 +37,15 @@ def median(values: list[float]) -> float:
 
 
 def machine() -> str:
+    """The machine and how busy it was over the last minute (a figure timed on a busy machine is
+    slower and noisier than idle: the note says so)."""
     import os
 
-    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    from modforge.core.threads import load_note
+
+    note, _busy = load_note()
+    system = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
+    return f"{system}, Python {platform.python_version()}; {note}"
 
 
 def update_readme(section: str, body: str) -> None:
@@ -67,8 +73,13 @@ def paired_run_arguments(doc: str, runs_help: str):
 
 
 def publish(section: str, table: str, write: bool) -> int:
-    """Print a benchmark's table and, with ``write``, record it in README.md; exit status 0."""
+    """Print a benchmark's table and the machine's load while it ran and, with ``write``, record
+    both in README.md; exit status 0."""
+    from modforge.core.threads import load_note
+
     print(table)
+    note, busy = load_note()
+    print(f"({note})" if not busy else f"caution — {note}")
     if write:
         update_readme(section, table)
     return 0

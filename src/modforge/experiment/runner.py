@@ -107,8 +107,9 @@ class Experiment:
         caller loads a checkpoint's weights over the model (testing, resuming)."""
         load_config_plugins(cfg.plugins, sources=cfg.plugin_sources, origin="the config's plugins:")
         settings = TrainSettings(**(cfg.data.get("train") or {}))
-        if settings.num_threads:
-            torch.set_num_threads(settings.num_threads)
+        from ..core.threads import choose_threads  # a pin as given (warned above the CPUs), else the machine's share
+
+        torch.set_num_threads(choose_threads(settings.num_threads, cfg.where("train.num_threads")))
         seed = int(cfg.data.get("seed") or 0)
         seed_everything(seed)
         data = dict(cfg.data.get("data") or {})

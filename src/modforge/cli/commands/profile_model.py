@@ -78,7 +78,22 @@ def run(argv: list[str]) -> int:
     latency = [(item.engine, f"{item.median_ms:.3f}" if item.median_ms is not None else "—",
                 str(item.runs) if item.median_ms is not None else item.note) for item in result.latency]  # fmt: skip
     print_table(("engine", "forward (ms, median)", "runs"), latency, title=f"latency, batch {result.batch_size}, {result.threads} thread(s)")
+    _say_load()
     return 0
+
+
+def _say_load() -> None:
+    """The machine's load over the minute the latencies were timed in, beside its CPUs; a warning
+    when other work kept it busy (the figures are then slower and noisier than idle)."""
+    import logging
+
+    from ...core.threads import load_note
+
+    note, busy = load_note()
+    if busy:
+        logging.getLogger("modforge.cli").warning("latencies timed on a busy machine: %s", note)
+    else:
+        print(f"({note})")
 
 
 def _giga(value: float) -> str:
