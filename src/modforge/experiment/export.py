@@ -14,6 +14,7 @@ from ..core.errors import UsageError
 from ..data.loader import make_loader
 from ..engines import EngineError, build_engine
 from ..engines.artifact import PARITY_TOLERANCE, make_metadata
+from .input_contract import record_input_contract
 from .runner import load_trained
 
 __all__ = ["PARITY_TOLERANCE", "QAT_TOLERANCE", "ExportResult", "export_run"]
@@ -105,6 +106,7 @@ def export_run(
         config=exp.cfg.to_dict(),
     )
     metadata["input"]["image"] = splits.image
+    record_input_contract(metadata, splits, checkpoint)  # the training pictures' look; the source checkpoint
     metadata["task"] = exp.task.name
     metadata["engine_args"] = {k: v for k, v in vars(engine).items() if k != "registered_as"}
     exported, extra = exp.task.export_view(model)

@@ -14,6 +14,8 @@ and onnxruntime alone.
 
 from __future__ import annotations
 
+import argparse
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +26,63 @@ from ..common import CommandParser, add_plugins_option, load_cli_plugins, positi
 from ..output import print_table
 
 _TORCH_SUFFIXES = ("", ".pt", ".pth", ".ts")
-HELP = ("run an exported model on .npy arrays, pictures or audio files; prints class and score per input "
-        "(a detector: one JSON line of boxes per picture)")
+HELP = (
+    "run an exported model on .npy arrays, pictures or audio files; prints class and score per input "
+    "(a detector: one JSON line of boxes per picture)"
+)
 
 
-def _parser() -> CommandParser:
-    parser = CommandParser("predict", description=HELP)
-    parser.add_argument("artifact", type=Path, metavar="ARTIFACT")
-    parser.add_argument("inputs", type=Path, nargs="+", metavar="INPUT")
+def _parser(epilog: str | None = None) -> CommandParser:
+    from .predict_help import GENERIC_INPUTS
+
+    parser = CommandParser("predict", description=textwrap.fill(HELP, 79), epilog=epilog or GENERIC_INPUTS,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument(
+        "artifact",
+        type=Path,
+        metavar="ARTIFACT",
+        help="an exported model (modforge export writes one: .onnx, .ts, .pt), or a run folder holding one "
+        "export in RUN/exports (exported again first when its checkpoint has changed since)",
+    )
+    parser.add_argument(
+        "inputs",
+        type=Path,
+        nargs="+",
+        metavar="INPUT",
+        help="the files to predict: .npy arrays, pictures or audio files (see below)",
+    )
     parser.add_argument(
         "--top", type=positive_int, default=1, metavar="K", help="how many classes to show per input (default 1)"
+    )
+    parser.add_argument(
+        "--invert",
+        action="store_true",
+        help="turn the pictures' grey levels over compared with what the artifact expects (light strokes on "
+        "dark instead of dark on light, or the reverse); a picture that looks inverted gets a warning naming it",
     )
     parser.add_argument(
         "--out", type=Path, metavar="DIR", help="a detector: write DIR/<stem>.png, each picture with its boxes drawn"
     )
     add_plugins_option(parser)
     return parser
+
+
+def _help_epilog(argv: list[str]) -> str | None:
+    """With ``--help`` after an artifact (``predict ARTIFACT --help``): the generic input notes and
+    what that artifact takes; None otherwise (or when it cannot be read: the generic notes only)."""
+    from ...core.errors import ModforgeError
+    from .predict_help import GENERIC_INPUTS, artifact_inputs
+
+    if not any(arg in ("-h", "--help") for arg in argv):
+        return None
+    named = next((arg for arg in argv if not arg.startswith("-")), None)
+    if named is None or not Path(named).exists():
+        return None
+    try:
+        _, metadata = load_artifact(Path(named))
+    except (ModforgeError, OSError) as exc:
+        return f"{GENERIC_INPUTS}\n\n({named} could not be read: {exc})"
+    return f"{GENERIC_INPUTS}\n\n{artifact_inputs(metadata, named)}"
 
 
 def load_artifact(path: Path) -> tuple[Any, dict[str, Any]]:
@@ -100,8 +143,10 @@ def artifact_of_run(folder: Path) -> Path:
         raise EngineError(f"{folder} holds {len(found)} exports ({', '.join(p.name for p in found)}); "
                           f"name one: modforge predict {found[0]} ...")  # fmt: skip
     what = "a run folder" if (folder / "config.yaml").is_file() else "a folder"
-    raise EngineError(f"{folder} is {what} without an exported artifact: make one with "
-                      f"modforge export {folder} --engine onnx (or eager, torchscript), then predict with it")
+    raise EngineError(
+        f"{folder} is {what} without an exported artifact: make one with "
+        f"modforge export {folder} --engine onnx (or eager, torchscript), then predict with it"
+    )
 
 
 def class_names(metadata: dict[str, Any], artifact: Path) -> list[str]:
@@ -145,22 +190,31 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def run(argv: list[str]) -> int:
-    from ...engines.inputs import read_input
+    from ...engines.inputs import IMAGE_SUFFIXES, read_input
+    from .predict_checks import fresh_artifact, picture_warnings, warn_if_stale, with_inversion
 
-    ns = _parser().parse_args(argv)
+    ns = _parser(_help_epilog(argv)).parse_args(argv)
     load_cli_plugins(ns.plugins)  # an eager artifact of a plug-in part rebuilds it (its metadata names them)
     runner, metadata = load_artifact(ns.artifact)
+    if ns.artifact.is_dir():  # predict RUN: the run's weights as they are now
+        if fresh_artifact(ns.artifact, artifact_of_run(ns.artifact), metadata):
+            runner, metadata = load_artifact(ns.artifact)
+    else:
+        warn_if_stale(ns.artifact, metadata)
     if metadata.get("task") == "detection":
         return _detect(ns.inputs, ns.out, runner, metadata, ns.artifact)
     if ns.out is not None:
         from ...core.errors import UsageError
 
         raise UsageError(f"--out draws detected boxes; {ns.artifact} is not a detector (it classifies its inputs)")
+    metadata, inverted = with_inversion(metadata, ns.invert)
     names = class_names(metadata, ns.artifact)
     detection = names == ["spoof", "bonafide"]  # a spoofing model: also the detection score
     rows = []
     for path in ns.inputs:
         batch, labels = read_input(path, metadata)
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            picture_warnings(path, batch, metadata, inverted=inverted, flipped=ns.invert)
         logits = runner({"input": batch})["logits"]
         logits = np.asarray(logits.numpy() if hasattr(logits, "numpy") else logits, dtype=np.float64)
         if len(labels) > 1 and len(set(labels)) == 1:  # one audio file scored in windows: their mean
