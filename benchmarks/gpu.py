@@ -237,7 +237,7 @@ def main() -> int:
         print("no CUDA device here: run on a GPU machine, or --smoke for the CPU smoke test")
         return 2
     device = torch.device("cuda" if cuda else "cpu")
-    n, batch, workers = (32, 16, 0) if ns.smoke else (10_240 if ns.quick else 20_480, 256, ns.workers)
+    n, batch, workers = (16, 16, 0) if ns.smoke else (10_240 if ns.quick else 20_480, 256, ns.workers)
     WIDTH[0] = 0.125 if ns.smoke else 1.0
     settings = SETTINGS if cuda else {k: v for k, v in SETTINGS.items() if not v[2]}  # compiling costs minutes on a CPU
     splits = cifar_shaped(n)
