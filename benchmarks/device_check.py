@@ -109,12 +109,12 @@ def plan(python: str) -> list[Step]:
                                           ("gpu", "continual_gpu", "input_pipeline", "airbench"))  # fmt: skip
     tests = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", *marked_test_files()]
     return [
-        Step("cuda-tests", tests, 60, packages=("modforge",)),
-        Step("gpu", [python, gpu, "--quick", *writes(gpu)], 220, script=gpu, packages=("modforge",)),
+        Step("cuda-tests", tests, 45, packages=("modforge",)),
+        Step("gpu", [python, gpu, "--quick", *writes(gpu)], 270, script=gpu, packages=("modforge",)),
         Step(
             "continual",
             [python, continual, "--quick", "--mammoth", ".mammoth", *writes(continual)],
-            60,
+            45,
             script=continual,
             packages=("modforge", "kornia"),
             folder=".mammoth",
@@ -122,14 +122,14 @@ def plan(python: str) -> list[Step]:
         Step(
             "input-pipeline",
             [python, pipeline, "--device", "cuda", "--quick", *writes(pipeline)],
-            90,
+            80,
             script=pipeline,
             packages=("modforge",),
         ),
         Step(
             "airbench",
             [python, airbench, "--speed", "--quick", *writes(airbench)],
-            120,
+            110,
             script=airbench,
             packages=("modforge", "airbench"),
         ),
