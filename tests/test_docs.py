@@ -1,4 +1,6 @@
-"""The documentation site builds with ``--strict`` (no broken link, no missing reference), its
+"""The documentation site builds with ``--strict`` (no broken link, no missing reference), and
+the built HTML reads as rendered (no Markdown or anchor syntax left as text, every image there;
+a few pages laid out in headless Chromium where one is installed: tests/rendered_site.py), its
 part reference lists exactly what the registries hold, every YAML block in it is valid YAML
 (and every complete config in it validates), and the README — the door, at most 250 lines —
 runs as written: its plug-in file and its tour commands."""
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import rendered_site
 from modforge.cli.main import main
 from modforge.core.config import load_config
 from modforge.core.registries import REGISTRIES
@@ -38,17 +41,83 @@ def _blocks(language: str) -> list[tuple[Path, str]]:
             if lang == language]  # fmt: skip
 
 
-@pytest.mark.slow
-def test_the_site_builds_strictly_offline(tmp_path):
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory) -> Path:
+    """The site, built once with ``--strict`` and offline (a bare PATH and HOME), for the tests that read it."""
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+    home = tmp_path_factory.mktemp("site-build")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(home / "site")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+                          env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(home)})  # fmt: skip
+    if done.returncode != 0:
+        pytest.fail(f"mkdocs build --strict failed:\n{done.stderr[-3000:]}")
+    return home / "site"
+
+
+@pytest.mark.slow
+def test_the_site_builds_strictly_offline(built_site):
     for page in ("index.html", "reference/parts/index.html", "reference/cli/index.html", "reference/config/index.html",
                  "reference/api/index.html", "benchmarks/detection/index.html", "porting/mammoth/index.html"):  # fmt: skip
-        assert (tmp_path / "site" / page).is_file(), page
+        assert (built_site / page).is_file(), page
+    assert (built_site / "stylesheets" / "reference.css").is_file()
+    # the build's own code is not published (mkdocs.yml's exclude_docs)
+    assert not [str(p.relative_to(built_site)) for p in built_site.rglob("*.py*")]
+
+
+@pytest.mark.slow
+def test_the_built_pages_show_no_leftover_syntax_and_every_image_is_there(built_site):
+    """Every page as a reader sees it: no literal ``{#anchor}``/``{: attrs}``, ``**bold**``, code
+    fence, ``[text](link)``, Markdown heading, template tag or placeholder in its prose (outside
+    code), no ``\\|`` in its tables' code; every image and stylesheet it loads is in the site."""
+    pages = rendered_site.pages(built_site)
+    assert len(pages) >= 40
+    parts = next(page for page in pages if page.path == built_site / "reference/parts/index.html")
+    assert "Registered parts" in parts.text and len(parts.table_code) > 1000  # the reader did read the page
+    problems = [
+        f"{page.path.relative_to(built_site)}: {find}" for page in pages for find in rendered_site.leftovers(page)
+    ]
+    assert not problems, "\n".join(problems[:30])
+    missing = {str(page.path.relative_to(built_site)): rendered_site.missing_files(built_site, page) for page in pages}
+    assert not {page: refs for page, refs in missing.items() if refs}
+    assert sum(len(page.images) for page in pages) >= 2  # the getting-started curves and the model-flow diagram
+
+
+@pytest.mark.slow
+def test_every_part_heading_has_its_anchor_in_the_built_page(built_site):
+    """The parts page's ``{#kind-name}`` became each heading's id and its table-of-contents link."""
+    page = (built_site / "reference/parts/index.html").read_text()
+    for kind, registry in REGISTRIES.items():
+        for name in registry.list():
+            anchor = f"{kind}-{name.replace('_', '-')}"
+            assert f'id="{anchor}"' in page and f'href="#{anchor}"' in page, anchor
+
+
+BROWSER_PAGES = [("reference/parts/", 900), ("reference/config/", 900), ("getting-started/", 1280)]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(rendered_site.browser() is None, reason="no Chromium installed (Debian: apt-get install chromium)")
+def test_pages_render_in_a_browser(built_site, tmp_path):
+    """A few pages in headless Chromium, as a reader's browser lays them out: no name in a table
+    broken mid-word (``with_energ y``), no anchor shown as text, every image loaded, the site's
+    stylesheet applied; and the screenshot of them is a picture of each, not a blank frame."""
+    import numpy as np
+    from PIL import Image
+
+    shot = tmp_path / "pages.png"
+    report = rendered_site.render(rendered_site.browser(), built_site, BROWSER_PAGES, shot)
+    for (page, _), seen in zip(BROWSER_PAGES, report, strict=True):
+        assert seen["title"].endswith("- modforge") and seen["table_codes"] > 0, seen
+        assert seen["broken_count"] == 0, (page, seen["broken"])
+        assert not seen["literal_anchors"] and not seen["unloaded"], seen
+        assert seen["table_code_word_break"] == "keep-all", seen  # docs/stylesheets/reference.css reached the page
+    assert next(seen for seen in report if seen["page"] == "getting-started/")["images"] >= 1
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float32)
+    assert pixels.shape == (rendered_site.FRAME_HEIGHT * len(BROWSER_PAGES), max(w for _, w in BROWSER_PAGES))
+    for i, (page, width) in enumerate(BROWSER_PAGES):
+        frame = pixels[i * rendered_site.FRAME_HEIGHT : (i + 1) * rendered_site.FRAME_HEIGHT, :width]
+        assert frame.std() > 10 and (frame < 128).mean() > 0.005, f"{page}: the screenshot shows a blank page ({shot})"
 
 
 def test_the_part_reference_lists_every_registered_part():
@@ -101,8 +170,14 @@ def test_every_yaml_block_is_yaml_and_every_complete_config_validates(tmp_path):
 def test_the_readme_is_the_door():
     text = README.read_text()
     assert text.count("\n") <= 250
-    for must in ("make demo", "make test", "make docs", "## Dependencies", "docs/getting-started.md",
-                 ". .venv/bin/activate"):  # a new user's next command must find modforge
+    for must in (
+        "make demo",
+        "make test",
+        "make docs",
+        "## Dependencies",
+        "docs/getting-started.md",
+        ". .venv/bin/activate",
+    ):  # a new user's next command must find modforge
         assert must in text, must
 
 
@@ -161,7 +236,13 @@ NOT_RUN_HERE = {  # commands the docs show that need what a test machine has not
     "sweep-report": "needs a finished sweep folder (the sweep commands beside it run as --dry-run)",
     "score": "needs score files of other systems (tests/test_score_command.py runs it on fabricated ones)",
 }
-REAL_DATA = ("/data/", "corpora/", "spoofing/", "detection/", "vision/")  # configs and paths whose data this machine lacks
+REAL_DATA = (
+    "/data/",
+    "corpora/",
+    "spoofing/",
+    "detection/",
+    "vision/",
+)  # configs and paths whose data this machine lacks
 
 
 def documented_commands() -> list[tuple[str, list[str]]]:

@@ -16,15 +16,25 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 from pathlib import Path
 
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parents[2]
+CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")  # Markdown's: a run of backticks, closed by one as long
 
 
 def _cell(text: object) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One table cell: one line, ``|`` escaped, and every code span without a space (a name, a
+    flag, a value) marked ``mf-name`` so the site's CSS keeps it on one line (docs/stylesheets)."""
+    flat = " ".join(str(text).split()).replace("|", "\\|")
+    return CODE_SPAN.sub(_unbroken, flat)
+
+
+def _unbroken(span: re.Match) -> str:
+    code = span.group(0)
+    return code if any(c.isspace() for c in span.group(2)) else code + "{: .mf-name }"
 
 
 def parts_page() -> str:
@@ -32,9 +42,13 @@ def parts_page() -> str:
     from modforge.core.arguments import REQUIRED
     from modforge.core.registries import REGISTRIES
 
-    lines = ["# Registered parts", "",
-             "Every part modforge registers, by kind, generated from the registries when the site is built "
-             "(`modforge list KIND` and `modforge describe KIND NAME` show the same on the command line).", ""]
+    lines = [
+        "# Registered parts",
+        "",
+        "Every part modforge registers, by kind, generated from the registries when the site is built "
+        "(`modforge list KIND` and `modforge describe KIND NAME` show the same on the command line).",
+        "",
+    ]
     for kind, registry in REGISTRIES.items():
         names = registry.list()
         lines += [f"## {kind}", "", f"{len(names)} registered: " + ", ".join(f"`{n}`" for n in names), ""]
@@ -97,9 +111,19 @@ def config_page() -> str:
              "| `data` | `{type, args}` of a registered dataset plus the loader keys below |",
              "| `model` | the stages (`frontend`, `backbone`, `neck`, `head`, or `stages:`), `losses`, `init` |",
              "| `train` | how to train: the keys below |"]  # fmt: skip
-    lines += [f"| `{section}` | owned by the `{getattr(task, 'name', task.__name__)}` task |" for section, task in sorted(owned.items())]
-    lines += ["", "## Part slots", "", "Each names a registered part: a bare name, or `{type, args}`.", "",
-              "| path | kind | command-line flag | list | extra keys |", "|---|---|---|---|---|"]
+    lines += [
+        f"| `{section}` | owned by the `{getattr(task, 'name', task.__name__)}` task |"
+        for section, task in sorted(owned.items())
+    ]
+    lines += [
+        "",
+        "## Part slots",
+        "",
+        "Each names a registered part: a bare name, or `{type, args}`.",
+        "",
+        "| path | kind | command-line flag | list | extra keys |",
+        "|---|---|---|---|---|",
+    ]
     for slot in PART_SLOTS:
         flag = f"`--{slot.flag}`" if slot.flag else "—"
         lines.append(f"| `{slot.path}` | [{slot.kind}](parts.md#{slot.kind}) | {flag} | {'yes' if slot.many else 'no'} | "
@@ -151,11 +175,27 @@ def model_flow_picture() -> dict[str, bytes]:
         return {"assets/model-flow/digits.svg": svg.read_bytes()}
 
 
+def _pipes_in_table_code(line: str) -> str:
+    return CODE_SPAN.sub(lambda span: span.group(0).replace("\\|", "|"), line) if line.startswith("|") else line
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    """A ``\\|`` inside a code span of a table row becomes ``|``: the pages are written for
+    GitHub's tables, which need the escape even in code, while Python-Markdown's tables already
+    read a pipe in a code span as text and would show the backslash (``auto\\|gloo``)."""
+    return "\n".join(_pipes_in_table_code(line) for line in markdown.split("\n"))
+
+
 def on_files(files, config):
     """Add the generated pages to the site (mkdocs ≥ 1.6 ``File.generated``)."""
-    generated = {"reference/parts.md": parts_page(), "reference/cli.md": cli_page(),
-                 "reference/config.md": config_page(), **benchmark_pages(),
-                 **first_run_pictures(), **model_flow_picture()}
+    generated = {
+        "reference/parts.md": parts_page(),
+        "reference/cli.md": cli_page(),
+        "reference/config.md": config_page(),
+        **benchmark_pages(),
+        **first_run_pictures(),
+        **model_flow_picture(),
+    }
     for uri, content in generated.items():
         files.append(File.generated(config, uri, content=content))
     return files

@@ -18,6 +18,7 @@ def plot_curves(history: list[dict[str, Any]], path: Path, title: str = "") -> P
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     epochs = [row["epoch"] for row in history]
     keys = [k for k in history[-1] if k not in ("epoch", "step") and isinstance(history[-1][k], (int, float))]
@@ -28,6 +29,7 @@ def plot_curves(history: list[dict[str, Any]], path: Path, title: str = "") -> P
         for name in names:
             ax.plot(epochs, [row.get(name) for row in history], marker="o", markersize=3, label=name)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole: no tick at 1.25
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         if names:
