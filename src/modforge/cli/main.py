@@ -214,9 +214,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         return 1
-    except KeyboardInterrupt:
-        _fail("interrupted")
-        return 130
+    except KeyboardInterrupt as exc:  # a run says what it kept and how to continue (cli/stops.py)
+        _fail(str(exc) or "interrupted")
+        for line in getattr(exc, "details", ()):
+            sys.stderr.write(_visible(line) + "\n")
+        return getattr(exc, "exit_code", 130)
     except BrokenPipeError:  # `modforge list | head`
         try:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush

@@ -258,9 +258,12 @@ def run(argv: list[str]) -> int:
         return _launch(argv, nproc)
     from ...train import distributed
 
+    from ..stops import sigterm_interrupts
+
     finished = False
     try:
-        code = _train(argv)
+        with sigterm_interrupts():  # under torchrun, joining the group puts its own SIGTERM handler in place
+            code = _train(argv)
         finished = True
         return code
     finally:
@@ -328,7 +331,14 @@ def _train(argv: list[str]) -> int:
     else:  # the folder is chosen and checked now, and made once data, model and trainer are built
         run_dir = plan_run_dir(cfg, ns.run_dir) if main else None
         run_dir = Path(distributed.broadcast_object(str(run_dir) if main else None, what="choosing the run folder"))
-    summary = train_run(cfg, run_dir, resume=payload, restart=restart)
+    try:
+        summary = train_run(cfg, run_dir, resume=payload, restart=restart)
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: say what was kept and how to continue
+        if not main:
+            raise
+        from ..stops import stopped
+
+        raise stopped(exc, run_dir, distributed.world_size()) from None
     if main:
         _print_summary(summary, run_dir)
     return 0

@@ -1,0 +1,96 @@
+"""Ctrl-C and SIGTERM stop a run with what it kept and the exact command that continues it.
+
+One real ``modforge train`` child gets a real SIGINT once its first checkpoint exists; the
+message must name that checkpoint (as it lies on disk after the stop) and the ``--resume``
+command. SIGTERM is raised as :class:`~modforge.cli.stops.Terminated` (checked in this process
+with a real signal); a run folder with no checkpoint, or none at all, says so.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from modforge.cli.stops import RunStopped, Terminated, kept_lines, sigterm_interrupts, stopped
+from modforge.train.checkpoint import load_checkpoint
+
+CONFIG = """
+seed: 0
+data: {type: digits, args: {as_image: true}, batch_size: 128}
+model:
+  backbone: {type: cnn, args: {channels: [4, 8]}}
+  neck: global_avg_pool
+  head: linear
+  losses: [cross_entropy]
+train:
+  max_epochs: 10000
+  optimizer: {type: adamw, args: {lr: 1.0e-3}}
+  metrics: [accuracy]
+  progress: never
+"""
+
+
+def _default_sigint() -> None:
+    """The child's SIGINT as a terminal's would be: a test worker may run with SIGINT ignored,
+    which a child would inherit (and Python then never turns Ctrl-C into KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "modforge", "train", "c.yaml", "--run-dir", "run"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL, preexec_fn=_default_sigint,
+    )  # fmt: skip
+    last = tmp_path / "run" / "checkpoints" / "last.pt"
+    try:
+        deadline = time.monotonic() + 120
+        while not last.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert last.exists(), "the run wrote no checkpoint in time"
+        child.send_signal(signal.SIGINT)
+        _out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 130, err
+    payload = load_checkpoint(last)  # what the stop left on disk is what the message must name
+    assert "error: interrupted (Ctrl-C)\n" in err
+    epoch, batch, step = payload["epoch"], payload["batch_in_epoch"], payload["global_step"]
+    where = f"end of epoch {epoch}" if batch == 0 else f"epoch {epoch + 1}, batch {batch}"
+    assert f"kept: {os.path.join('run', 'checkpoints', 'last.pt')} ({where}, step {step})" in err, err
+    assert err.rstrip().endswith("to continue: modforge train --resume run"), err
+
+
+def test_sigterm_raises_terminated_and_puts_the_handler_back() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated), sigterm_interrupts():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises at the next bytecode; never reached
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sigterm_reports_its_own_signal_and_exit_status(tmp_path: Path) -> None:
+    report = stopped(Terminated(), None)
+    assert isinstance(report, RunStopped)
+    assert (str(report), report.exit_code) == ("stopped by SIGTERM", 143)
+    assert report.details == ["nothing was kept: the run stopped before its run folder was made"]
+
+
+def test_a_folder_without_a_checkpoint_says_so(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(CONFIG)
+    [line] = kept_lines(run, processes=2)
+    assert "holds no checkpoint yet (the run stopped before its first one)" in line
+    assert line.endswith(f"to train it again from the start: modforge train --resume {run} --nproc 2")
+    assert kept_lines(tmp_path / "never-made") == ["nothing was kept: the run stopped before its run folder was made"]
