@@ -9,12 +9,22 @@ STAMP   := $(VENV)/.installed
 
 .PHONY: demo test hostile docs lint bench clean
 
+# What the install costs, said before it starts (it is most of a first `make demo`), and pip's own
+# progress while it runs: a bar per download on a terminal; in a pipe or a CI log pip draws each
+# bar once, finished, on one line.
+PIP     := $(PY) -m pip install --disable-pip-version-check --progress-bar on
+
 $(STAMP): pyproject.toml Makefile
+	@echo "modforge: installing into $(VENV) (once; 'make clean' removes it):"
+	@echo "  1. $(TORCH) -- PyPI's Linux build brings NVIDIA's CUDA libraries and Triton:"
+	@echo "     about 3 GB to download and 5.5 GB on disk, several minutes on a fast connection"
+	@echo "  2. modforge itself (editable) with its test and docs tools: about 1.5 GB more on disk"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]" $(TORCH)
+	$(PIP) --quiet --upgrade pip
+	$(PIP) $(TORCH)
+	$(PIP) -e ".[dev]" $(TORCH)
 	touch $(STAMP)
+	@echo "modforge: installed ($$(du -sh $(VENV) 2>/dev/null | cut -f1) in $(VENV))"
 
 demo: $(STAMP)
 	$(VENV)/bin/modforge train configs/digits.yaml
