@@ -78,6 +78,7 @@ def test_a_dynamic_int8_graph_needs_no_calibration(trained, cli):
     (["--engine", "onnx", "--quantize", "int8", "--calibration", "kl"], "invalid choice: 'kl'"),
     (["--engine", "onnx", "--quantize", "int8", "--keep-float", "middle"], "expected first, last or first,last"),
     (["--engine", "onnx", "--quantize", "int8", "--max-loss", "-1"], "--max-loss must be a number of points ≥ 0"),
+    (["--engine", "onnx", "--quantize", "int8-dynamic", "--calibration", "entropy"], "calibrates a static graph"),
 ])  # fmt: skip
 def test_a_wrong_combination_is_one_clear_error_and_writes_nothing(trained, cli, args, message):
     res = cli("export", str(trained / "cnn"), *args, "--out", str(trained / "refused.onnx"))

@@ -106,6 +106,9 @@ def check_quantizable(engine: Any, mode: str, calibration_batches: int, options:
         raise UsageError(f"--calibration-batches must be at least 1, got {calibration_batches}")
     if options is not None:
         options.validate()
+        if mode != "int8" and options.calibration != "auto":
+            raise UsageError(f"--calibration {options.calibration} calibrates a static graph (--quantize int8); "
+                             f"{mode} quantizes activations per batch, without calibration")  # fmt: skip
 
 
 def quantize_export(exp: Any, engine: Onnx, fp32: OnnxRunner, path: Path, metadata: dict[str, Any], mode: str,
