@@ -88,7 +88,7 @@ def test_each_difference_gets_one_warning_naming_its_fix(run_dir, pictures, cli)
     assert "large.png: 48×48 pixels, shrunk about 6×" in line and "stretched" not in line
 
     (line,) = _warnings(cli("predict", str(run_dir), str(pictures / "blank.png")).err)
-    assert "blank.png: every pixel has the same value (230 of 255)" in line
+    assert "blank.png: every pixel reads as the same grey level (230 of 255)" in line
 
 
 def test_an_artifact_without_a_contract_still_gets_the_checks_its_picture_entry_allows(pictures):
@@ -177,3 +177,23 @@ def test_an_export_without_a_source_record_is_judged_by_its_checkpoint_time(tmp_
     os.utime(checkpoint, ns=(3_000_000_000, 3_000_000_000))  # best.pt rewritten after the export
     stale = stale_export(artifact, {"engine": "onnx"}, tmp_path)
     assert stale is not None and stale.checkpoint == checkpoint and "records no source digest" in stale.why
+
+
+def test_invert_is_refused_for_a_model_that_takes_no_pictures(cli, tmp_path):
+    import torch
+
+    import modforge as mf
+    from modforge.engines import build_engine
+    from modforge.engines.artifact import make_metadata
+
+    spec = {"backbone": "mlp", "head": "linear"}
+    model = mf.build_model(spec, in_dim=4, num_classes=2, layout="vector", input_shape=(4,)).eval()
+    metadata = make_metadata(engine="eager", model=spec, build={"in_dim": 4, "num_classes": 2}, input_shape=[4],
+                             input_layout="vector")  # fmt: skip
+    eager = build_engine("eager")
+    artifact = eager.save(eager.prepare(model, {"input": torch.zeros(2, 4)}), tmp_path / "vector.pt", metadata)
+    np.save(tmp_path / "x.npy", np.zeros((1, 4), dtype=np.float32))
+    assert cli("predict", str(artifact), "x.npy").code == 0
+    res = cli("predict", str(artifact), "x.npy", "--invert")
+    assert res.code == 2 and "--invert turns a picture classifier's pictures over" in res.err
+    assert "not a model of pictures" in res.err

@@ -159,8 +159,9 @@ def differences(
     channels = int(contract.get("channels") or image.get("channels") or 1)
     if found.constant is not None:
         out.append(Difference("constant", (
-            f"{name}: every pixel has the same value ({found.constant} of 255): there is nothing in it for the "
-            "model to recognise, and its answer means nothing — check the file (an empty canvas, a failed save?)"
+            f"{name}: every pixel reads as the same grey level ({found.constant} of 255): there is nothing in it "
+            "for the model to recognise, and its answer means nothing — check the file (an empty canvas, a failed "
+            "save, values outside 0..255?)"
         )))  # fmt: skip
     if found.colour and channels == 1:
         out.append(Difference("channels", (

@@ -23,7 +23,9 @@ def fresh_artifact(run: Path, artifact: Path, metadata: dict[str, Any]) -> bool:
     from has changed since (one line says so) — ``predict RUN`` names the run, so it predicts with
     the run's weights as they are now. A quantized artifact is refused instead, with the command
     that redoes it (its calibration choices are the user's). True when the artifact was rewritten."""
+    from ...core.errors import ModforgeError
     from ...engines.artifact_source import stale_export
+    from ...engines.base import EngineError
 
     stale = stale_export(artifact, metadata, run)
     if stale is None:
@@ -32,8 +34,6 @@ def fresh_artifact(run: Path, artifact: Path, metadata: dict[str, Any]) -> bool:
     engine = str(metadata.get("engine") or "onnx")
     quantization = metadata.get("quantization")
     if isinstance(quantization, dict):
-        from ...engines.base import EngineError
-
         mode = quantization.get("mode", "int8")
         raise EngineError(f"{shown} was exported from an earlier {checkpoint} ({stale.why}); a quantized artifact "
                           f"is not redone behind your back — run modforge export {display_path(run)} --engine "
@@ -44,7 +44,11 @@ def fresh_artifact(run: Path, artifact: Path, metadata: dict[str, Any]) -> bool:
              shown, checkpoint, stale.why)  # fmt: skip
     args = metadata.get("engine_args") if isinstance(metadata.get("engine_args"), dict) else {}
     spec: Any = {"type": engine, "args": args} if args else engine
-    export_run(run, spec, artifact, which=stale.checkpoint.stem, force=True)
+    try:
+        export_run(run, spec, artifact, which=stale.checkpoint.stem, force=True)
+    except ModforgeError as exc:  # e.g. the run's data are gone: the old export stays, named by the user if wanted
+        raise EngineError(f"exporting {display_path(run)} again failed: {exc} — to predict with the earlier "
+                          f"export anyway, name it: modforge predict {shown} ...") from None  # fmt: skip
     return True
 
 
@@ -81,7 +85,7 @@ def picture_warnings(path: Path, batch: np.ndarray, metadata: dict[str, Any], *,
     model's input made of it) and the training pictures the artifact describes. An artifact
     exported before modforge recorded a contract gets the checks its picture entry allows
     (channels, size, constant) and a debug line; polarity needs the contract."""
-    from ...engines.inputs import open_input_picture
+    from ...engines.inputs import InputError, open_input_picture
     from ...engines.picture_contract import differences, inspect_picture, picture_space
 
     image = (metadata.get("input") or {}).get("image")
@@ -90,8 +94,12 @@ def picture_warnings(path: Path, batch: np.ndarray, metadata: dict[str, Any], *,
     if not isinstance(image.get("contract"), dict):
         log.debug("the artifact records no input contract (exported before modforge recorded one): %s is checked "
                   "for its channels, size and constancy, not its polarity", path.name)  # fmt: skip
-    with open_input_picture(path) as picture:
-        found = inspect_picture(picture)
+    try:
+        with open_input_picture(path) as picture:
+            found = inspect_picture(picture)
+    except InputError as exc:  # read once already: a file changed meanwhile is not worth stopping for
+        log.debug("%s: not compared with the training pictures (%s)", path.name, exc)
+        return
     values = picture_space(batch[0], image)
     for difference in differences(path.name, found, values, image, inverted=inverted, flipped=flipped):
         log.warning("%s", difference.message)

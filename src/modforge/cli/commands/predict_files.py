@@ -75,7 +75,9 @@ def _help_epilog(argv: list[str]) -> str | None:
 
     if not any(arg in ("-h", "--help") for arg in argv):
         return None
-    named = next((arg for arg in argv if not arg.startswith("-")), None)
+    valued = {"--top", "--out"}  # their values are not the artifact; nor is a plug-in file
+    named = next((arg for i, arg in enumerate(argv) if not arg.startswith("-") and not arg.endswith(".py")
+                  and (i == 0 or argv[i - 1] not in valued)), None)  # fmt: skip
     if named is None or not Path(named).exists():
         return None
     try:
@@ -201,6 +203,12 @@ def run(argv: list[str]) -> int:
             runner, metadata = load_artifact(ns.artifact)
     else:
         warn_if_stale(ns.artifact, metadata)
+    if ns.invert and (metadata.get("task") == "detection" or not (metadata.get("input") or {}).get("image")):
+        from ...core.errors import UsageError
+
+        what = "a detector, which takes pictures as they are" if metadata.get("task") == "detection" else \
+            "not a model of pictures"  # fmt: skip
+        raise UsageError(f"--invert turns a picture classifier's pictures over; {ns.artifact} is {what}")
     if metadata.get("task") == "detection":
         return _detect(ns.inputs, ns.out, runner, metadata, ns.artifact)
     if ns.out is not None:
