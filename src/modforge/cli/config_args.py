@@ -43,7 +43,7 @@ from ..core.errors import ConfigError, UsageError
 from ..core.origins import CommandLineOrigin
 from ..core.plugins import load_config_plugins, load_plugins
 from ..core.registries import REGISTRIES
-from ..core.retype import collect_notes, switch_type
+from ..core.retype import TypeSwitchNote, collect_notes, switch_type
 from ..core.specs import normalize_spec
 from ..experiment.schema import PART_SLOTS, PartSlot, apply_overrides, validate_config
 from .common import CommandParser, add_plugins_option, load_cli_plugins
@@ -398,11 +398,13 @@ def resolve_config_from_cli(
         strict = True
         ns = full
     notes += [note for flag, note in shadowed.items() if _given(flag, argv)]
-    for note in dict.fromkeys(notes):
-        log.warning(note)
     _apply_part_flags(cfg, full, flags)
     if full.seed is not None:
         cfg.set("seed", full.seed, CommandLineOrigin("flag --seed"))
     apply_run_options(cfg, full)
+    for note in dict.fromkeys(notes):  # once the whole command line is applied: what it replaced was not kept
+        text = note.now(cfg) if isinstance(note, TypeSwitchNote) else note
+        if text:
+            log.warning(text)
     validate_config(cfg, allowed_modules=cli_plugins)
     return ResolvedConfig(cfg, full, cfg.plugins)

@@ -50,7 +50,8 @@ _HELPS: dict[str, str] = {
     "profile": "per part: parameters, FLOPs, activation memory at the batch size; forward latency per engine",
     "predict": "run an exported artifact on .npy arrays, pictures or audio files; class and score per input",
     "score": "spoofing metrics of score files: EER, minDCF, t-DCF (2019, 2021), a-DCF, t-EER, bootstrap intervals",
-    "data": "data utilities: make-spoof-corpus (a synthetic audio deepfake corpus), make-shapes (a synthetic COCO set)",
+    "data": "data utilities: download (a standard image corpus), show (samples as training sees them), "
+    "make-spoof-corpus (a synthetic audio deepfake corpus), make-shapes (a synthetic COCO set)",
     "sweep": "run a config over a grid / random space and seeds (resumable, N workers); results table at the end",
     "sweep-report": "a sweep's results table: mean ± std over seeds per setting, best in bold, a plot",
 }

@@ -31,7 +31,7 @@ from .origins import typed_here
 if TYPE_CHECKING:
     from .config import Config
 
-__all__ = ["TYPED_PATHS", "collect_notes", "kind_at", "switch_type", "type_override"]
+__all__ = ["TYPED_PATHS", "TypeSwitchNote", "collect_notes", "kind_at", "switch_type", "type_override"]
 
 log = logging.getLogger("modforge.config")
 
@@ -153,9 +153,36 @@ def switch_type(cfg: Config, path: str, name: str, origin: str, shown: str) -> N
             del cfg.origins[recorded]
     if not dropped and not kept:
         return
+    _emit(TypeSwitchNote(shown, path, old, name, dropped, kept, args))
+
+
+def _say_switch(shown: str, path: str, old: Any, name: str, dropped: list[str], kept: list[str], args: dict) -> str:
     parts = []
     if dropped:
         parts.append(f"dropped {', '.join(dropped)} ('{name}' does not take them)")
     if kept:
         parts.append(f"kept {', '.join(f'{k}={args[k]!r}' for k in kept)} (set them to change them)")
-    _emit(f"{shown}: {path} '{old}' → '{name}': {'; '.join(parts)}")
+    return f"{shown}: {path} '{old}' → '{name}': {'; '.join(parts)}"
+
+
+class TypeSwitchNote(str):
+    """A type switch's warning as it read when the switch was made; :meth:`now` reads it again
+    against the config as the whole command line left it — an argument kept from the file that
+    a later override or flag of the same command line replaced (``data.type=x data.args.root=NEW``)
+    was not kept, and the warning must not say ``kept root=OLD``."""
+
+    def __new__(cls, shown: str, path: str, old: Any, name: str, dropped: list[str], kept: list[str], args: dict):
+        note = super().__new__(cls, _say_switch(shown, path, old, name, dropped, kept, args))
+        note.shown, note.path, note.old, note.name, note.dropped, note.kept = shown, path, old, name, dropped, kept
+        return note
+
+    def now(self, cfg: Config) -> str | None:
+        """The warning for ``cfg`` as it finally is (``None``: nothing left to say)."""
+        if cfg.get(f"{self.path}.type", None) != self.name:
+            return None  # switched again later: that switch says what it did
+        args = cfg.get(f"{self.path}.args", None)
+        args = args if isinstance(args, dict) else {}
+        kept = [k for k in self.kept if k in args and not typed_here(cfg.where(f"{self.path}.args.{k}"))]
+        if not self.dropped and not kept:
+            return None
+        return _say_switch(self.shown, self.path, self.old, self.name, self.dropped, kept, args)

@@ -449,6 +449,8 @@ class Trainer:
         self._losses, self._sizes = [], []
         for cb in self.callbacks:
             cb.on_epoch_end(self, row)
+        if self.should_stop and self.stop_reason:  # once, after the epoch's own line (the progress callback's)
+            log.info("%s", self.stop_reason)
 
     def evaluation_weights(self) -> contextlib.AbstractContextManager[None]:
         """The weights validation runs with: the weight average when ``train.ema`` keeps one
@@ -668,9 +670,9 @@ class Trainer:
 
     # -------------------------------------------------------------- controls
     def request_stop(self, reason: str) -> None:
-        """Finish the current epoch, then stop (used by early stopping)."""
+        """Finish the current epoch, then stop (used by early stopping); ``reason`` is said once the
+        epoch has ended, after its line."""
         self.should_stop, self.stop_reason = True, reason
-        log.info("%s", reason)
 
     @property
     def is_last_epoch(self) -> bool:

@@ -116,7 +116,29 @@ def run(argv: list[str]) -> int:
         )
     if sig.var_positional:
         out.print(f"*{sig.var_positional}: extra positional arguments cannot be set from a config", markup=False)
-    if sig.doc and sig.doc.strip() != sig.summary:
+    rest = _rest_of_doc(sig.doc, bool(rows))
+    if rest:
         out.print("")
-        out.print(sig.doc, markup=False)
+        out.print(rest, markup=False)
     return 0
+
+
+_ARG_HEADERS = ("Args:", "Arguments:", "Parameters:", "Keyword Args:", "Keyword Arguments:")
+
+
+def _rest_of_doc(doc: str, tabled: bool) -> str:
+    """The docstring less what is already printed: its first paragraph (the summary line above)
+    and, when the arguments table is shown, its ``Args:`` section (the table's help column)."""
+    paragraphs = (doc or "").strip().split("\n\n", 1)
+    lines = paragraphs[1].splitlines() if len(paragraphs) > 1 else []
+    kept: list[str] = []
+    in_args = False
+    for line in lines:
+        if tabled and line.strip() in _ARG_HEADERS and not line.startswith((" ", "\t")):
+            in_args = True
+            continue
+        if in_args and (not line.strip() or line.startswith((" ", "\t"))):
+            continue
+        in_args = False
+        kept.append(line)
+    return "\n".join(kept).strip()

@@ -24,7 +24,7 @@ from ...core.child_process import safe_child_env, safe_module_command
 from ...core.config import display_path
 from ...core.errors import UsageError
 from ...core.safe_files import write_atomic
-from ...core.text_safety import display_lines, plain_text
+from ...core.text_safety import display_lines
 from ..config_args import StoredConfig, resolve_config_from_cli
 from ..output import console, print_table
 
@@ -257,7 +257,6 @@ def run(argv: list[str]) -> int:
     if nproc is not None and nproc > 1:
         return _launch(argv, nproc)
     from ...train import distributed
-
     from ..stops import sigterm_interrupts
 
     finished = False
@@ -375,5 +374,3 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
     rows += [("run", label, f"{summary[key]:,}" if key == "params" else summary[key])
              for key, label in facts if key in summary]
     print_table(("", "metric", "value"), rows, title=f"{summary.get('config', run_dir.name)} — {display_path(run_dir)}")
-    if summary.get("stop_reason"):
-        console().print(plain_text(summary["stop_reason"]), markup=False)

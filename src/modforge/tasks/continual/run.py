@@ -21,6 +21,7 @@ backward and forward transfer, the anytime records, the samples each task traine
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,7 @@ def _enter_task(t: int, trainer: ContinualTrainer, exp: Any, tasks: list, loader
     from ...train.optim_builder import build_scheduler, plan_schedule
 
     trainer.max_epochs = (t + 1) * epochs
+    trainer.epoch_label = functools.partial(_task_epoch_label, t, len(tasks), epochs)  # what progress lines say
     spec = exp.settings.scheduler
     if spec:
         for group in trainer.optimizer.param_groups:  # from the configured rate (chainable schedules start from lr;
@@ -192,6 +194,12 @@ def _enter_task(t: int, trainer: ContinualTrainer, exp: Any, tasks: list, loader
     if begin:
         trainer.algorithm.begin_task(t, trainer, tasks[t].classes)
         trainer.epoch_start_generator = loaders[t].generator.get_state()
+
+
+def _task_epoch_label(t: int, count: int, epochs: int, number: int) -> str:
+    """``task 5/5 · epoch 1/1`` for the run's epoch ``number`` (from 1) in task ``t`` (from 0) of
+    ``count``, ``epochs`` each: the trainer counts epochs over the whole sequence."""
+    return f"task {t + 1}/{count} · epoch {number - t * epochs}/{epochs}"
 
 
 def _with_task_begun(resume: dict[str, Any], trainer: ContinualTrainer) -> dict[str, Any]:

@@ -25,6 +25,14 @@ def _format(row: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def epoch_label(trainer, number: int) -> str:
+    """``epoch 3/30`` for epoch ``number`` (counted from 1). A trainer whose epochs belong to a
+    larger sequence — a continual run's tasks, each with its own epochs — names them itself through
+    a ``trainer.epoch_label(number)`` of its own (``task 5/5 · epoch 1/1``, not ``epoch 5/5``)."""
+    own = getattr(trainer, "epoch_label", None)
+    return own(number) if callable(own) else f"epoch {number}/{trainer.max_epochs}"
+
+
 @register_callback("progress")
 class Progress(Callback):
     """Shows training progress on stderr: a rich bar (steps, rate, loss every
@@ -80,7 +88,7 @@ class Progress(Callback):
             now = self.clock()
             self._line_due, self._line_from = now + self.every_seconds, (now, trainer.batch_in_epoch)
             return
-        description = f"epoch {trainer.epoch + 1}/{trainer.max_epochs}"
+        description = epoch_label(trainer, trainer.epoch + 1)
         if self._task is None:
             self._task = self._progress.add_task(
                 description, total=trainer.steps_per_epoch, completed=trainer.batch_in_epoch, info=""
@@ -120,7 +128,7 @@ class Progress(Callback):
         since, batches = self._line_from
         rate = (trainer.batch_in_epoch - batches) / max(now - since, 1e-9)
         loss = f" · loss {trainer.last_logged_loss:.4g}" if trainer.last_logged_loss is not None else ""
-        log.info("epoch %d/%d · batch %d/%s · %.2f batches/s%s", trainer.epoch + 1, trainer.max_epochs,
+        log.info("%s · batch %d/%s · %.2f batches/s%s", epoch_label(trainer, trainer.epoch + 1),
                  trainer.batch_in_epoch, trainer.steps_per_epoch or "?", rate, loss)  # fmt: skip
         self._line_due, self._line_from = now + self.every_seconds, (now, trainer.batch_in_epoch)
 
@@ -131,7 +139,7 @@ class Progress(Callback):
                 self._task, completed=trainer.steps_per_epoch, info=terminal_text(_format(row)), refresh=self._due()
             )
         else:
-            log.info("epoch %d/%d · %.1fs · %s", row["epoch"], trainer.max_epochs, seconds, _format(row))
+            log.info("%s · %.1fs · %s", epoch_label(trainer, row["epoch"]), seconds, _format(row))
 
     def on_fit_end(self, trainer) -> None:
         if self._progress is not None:
