@@ -1,6 +1,6 @@
 """``modforge predict`` knows its input contract (issue 41, deliverable 2): an export records what
 the training pictures looked like and which checkpoint it came from; predict warns, one line per
-kind, when a picture is inverted, coloured, resized ×4 or more, stretched or constant; its
+kind, when a picture is inverted, coloured, resized more than ×4, stretched or constant; its
 ``--help`` documents every argument and the inputs; ``predict RUN`` re-exports a stale export."""
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def pictures(tmp_path_factory) -> Path:
     paper = (255 - load_digits().images[0] / 16 * 255).astype("uint8")
     Image.fromarray(paper).save(folder / "scan.png")
     Image.fromarray(255 - paper).save(folder / "inverted.png")  # light strokes on dark, as sklearn stores it
+    Image.fromarray(paper).resize((32, 32), Image.Resampling.BILINEAR).save(folder / "scan32.png")  # ×4: ordinary
     Image.fromarray(paper).resize((48, 48), Image.Resampling.BILINEAR).save(folder / "large.png")
     tinted = np.stack([paper, paper, paper], axis=-1).astype(np.int16)
     tinted[..., 0] += 60  # a warm paper: a colour picture
@@ -67,7 +68,7 @@ def test_the_export_records_the_training_pictures_and_its_checkpoint(run_dir):
 
 
 def test_each_difference_gets_one_warning_naming_its_fix(run_dir, pictures, cli):
-    scan = cli("predict", str(run_dir), str(pictures / "scan.png"))
+    scan = cli("predict", str(run_dir), str(pictures / "scan.png"), str(pictures / "scan32.png"))
     assert scan.code == 0 and _warnings(scan.err) == [], scan.err
 
     inverted = cli("predict", str(run_dir), str(pictures / "inverted.png"))

@@ -25,7 +25,8 @@ __all__ = ["CONTRACT_VERSION", "Difference", "PictureFile", "describe_pictures",
 
 CONTRACT_VERSION = 1
 SIZE_FACTOR = 4.0
-"""A picture resized by this factor or more (either way, either side) is named in a warning."""
+"""A picture resized by more than this factor (either way, either side) is named in a warning: a 32×32
+digit for an 8×8 model is ordinary, a 48×64 photograph is not."""
 ASPECT_FACTOR = 1.25
 """A picture whose width:height differs this much from the training pictures' is stretched by the resize."""
 POLARITY_SHARE = 0.9
@@ -179,7 +180,7 @@ def differences(
             f"{name}: has transparent pixels; the transparency was dropped, so they show their stored colour "
             "(often black) — flatten the picture onto its background (save it without an alpha channel) first"
         )))  # fmt: skip
-    size = _size_difference(name, found, image, contract)
+    size = _size_difference(name, found, image, contract) if found.constant is None else None
     if size is not None:
         out.append(size)
     if found.constant is None and contract.get("polarity") in ("light-on-dark", "dark-on-light"):
@@ -192,7 +193,7 @@ def differences(
 def _size_difference(
     name: str, found: PictureFile, image: dict[str, Any], contract: dict[str, Any]
 ) -> Difference | None:
-    """A resize by :data:`SIZE_FACTOR` or more, or a stretch to the training pictures' shape."""
+    """A resize by more than :data:`SIZE_FACTOR`, or a stretch to the training pictures' shape."""
     trained_h, trained_w = (int(v) for v in (contract.get("size") or (image["height"], image["width"])))
     model_h, model_w = int(image["height"]), int(image["width"])
     steps = bool(image.get("steps"))
@@ -205,11 +206,11 @@ def _size_difference(
         ratio = (found.width / found.height) / (trained_w / trained_h)
         stretched = max(ratio, 1 / ratio) >= ASPECT_FACTOR
     factor = max(factors)
-    if factor < SIZE_FACTOR and not stretched:
+    if factor <= SIZE_FACTOR and not stretched:
         return None
     trained = f"{trained_w}×{trained_h}"
     what = f"{name}: {found.width}×{found.height} pixels"
-    if factor >= SIZE_FACTOR:
+    if factor > SIZE_FACTOR:
         way = "shrunk" if found.width * found.height > trained_w * trained_h else "enlarged"
         what += f", {way} about {factor:.3g}× to the model's {model_w}×{model_h}"
     if stretched:

@@ -19,7 +19,7 @@ GENERIC_INPUTS = (
     "           cropped as evaluation did), inverted when the artifact expects dark ink on a\n"
     "           light ground, normalised as in training; then compared with the training\n"
     "           pictures the artifact records: one that looks inverted, has other channels\n"
-    "           or transparency, is resized ×4 or more or stretched, or is constant gets a\n"
+    "           or transparency, is resized more than ×4 or stretched, or is constant gets a\n"
     "           one-line warning naming the fix\n"
     f"  audio    {' '.join(AUDIO_SUFFIXES)}\n"
     "           mono, resampled to the model's sample rate, cut as 'modforge test' cut it\n"
