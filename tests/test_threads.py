@@ -100,3 +100,18 @@ def test_profile_states_the_load(cli, monkeypatch, capsys) -> None:
     _say_load()
     idle = capsys.readouterr()
     assert "(machine load 0.50 (1-min average) on 2 CPU(s))" in idle.out and "busy" not in idle.err
+
+
+def test_the_benchmark_report_states_the_load(monkeypatch, capsys) -> None:
+    """benchmarks/_report.py: the README's "last run" line and the printed table carry the load."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks" / "_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    monkeypatch.setattr(threads, "machine_load", lambda: 5.0)
+    monkeypatch.setattr(threads, "available_cpus", lambda: 2)
+    assert "machine load 5.00 (1-min average) on 2 CPU(s)" in report.machine()
+    assert report.publish("demo", "| a | b |", write=False) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| a | b |\ncaution — machine load 5.00") and "slower and noisier" in out
