@@ -62,6 +62,11 @@ def _picture_lines(image: dict[str, Any]) -> list[str]:
         lines.append(f"taken as they are: {contract['polarity'].replace('-', ' ')}, like the training pictures")
     if contract:
         height, width = contract.get("size") or (image.get("height"), image.get("width"))
-        lines.append(f"trained on {width}×{height} pictures ({contract.get('sampled')} sampled: values "
-                     f"{contract.get('range')}, polarity {contract.get('polarity')})")  # fmt: skip
+        low, high = contract.get("range") or (None, None)
+        look = {
+            "light-on-dark": ", light strokes on a dark ground",
+            "dark-on-light": ", dark strokes on a light ground",
+        }
+        lines.append(f"trained on {width}×{height} pictures (as the model sees them: values {low}..{high}"
+                     f"{look.get(contract.get('polarity'), '')})")  # fmt: skip
     return lines
