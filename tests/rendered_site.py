@@ -29,10 +29,14 @@ LEFT_AS_TEXT = {
     "a heading/attribute list ({#...})": re.compile(r"\{#[\w:-]"),
     "an attribute list ({: ...})": re.compile(r"\{:"),
     "bold markers (**text**)": re.compile(r"(?<![\w*])\*\*(?=\S)[^*\n]+?(?<=\S)\*\*(?![\w*])"),
-    "a code fence (```)": re.compile(r"```"),
+    "emphasis markers (*text* or _text_)": re.compile(
+        r"(?<![\w*\\])\*(?=[^\s*])[^*\n]+?(?<=[^\s*])\*(?![\w*])|(?<![\w_])_(?=[^\s_])[^_\n]+?(?<=[^\s_])_(?![\w_])"
+    ),
+    "a backtick (a code span left as text)": re.compile(r"`"),
     "a Markdown link ([text](target))": re.compile(r"\[[^\]\n]+\]\((?:[\w./#-]+|https?://\S+)\)"),
     "a Markdown heading (## at a line's start)": re.compile(r"(?m)^#{2,6} \w"),
     "a template tag ({{ }} or {% %})": re.compile(r"\{\{|\}\}|\{%|%\}"),
+    "an admonition or mkdocstrings directive (!!! / :::)": re.compile(r"(?m)^\s*(?:!!!|\?\?\?|:::) ?\w"),
     "a placeholder (TODO, FIXME, TBD, lorem ipsum)": re.compile(r"\b(?:TODO|FIXME|TBD|XXX)\b|lorem ipsum", re.I),
 }
 CODE_TAGS = {"code", "pre", "kbd", "samp", "script", "style", "svg", "textarea"}

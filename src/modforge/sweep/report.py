@@ -16,6 +16,7 @@ import io
 import math
 import os
 import platform
+import re
 import statistics
 from datetime import date
 from pathlib import Path
@@ -199,6 +200,23 @@ def _code(value: str) -> str:
     return "`" + text.replace("|", "\\|") + "`"
 
 
+_PROSE_MARKUP = re.compile(r"`([^`]+)`|(?<![\w*])(\*\*?)(?=\S)([^*`]+?)(?<=\S)\2(?![\w*])")
+
+
+def _prose(line: str) -> str:
+    """A line of the sweep's description as markdown: its `` `code` `` spans stay code (through
+    :func:`_code`) and its ``*emphasis*``/``**strong**`` stays emphasis around escaped text; all
+    else is escaped like a cell (no link, HTML or other markup from a sweep file reaches the page)."""
+    out, last = [], 0
+    for match in _PROSE_MARKUP.finditer(line):
+        out.append(markdown_cell(line[last : match.start()]))
+        code, stars, emphasised = match.groups()
+        out.append(_code(code) if code is not None else stars + markdown_cell(emphasised) + stars)
+        last = match.end()
+    out.append(markdown_cell(line[last:]))
+    return "".join(out)
+
+
 def markdown(report: Report, produced_by: str | None = None) -> str:
     """The report as a markdown page: title, how it was produced, the description, the table,
     and what each row's setting sets. Every string from the sweep's files is escaped: a title
@@ -208,7 +226,7 @@ def markdown(report: Report, produced_by: str | None = None) -> str:
     lines += [f"_Produced by {_code(produced_by or 'modforge sweep-report ' + display_path(report.sweep_dir))} on "
               f"{date.today().isoformat()} ({_machine()})._", ""]  # fmt: skip
     if spec.report.description:
-        lines += [*(markdown_cell(line) for line in spec.report.description.splitlines()), ""]
+        lines += [*(_prose(line) for line in spec.report.description.splitlines()), ""]
     headers = [markdown_cell(h) for h in report.headers()]
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for group in report.groups:
