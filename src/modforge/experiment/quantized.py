@@ -2,8 +2,11 @@
 on the run's own validation data, reported beside the fp32 graph it came from.
 
 The fp32 graph is exported and checked against eager first (as every export is); it is then
-quantized (:mod:`modforge.engines.quantize`) and the int8 graph is written in its place, its
-metadata recording how (``quantization``: mode, calibration batches and split). The report runs
+quantized (:mod:`modforge.engines.quantize`) with each candidate setting in turn, checked against
+the fp32 graph on the validation split (:mod:`.int8_check`: a graph that loses more than
+``--max-loss`` points is refused), and the kept int8 graph is written in its place, its metadata
+recording how (``quantization``: mode, calibration method, per-channel weights, float ends,
+calibration batches and split, and the check with every setting tried). The report runs
 both graphs on the test split (else validation): each one's metric — top-1 accuracy, or for a
 detector the COCO mAP of its outputs post-processed as ``modforge predict`` does — how often a
 classifier's two graphs agree, and each one's forward latency at batch 1 (median of 50 runs after
