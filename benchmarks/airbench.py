@@ -15,9 +15,9 @@ its folder on ``PYTHONPATH``; it needs torchvision):
 * ``--speed`` (CUDA): wall time of ``train94`` on airbench's own GPU-resident loader (random
   uint8 pictures saved as its ``train.pt``) against modforge's config trained on the same
   pictures for the same number of optimizer steps, both after one warm-up run; modforge three ways:
-  ``loader`` — the config as shipped, reading CIFAR-10's python batches (written by the
-  benchmark) with its augmentation in loader workers; ``device`` — the same with ``data.device:
-  cuda`` (the pictures kept and augmented on the GPU); ``tensors`` — the pictures as normalised
+  ``device`` — the config as shipped (``data.device: auto``: the pictures kept and augmented in
+  whole batches on the GPU), reading CIFAR-10's python batches written by the benchmark;
+  ``loader`` — the same with the pictures in host memory, augmented in loader workers; ``tensors`` — the pictures as normalised
   tensors, no augmentation (what the trainer and model cost on their own).
 
     python benchmarks/airbench.py --parity [--steps 20] [--write]
@@ -63,8 +63,8 @@ CIFAR_STD = torch.tensor((0.2470, 0.2435, 0.2616)).view(1, 3, 1, 1)
 SECTION = "airbench"
 MODES = {  # how modforge's side of --speed is fed
     "tensors": "modforge, pictures as normalised tensors (no augmentation)",
-    "device": "modforge, the config with `data.device: cuda` (augmented in batches on the GPU)",
-    "loader": "modforge, the config as shipped (augmentation in loader workers)",
+    "device": "modforge, the config as shipped (`data.device: auto`: augmented in batches on the GPU)",
+    "loader": "modforge, the config with its pictures in host memory (augmentation in loader workers)",
 }
 
 
@@ -140,7 +140,7 @@ def recipe_config(*, batch: int, steps: int, steps_per_epoch: int, device: str, 
     data, train = cfg.data["data"], cfg.data["train"]
     data["batch_size"] = batch
     if root is None:
-        data.update(num_workers=0, persistent_workers=False, pin_memory=False)
+        data.update(num_workers=0, persistent_workers=False, pin_memory=False, device=None)
     else:
         data["args"]["root"] = root
     data.update(data_changes or {})
@@ -346,7 +346,8 @@ def speed(*, epochs: float, runs: int, workers: int) -> dict[str, Any]:
             theirs()  # warm-up: cuDNN autotuning
             out["airbench_s"] = sorted(_synchronised_seconds(theirs) for _ in range(runs))[runs // 2]
         inputs = normalised(raw)
-        changes = {"loader": {"num_workers": workers}, "device": {"device": "cuda", "num_workers": 0}}
+        changes = {"loader": {"num_workers": workers, "device": None, "persistent_workers": True},
+                   "device": {"device": "cuda", "num_workers": 0}}
         for mode in MODES:
             root = None if mode == "tensors" else str(folder / "cifar10")
             cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=len(loader), device="cuda", precision="16",

@@ -186,3 +186,21 @@ def test_batches_made_on_a_cuda_device_are_the_host_batches():
     ours, theirs = placed.__getitems__(positions), host.__getitems__(positions)
     assert ours["input"].is_cuda and ours["label"].is_cuda
     assert all(torch.equal(ours[k].cpu(), theirs[k]) for k in theirs)
+
+
+def test_data_on_one_device_and_the_model_on_another_is_one_error_naming_both_keys(write):
+    from modforge.core.config import load_config
+    from modforge.experiment.runner import Experiment
+    from modforge.experiment.schema import validate_config
+
+    cfg = write("d.yaml", """
+        data: {type: digits, device: cpu}
+        model: {backbone: {type: cnn, args: {channels: [4]}}, neck: global_avg_pool, head: linear,
+                losses: [cross_entropy]}
+        train: {max_epochs: 1}
+    """)  # fmt: skip
+    exp = Experiment.build(validate_config(load_config(cfg)))
+    exp._check_data_device(torch.device("cpu"))  # the same device: fine
+    with pytest.raises(ConfigError, match=r"made on cpu \(data\.device: cpu\) but the model trains on cuda:0") as err:
+        exp._check_data_device(torch.device("cuda", 0))
+    assert err.value.path == "data.device" and "d.yaml" in str(err.value)

@@ -242,9 +242,10 @@ class LoaderSettings:
 
     ``num_workers`` processes decode and augment batches while the model trains;
     ``persistent_workers`` keeps them alive between epochs (no start-up cost per epoch);
-    ``prefetch_factor`` batches are loaded ahead per worker; ``pin_memory`` puts batches in
-    page-locked memory so copies to a CUDA device overlap computation (the trainer copies
-    with ``non_blocking``). Results do not depend on any of them.
+    ``prefetch_factor`` batches are loaded ahead per worker; ``pin_memory`` (on by default; it
+    only acts on a machine with CUDA) puts batches in page-locked memory so copies to a CUDA
+    device overlap computation (the trainer copies with ``non_blocking``) — without it each
+    copy waits for the host. Results do not depend on any of them.
 
     ``max_samples`` sizes training batches by total samples instead of ``batch_size``
     (``max_samples // crop length`` rows). ``eval_max_samples`` scores whole files
@@ -261,7 +262,7 @@ class LoaderSettings:
     batch_size: int = 64
     eval_batch_size: int | None = None
     num_workers: int = 0
-    pin_memory: bool = False
+    pin_memory: bool = True
     drop_last: bool = False
     persistent_workers: bool = False
     prefetch_factor: int | None = None

@@ -23,6 +23,7 @@ from ..core.registries import CALLBACKS, DATASETS, METRICS
 from ..core.safe_files import check_folder, ensure_folder, write_atomic
 from ..data.base import DataSplits
 from ..data.loader import LoaderSettings, make_loader
+from ..data.placement import resolve_data_device
 from ..engines import build_engine
 from ..model import build_model
 from ..model.formats import inference_weights
@@ -257,10 +258,24 @@ class Experiment:
         scheduler = build_scheduler(settings.scheduler, optimizer, plan=plan, origin_of=self.cfg.where)
         self.check_monitor()
         try:
-            return self._trainer(optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir, trainer_class,
-                                 extra, resume)  # fmt: skip
+            trainer = self._trainer(optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir,
+                                    trainer_class, extra, resume)  # fmt: skip
         except ValueError as exc:
             raise ConfigError(str(exc), path="train", source=self.cfg.where("train")) from None
+        self._check_data_device(trainer.device)
+        return trainer
+
+    def _check_data_device(self, model_device: torch.device) -> None:
+        """``data.device`` must be where the model trains: batches cut on one device cannot feed
+        a model on another (torch would only say "tensors on different devices" mid-step)."""
+        if self.loader.device is None:
+            return
+        held = resolve_data_device(self.loader.device)
+        if held.type != model_device.type or (held.index or 0) != (model_device.index or 0):
+            raise ConfigError(f"the training batches are made on {held} (data.device: {self.loader.device}) but the "
+                              f"model trains on {model_device} (train.device: {self.settings.device}); set both to "
+                              "the same device, or leave data.device out", path="data.device",
+                              source=self.cfg.where("data.device"))  # fmt: skip
 
     def _trainer(self, optimizer, scheduler, interval, scheduler_spec, train_loader, run_dir, cls, extra,
                  resume) -> Trainer:  # fmt: skip
