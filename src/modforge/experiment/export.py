@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -16,6 +16,9 @@ from ..engines import EngineError, build_engine
 from ..engines.artifact import PARITY_TOLERANCE, make_metadata
 from .input_contract import record_input_contract
 from .runner import load_trained
+
+if TYPE_CHECKING:
+    from .int8_check import Int8Options
 
 __all__ = ["PARITY_TOLERANCE", "QAT_TOLERANCE", "ExportResult", "export_run"]
 
@@ -50,7 +53,7 @@ def export_run(
     force: bool = False,
     quantize: str | None = None,
     calibration_batches: int = 8,
-    int8: Any = None,
+    int8: Int8Options | None = None,
 ) -> ExportResult:
     """Write the model of a run folder or checkpoint as an artifact of ``engine_spec``.
 
