@@ -94,3 +94,19 @@ def test_a_folder_without_a_checkpoint_says_so(tmp_path: Path) -> None:
     assert "holds no checkpoint yet (the run stopped before its first one)" in line
     assert line.endswith(f"to train it again from the start: modforge train --resume {run} --nproc 2")
     assert kept_lines(tmp_path / "never-made") == ["nothing was kept: the run stopped before its run folder was made"]
+
+
+def test_a_handler_put_in_place_inside_stays() -> None:
+    """torchrun's processes replace the handler when they join their group (a peer's failure is
+    their message): leaving the block must not take that away while torchrun may signal again."""
+    before = signal.getsignal(signal.SIGTERM)
+
+    def inside(signum, frame):  # never called
+        raise AssertionError
+
+    try:
+        with sigterm_interrupts():
+            signal.signal(signal.SIGTERM, inside)
+        assert signal.getsignal(signal.SIGTERM) is inside
+    finally:
+        signal.signal(signal.SIGTERM, before)

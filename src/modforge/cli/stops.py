@@ -49,7 +49,9 @@ class RunStopped(KeyboardInterrupt):
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
     """While inside, SIGTERM raises :class:`Terminated` in the main thread (off it, where no handler
-    can be set, nothing changes); the previous handler is put back on the way out."""
+    can be set, nothing changes); the previous handler is put back on the way out — unless one was
+    put in place inside (torchrun's processes say a peer failed instead): that one stays, for a
+    launcher that signals again while the process is already on its way out."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -61,7 +63,8 @@ def sigterm_interrupts() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGTERM) is _raise:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _position(payload: dict) -> str:
