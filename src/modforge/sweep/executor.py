@@ -13,7 +13,6 @@ executor, so an executor that retries a trial elsewhere needs no extra bookkeepi
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +20,7 @@ from typing import Any, Protocol
 from ..core.errors import UsageError
 from ..core.optional import import_extra
 from ..core.safe_files import open_regular
+from ..core.threads import available_cpus
 from .command import TrialJob
 
 __all__ = [
@@ -70,11 +70,7 @@ class ExecutorOptions:
 
 def default_threads(workers: int) -> int:
     """Torch threads per trial: the cores this process may use, divided among the workers."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, workers))
+    return max(1, available_cpus() // max(1, workers))
 
 
 class Executor(Protocol):

@@ -85,6 +85,7 @@ class WeightAverage:
         state = model.state_dict()
         self.average: dict[str, torch.Tensor] = {name: value.detach().clone() for name, value in state.items()}
         self.updates = 0  # optimizer steps seen (the average's own counter, checkpointed)
+        self._parameter_names = frozenset(name for name, _ in model.named_parameters())  # once: not every step
 
     def _pairs(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
         """(averaged entries, their current values, copied entries, their current values) in state
@@ -92,7 +93,7 @@ class WeightAverage:
         state = self.model.state_dict()
         if state.keys() != self.average.keys():
             raise ValueError("the model's state changed names since the average was made")
-        parameters = {name for name, _ in self.model.named_parameters()}
+        parameters = self._parameter_names
         floats, float_src, others, other_src = [], [], [], []
         for name, avg in self.average.items():
             value = state[name].detach()
