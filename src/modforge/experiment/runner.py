@@ -21,6 +21,7 @@ from ..core.plugins import load_config_plugins
 from ..core.references import stored_data_downloads
 from ..core.registries import CALLBACKS, DATASETS, METRICS
 from ..core.safe_files import check_folder, ensure_folder, write_atomic
+from ..core.threads import choose_threads
 from ..data.base import DataSplits
 from ..data.loader import LoaderSettings, make_loader
 from ..data.placement import resolve_data_device
@@ -108,8 +109,7 @@ class Experiment:
         caller loads a checkpoint's weights over the model (testing, resuming)."""
         load_config_plugins(cfg.plugins, sources=cfg.plugin_sources, origin="the config's plugins:")
         settings = TrainSettings(**(cfg.data.get("train") or {}))
-        from ..core.threads import choose_threads  # a pin as given (warned above the CPUs), else the machine's share
-
+        # a pin as given (warned above the CPUs), else the machine's share
         torch.set_num_threads(choose_threads(settings.num_threads, cfg.where("train.num_threads")))
         seed = int(cfg.data.get("seed") or 0)
         seed_everything(seed)
