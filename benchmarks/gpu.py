@@ -172,9 +172,9 @@ def loop_epoch(splits, setting: tuple, device, batch: int, workers: int):
     return run, bound
 
 
-def alternate(calls: dict, runs: int) -> dict[str, float]:
-    """Median seconds per call; one untimed warm-up call each, then A B C C B A … order."""
-    for call in calls.values():
+def alternate(calls: dict, runs: int, warm: bool = True) -> dict[str, float]:
+    """Median seconds per call; one untimed warm-up call each (``warm``), then A B C C B A … order."""
+    for call in calls.values() if warm else ():
         call()
     times: dict[str, list[float]] = {name: [] for name in calls}
     names = list(calls)
@@ -250,7 +250,7 @@ def main() -> int:
             f"{describe(device)}; {date.today().isoformat()}. ResNet-18 (CIFAR stem) on {n:,} CIFAR-shaped "
             f"pictures, batch {batch}, {workers} loader workers"
             f"{', pinned memory' if cuda else ' (smoke figures are not measurements)'}; medians of {ns.runs} epochs "
-            "after a warm-up, contenders alternating. The model-only bound: the hand loop's model taking the same "
+            f"{'without' if ns.smoke else 'after'} a warm-up, contenders alternating. The model-only bound: the hand loop's model taking the same "
             "number of steps on one batch already on the device (no loader, no copies, no augmentation).\n\n"
             "| setting | modforge images/s | hand-written loop images/s | model-only bound images/s "
             "| modforge / loop | modforge / bound |\n|---|---|---|---|---|---|\n" + lines + "\n\nAASIST training "
@@ -268,23 +268,25 @@ def main() -> int:
     for name, setting in settings.items():
         if setting[2]:
             continue
-        rows[name] = measure(name, splits, setting, device, batch, workers, n, ns.runs)
+        rows[name] = measure(name, splits, setting, device, batch, workers, n, ns.runs, not ns.smoke)
         record()
     aasist = aasist_steps(device, max(1, ns.runs), 4_000 if ns.smoke else 64_600, 2 if ns.smoke else 8)
     record()
     for name, setting in settings.items():
         if setting[2]:
-            rows[name] = measure(name, splits, setting, device, batch, workers, n, ns.runs)
+            rows[name] = measure(name, splits, setting, device, batch, workers, n, ns.runs, not ns.smoke)
     print(record())
     return 0
 
 
-def measure(name: str, splits, setting: tuple, device, batch: int, workers: int, n: int, runs: int) -> str:
-    """One setting's table row: images/s of modforge, the hand loop and the model-only bound."""
+def measure(name: str, splits, setting: tuple, device, batch: int, workers: int, n: int, runs: int,
+            warm: bool = True) -> str:  # fmt: skip
+    """One setting's table row: images/s of modforge, the hand loop and the model-only bound
+    (``warm``: after an untimed warm-up call each; the smoke test, which measures nothing, skips it)."""
     started = time.perf_counter()
     loop, bound = loop_epoch(splits, setting, device, batch, workers)
     calls = {"modforge": modforge_epoch(splits, setting, device, batch, workers), "loop": loop, "bound": bound}
-    seconds = alternate(calls, max(1, runs))
+    seconds = alternate(calls, max(1, runs), warm)
     speed = {key: n / value for key, value in seconds.items()}
     row = (f"| {name} | {speed['modforge']:,.0f} | {speed['loop']:,.0f} | {speed['bound']:,.0f} | "
            f"**{speed['modforge'] / speed['loop']:.2f}×** | {speed['modforge'] / speed['bound']:.2f}× |")  # fmt: skip
