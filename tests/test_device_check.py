@@ -88,8 +88,8 @@ def test_a_step_runs_in_its_own_process_group_with_its_output_logged_and_is_stop
     code = ("import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', 'import time; "
             "time.sleep(60)']); print(child.pid, flush=True); time.sleep(60)")  # fmt: skip
     slow = dc.Step("slow", [sys.executable, "-c", code], 1)
-    status, seconds = dc.run_step(slow, 1.5, env, tmp_path / "slow.log")
-    assert status == "stopped at its limit (2 s)" and seconds < 30
+    status, _seconds = dc.run_step(slow, 1.5, env, tmp_path / "slow.log")
+    assert status == "stopped at its limit (2 s)"  # not "ok": it did not run its 60 s out
     child = int((tmp_path / "slow.log").read_text().splitlines()[-1])
     assert _ended(child)
 
