@@ -12,8 +12,8 @@ from .base import Callback
 class LRMonitor(Callback):
     """Adds ``lr`` (first parameter group) and ``lr_groupN`` (the others) to each epoch's
     row: the rates of the epoch's last optimizer step. A schedule stepped every optimizer step
-    (a warm-up) changes the rate within the epoch; the row shows where the epoch ended, the
-    rate the next epoch continues from. The rates are part of the checkpoint, so an epoch
+    (a warm-up) changes the rate within the epoch; the row shows the rate the epoch ended
+    training at (its last step's). The rates are part of the checkpoint, so an epoch
     resumed half-way logs what an uninterrupted one logs."""
 
     order = 10
