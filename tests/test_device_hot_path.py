@@ -19,7 +19,7 @@ import torch
 import modforge as mf
 from modforge.continual.trainer import ContinualTrainer
 from modforge.train.callbacks.base import Callback
-from modforge.train.ema import EmaSettings
+from modforge.train.ema import ExponentialMovingAverage
 from modforge.train.trainer import Trainer
 
 CUDA = torch.cuda.is_available()
@@ -56,7 +56,7 @@ def test_the_trainer_reads_the_loss_only_when_logging_or_at_the_epoch_end(log_ev
     model = _cnn()
     count = StepCount()
     trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), device="meta",
-                      log_every=log_every, grad_clip=1.0, callbacks=[count], ema=EmaSettings(decay=0.9),
+                      log_every=log_every, grad_clip=1.0, callbacks=[count], extensions=[ExponentialMovingAverage(decay=0.9)],
                       async_checkpoints=False)  # fmt: skip
     with pytest.raises((RuntimeError, NotImplementedError), match="meta"):
         trainer.fit(_batches(5))  # the first read: the logging step, else the epoch's mean loss

@@ -96,12 +96,13 @@ def test_the_teachers_weights_never_change_during_training(teacher):
     exp = Experiment.build(cfg)
     train_loader, val_loader, _ = exp.loaders()
     trainer = exp.trainer(train_loader, None)
-    frozen = {k: v.clone() for k, v in trainer.teacher.state_dict().items()}
+    teacher_model = trainer.extension("distill").teacher
+    frozen = {k: v.clone() for k, v in teacher_model.state_dict().items()}
     trainer.fit(train_loader, val_loader)
-    assert all(torch.equal(trainer.teacher.state_dict()[k], v) for k, v in frozen.items())
-    assert not any(p.requires_grad for p in trainer.teacher.parameters()) and not trainer.teacher.training
+    assert all(torch.equal(teacher_model.state_dict()[k], v) for k, v in frozen.items())
+    assert not any(p.requires_grad for p in teacher_model.parameters()) and not teacher_model.training
     in_optimizer = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
-    assert not in_optimizer & {id(p) for p in trainer.teacher.parameters()}
+    assert not in_optimizer & {id(p) for p in teacher_model.parameters()}
 
 
 @pytest.mark.parametrize(("section", "message"), [
@@ -157,23 +158,24 @@ class _Levels(torch.nn.Module):
 
 
 def test_a_feature_pyramid_is_mimicked_level_by_level_with_an_adapter_per_level():
-    from modforge.train.distill import DistillSettings, DistillTrainer
+    from modforge.train.distill import TeacherDistillation
+    from modforge.train.trainer import Trainer
 
     torch.manual_seed(0)
     student, teacher = _Pyramid(4), _Pyramid(8)
     batch = {"input": torch.randn(6, 1, 8, 8), "label": torch.tensor([0, 1, 2, 0, 1, 2])}
-    settings = DistillSettings(teacher="unused", logit_weight=0.0, features=[{"student": "neck", "teacher": "neck"}])
-    trainer = DistillTrainer(student, torch.optim.SGD(student.parameters(), lr=0.1), teacher=teacher,
-                             distill=settings, example=batch)  # fmt: skip
-    assert set(trainer.adapters) == {"0_0", "0_1"}  # 4 → 8 channels on each of the two levels
+    distill = TeacherDistillation(teacher="unused", logit_weight=0.0, features=[{"student": "neck", "teacher": "neck"}])
+    trainer = Trainer(student, torch.optim.SGD(student.parameters(), lr=0.1), extensions=[distill])
+    distill.attach_teacher(trainer, teacher, batch)
+    assert set(distill.adapters) == {"0_0", "0_1"}  # 4 → 8 channels on each of the two levels
     loss = trainer.training_step(batch)
     with torch.no_grad():
         s, t = student.neck(student.stem(batch["input"])), teacher.neck(teacher.stem(batch["input"]))
         expected = F.cross_entropy(student(batch)["logits"], batch["label"]) + sum(
-            F.mse_loss(trainer.adapters[f"0_{j}"](s[j]), t[j]) for j in range(2)) / 2  # fmt: skip
+            F.mse_loss(distill.adapters[f"0_{j}"](s[j]), t[j]) for j in range(2)) / 2  # fmt: skip
     torch.testing.assert_close(loss.detach(), expected)
     in_optimizer = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
-    assert all(id(p) in in_optimizer for p in trainer.adapters.parameters())
+    assert all(id(p) in in_optimizer for p in distill.adapters.parameters())
 
 
 @pytest.mark.slow

@@ -154,7 +154,7 @@ def test_a_continual_method_that_changes_weights_outside_its_steps_refuses_an_ev
         continual: {{algorithm: gdumb, epochs_per_task: 1}}
     """)
     res = cli("train", str(config), "--run-dir", "gdumb")
-    assert res.code == 2 and "algorithm 'gdumb' cannot be evaluated with train.ema's weight average" in res.err, res.err
+    assert res.code == 2 and "algorithm 'gdumb' cannot be evaluated with train.ema's weights (their average)" in res.err, res.err
     assert "retrains the model from scratch" in res.err and "train.ema.evaluate: false" in res.err
 
 

@@ -29,6 +29,7 @@ BUILTIN_PROVIDERS: dict[str, tuple[str, ...]] = {
     "trainer": ("modforge.train.trainers",),
     "task": ("modforge.tasks.base", "modforge.tasks.spoofing.task", "modforge.tasks.detection.task",
              "modforge.tasks.continual.task"),
+    "extension": ("modforge.train.ema", "modforge.train.qat", "modforge.experiment.distillation"),
     "engine": ("modforge.engines.eager", "modforge.engines.torchscript", "modforge.engines.compile", "modforge.engines.onnx"),
 }
 

@@ -23,6 +23,7 @@ augmentation ``AUGMENTATIONS``                ``sample_rate``
 checkpoint_format ``CHECKPOINT_FORMATS``      — (see :mod:`.weight_formats`)
 trainer     ``TRAINERS``                      — (``Trainer`` subclasses: ``train.trainer``)
 task        ``TASKS``                         — (what a run is for: ``task:``)
+extension   ``EXTENSIONS``                    — (run features, ``train.<name>``)
 =========== ================================= ========================================
 """
 
@@ -56,6 +57,7 @@ AUGMENTATIONS = Registry("augmentation", injected=("sample_rate",))
 CHECKPOINT_FORMATS = Registry("checkpoint_format")
 TRAINERS = Registry("trainer", base="modforge.train.trainer:Trainer")
 TASKS = Registry("task", base="modforge.tasks.base:Task")
+EXTENSIONS = Registry("extension", base="modforge.train.extension:RunExtension")
 
 REGISTRIES: dict[str, Registry] = {
     r.kind: r
@@ -77,6 +79,7 @@ REGISTRIES: dict[str, Registry] = {
         CHECKPOINT_FORMATS,
         TRAINERS,
         TASKS,
+        EXTENSIONS,
     )
 }
 """Every registry, by kind (in the order ``modforge list`` shows them)."""
@@ -130,6 +133,7 @@ register_augmentation = _decorator_for(AUGMENTATIONS)
 register_checkpoint_format = _decorator_for(CHECKPOINT_FORMATS)
 register_trainer = _decorator_for(TRAINERS)
 register_task = _decorator_for(TASKS)
+register_extension = _decorator_for(EXTENSIONS)
 
 __all__ = [
     "ALGORITHMS",
@@ -139,6 +143,7 @@ __all__ = [
     "CHECKPOINT_FORMATS",
     "DATASETS",
     "ENGINES",
+    "EXTENSIONS",
     "FRONTENDS",
     "HEADS",
     "LOSSES",

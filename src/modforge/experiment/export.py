@@ -20,12 +20,7 @@ from .runner import load_trained
 if TYPE_CHECKING:
     from .int8_check import Int8Options
 
-__all__ = ["PARITY_TOLERANCE", "QAT_TOLERANCE", "ExportResult", "export_run"]
-
-QAT_TOLERANCE = 0.01
-"""Largest difference allowed between a fake-quantized (``train.qat``) model and its int8 artifact,
-relative to the outputs' scale (at least 1)."""
-
+__all__ = ["PARITY_TOLERANCE", "ExportResult", "export_run"]
 
 @dataclasses.dataclass
 class ExportResult:
@@ -127,9 +122,8 @@ def export_run(
             got = torch.as_tensor(runnable({"input": batch["input"]})["logits"])
         written = None
     diff, scale = exp.task.export_difference(got, reference, metadata)
-    # a QAT model's graph runs int8 kernels where eager simulates them in float: rounding differs by
-    # up to a quantization step of an activation, so such a graph is held to a percent of the outputs
-    tolerance = QAT_TOLERANCE if exp.settings.qat is not None else PARITY_TOLERANCE
+    # an extension may hold the graph to a looser bound (train.qat: int8 kernels round where eager simulates)
+    tolerance = max([PARITY_TOLERANCE, *(e.export_tolerance for e in exp.extensions)])
     if not diff <= tolerance * max(1.0, scale):
         if written is not None:
             written.unlink(missing_ok=True)

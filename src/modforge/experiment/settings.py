@@ -25,10 +25,8 @@ from ..core.registries import CALLBACKS, DATASETS, ENGINES, METRICS, OPTIMIZERS,
 from ..core.safe_files import is_relative_name
 from ..core.text_safety import plain_text
 from ..data.loader import LoaderSettings
-from ..model.qat import QatSettings
-from ..train.distill import DistillSettings
 from ..train.distributed import DistributedSettings
-from ..train.ema import EmaSettings
+from ..train.extension import check_extension, extension_names, refusal
 from ..train.ranges import check_ranges
 from ..train.trainers import resolve_trainer
 
@@ -75,13 +73,6 @@ class TrainSettings:
         async_checkpoints: commit checkpoints in the background (the commit helper process); False: on the training thread.
         distributed: multi-process settings (torchrun): ``{backend: auto|gloo|nccl, timeout: seconds,
             find_unused_parameters: bool}``; ignored with one process.
-        distill: knowledge distillation from a frozen teacher: ``{teacher, temperature, logit_weight,
-            task_weight, features: [{student, teacher, weight}]}`` (:mod:`modforge.train.distill`).
-        qat: quantization-aware training of some parts: ``{parts: [backbone]}`` (:mod:`modforge.model.qat`;
-            engine eager); ``modforge export --engine onnx`` then writes an int8 graph.
-        ema: keep an exponential moving average of the weights: ``{decay, warmup_steps, every,
-            evaluate}`` (:mod:`modforge.train.ema`); validation, ``best.pt``, test, export and
-            predict use it unless ``evaluate: false``. None: no average.
         trainer: the Trainer class that runs the training steps — a registered name
             (:func:`modforge.train.trainers.register_trainer`) or an import path inside a loaded
             plug-in (``my_trainer.py:MyTrainer``); None: :class:`~modforge.train.trainer.Trainer`.
@@ -108,9 +99,6 @@ class TrainSettings:
         engine: Any = "eager",
         async_checkpoints: bool = True,
         distributed: Optional[dict[str, Any]] = None,
-        ema: Optional[dict[str, Any]] = None,
-        distill: Optional[dict[str, Any]] = None,
-        qat: Optional[dict[str, Any]] = None,
         trainer: Optional[str] = None,
     ):
         self.max_epochs, self.max_steps = max_epochs, max_steps
@@ -125,10 +113,18 @@ class TrainSettings:
         self.nan_guard, self.progress, self.engine = nan_guard, progress, engine
         self.async_checkpoints = async_checkpoints
         self.distributed = DistributedSettings(**(distributed or {}))
-        self.ema = EmaSettings(**ema) if ema is not None else None
-        self.distill = DistillSettings(**distill) if distill is not None else None
-        self.qat = QatSettings(**qat) if qat is not None else None
         self.trainer = trainer
+        self.extensions: dict[str, dict[str, Any]] = {}  # train.<name> of each run extension (from_section)
+
+    @classmethod
+    def from_section(cls, section: dict[str, Any]) -> TrainSettings:
+        """The settings of a validated ``train:`` section; the sections of run extensions
+        (``ema``, ``qat``, ``distill``, a plug-in's — :mod:`modforge.train.extension`) are kept
+        apart in :attr:`extensions` (an extension set to null is off)."""
+        names = set(extension_names(section))
+        settings = cls(**{k: v for k, v in section.items() if k not in names})
+        settings.extensions = {k: ({} if v is True else v) for k, v in section.items() if k in names and v is not None}
+        return settings
 
 
 def _spec_list(value: Any) -> list[Any]:
@@ -140,7 +136,9 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
     where = cfg.where
     section = cfg.data.get("train") or {}
     common = dict(origin_of=where, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir))
-    values = signature_of(TrainSettings).validate(section, path="train", origin_of=where, plain=True)
+    names = extension_names(section)  # the run extensions' sections are checked by their own signatures
+    values = signature_of(TrainSettings).validate({k: v for k, v in section.items() if k not in names}, path="train",
+                                                  origin_of=where, plain=True)  # fmt: skip
     check_ranges(TrainSettings, values, path="train", origin_of=where)
     if values.get("device") is not None:
         check_device(values["device"], path="train.device", source=where("train.device"))
@@ -192,19 +190,33 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
             {"type": "checkpoint", "args": values["checkpoint"]}, path="train.checkpoint", **common
         )
         values["checkpoint"] = spec["args"]
-    for key, settings_class in (("distributed", DistributedSettings), ("qat", QatSettings),
-                                ("distill", DistillSettings), ("ema", EmaSettings)):  # fmt: skip
-        if values.get(key) is not None:
-            values[key] = _settings_section(settings_class, values[key], f"train.{key}", where)
-    if values.get("qat") is not None:
-        engine = values.get("engine") or "eager"
-        if (engine if isinstance(engine, str) else engine.get("type")) != "eager":
-            raise ConfigValueError("train.qat trains fake-quantized parts with the eager engine (export to onnx after)",
-                                   path="train.qat", source=where("train.qat"))  # fmt: skip
-    if values.get("distill") is not None and values.get("trainer") is not None:
-        raise ConfigValueError("train.distill runs its own training step; it cannot be combined with train.trainer",
-                               path="train.distill", source=where("train.distill"))  # fmt: skip
+    if values.get("distributed") is not None:
+        values["distributed"] = _settings_section(DistributedSettings, values["distributed"], "train.distributed", where)
+    _check_extensions(section, names, values, cfg)
     return values
+
+
+def _check_extensions(section: dict[str, Any], names: list[str], values: dict[str, Any], cfg: Config) -> None:
+    """Each run extension's section checked by its signature (into ``values``), then the combination:
+    what the extensions declare they cannot run with (one another, the engine, a trainer that
+    replaces the training step) — :func:`~modforge.train.extension.refusal`."""
+    from ..core.registries import EXTENSIONS
+
+    on = []
+    for name in names:
+        values[name] = None if section[name] is None else check_extension(name, section[name], cfg.where)
+        if values[name] is not None:
+            on.append(name)
+    if not on:
+        return
+    engine = values.get("engine") or "eager"
+    trainer_class = None
+    if values.get("trainer") is not None:
+        trainer_class = resolve_trainer(values["trainer"], allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir))
+    refused = refusal([EXTENSIONS.get(name) for name in on], names=on, trainer_class=trainer_class,
+                      engine=engine if isinstance(engine, str) else engine.get("type"))  # fmt: skip
+    if refused is not None:
+        raise ConfigValueError(refused[0], path=refused[1], source=cfg.where(refused[1]))
 
 
 def _settings_section(settings_class: type, value: Any, path: str, where: Callable[[str], str | None]) -> dict:

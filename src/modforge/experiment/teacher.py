@@ -29,6 +29,8 @@ from ..core.integrity import file_sha256
 from ..core.references import Reference, follow_reference
 from ..train import distributed
 from ..train.rng import capture_rng, restore_rng
+from .experiment import Experiment
+from .trained import trained_checkpoint, trained_config, trained_experiment
 
 __all__ = ["load_teacher", "teacher_reference"]
 
@@ -78,7 +80,6 @@ def load_teacher(cfg: Config, splits: Any, *, expected: str | None = None) -> tu
 
     ``expected``: the fingerprint a resumed checkpoint recorded; another teacher is refused before
     its config is read, its plug-ins imported or its model built."""
-    from .runner import Experiment, trained_checkpoint, trained_config, trained_experiment
     from .schema import validate_config
 
     ref = teacher_reference(cfg)

@@ -24,7 +24,8 @@ need ``eager``). Under several processes the adapters' gradients are averaged li
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -33,9 +34,12 @@ from torch import nn
 from ..core.errors import ConfigError, ModforgeError
 from ..engines.eager import Eager
 from . import distributed
-from .trainer import Trainer, loss_of
+from .extension import RunExtension
 
-__all__ = ["DistillSettings", "DistillTrainer", "FeaturePair", "distillation_loss"]
+if TYPE_CHECKING:  # pragma: no cover
+    from .trainer import Trainer
+
+__all__ = ["DistillSettings", "FeaturePair", "TeacherDistillation", "distillation_loss"]
 
 
 @dataclasses.dataclass
@@ -175,52 +179,66 @@ def _key(pair: int, level: int, levels: int) -> str:
     return str(pair) if levels == 1 else f"{pair}_{level}"
 
 
-class DistillTrainer(Trainer):
-    """A :class:`Trainer` whose step adds the distillation terms (module doc).
+class TeacherDistillation(RunExtension):
+    """The distillation terms of a student's training step against a frozen teacher (module doc).
+
+    The registered ``distill`` extension (:mod:`modforge.experiment.distillation`) builds the teacher
+    from ``teacher`` and hands it over (:meth:`attach_teacher`); on its own this class distils from a
+    teacher module given directly.
 
     Args:
-        teacher: the frozen teacher model.
-        distill: the settings.
-        example: a batch to size the adapters with (not trained on).
-        teacher_fingerprint: what the teacher was built from (a checkpoint's SHA-256), kept in the
-            checkpoints: a run resumes only with the same teacher.
-        *args, **kwargs: the Trainer's.
+        teacher: where the teacher comes from (a run folder, a checkpoint or a config file).
+        temperature: T of the logit term (> 0).
+        logit_weight: weight of the logit term (0: features only).
+        task_weight: weight of the student's own loss.
+        features: mimicking terms, ``[{student: backbone.layer3, teacher: backbone.layer3, weight: 1.0}]``.
     """
 
-    def __init__(self, *args: Any, teacher: nn.Module, distill: DistillSettings, example: dict[str, Any],
-                 teacher_fingerprint: str = "", **kwargs: Any):  # fmt: skip
-        super().__init__(*args, **kwargs)
-        self.distill, self.teacher_fingerprint = distill, teacher_fingerprint
-        self.teacher = teacher.to(self.device).eval()
+    standard_step_reason = "train.distill trains a model against a teacher in the standard run"
+
+    def __init__(self, teacher: str, temperature: float = 4.0, logit_weight: float = 1.0, task_weight: float = 1.0,
+                 features: list[dict[str, Any]] | None = None):  # fmt: skip
+        self.distill = DistillSettings(teacher, temperature, logit_weight, task_weight, list(features or []))
+        self.teacher: nn.Module | None = None
+        self.teacher_fingerprint = ""
+        self.adapters = nn.ModuleDict()
+
+    def attach_teacher(self, trainer: Trainer, teacher: nn.Module, example: dict[str, Any],
+                       fingerprint: str = "") -> None:  # fmt: skip
+        """Freeze ``teacher`` on the trainer's device, hook both models' feature modules and size the
+        adapters on ``example`` (a batch not trained on). ``fingerprint``: what the teacher was built
+        from (a checkpoint's SHA-256), kept in the checkpoints: a run resumes only with the same teacher."""
+        self.teacher_fingerprint = fingerprint
+        self.teacher = teacher.to(trainer.device).eval()
         for p in self.teacher.parameters():
             p.requires_grad_(False)
-        pairs = distill.pairs
-        if pairs and not isinstance(self.engine, Eager):
+        pairs = self.distill.pairs
+        if pairs and not isinstance(trainer.engine, Eager):
             raise ConfigError(f"train.distill.features read the student's modules through hooks, which the "
-                              f"'{self.engine.name}' engine does not run; train with engine eager (or use only "
+                              f"'{trainer.engine.name}' engine does not run; train with engine eager (or use only "
                               "logit_weight)", path="train.engine")  # fmt: skip
-        self._student = _Capture([_module(self.model, p.student, "student") for p in pairs])
+        self._student = _Capture([_module(trainer.model, p.student, "student") for p in pairs])
         self._teacher = _Capture([_module(self.teacher, p.teacher, "teacher") for p in pairs])
-        self.adapters = nn.ModuleDict()
-        if pairs or distill.logit_weight:
-            self._probe(self.prepare_batch(example))
+        if pairs or self.distill.logit_weight:
+            self._probe(trainer, trainer.prepare_batch(example))
 
-    def _probe(self, example: dict[str, Any]) -> None:
+    def _probe(self, trainer: Trainer, example: dict[str, Any]) -> None:
         """One forward pass of both models on ``example`` before training: the logit term's
         inputs checked, the adapters sized (one clear error naming the setting otherwise)."""
-        was = self.model.training
-        self.model.eval()
+        model = trainer.model
+        was = model.training
+        model.eval()
         try:
             with torch.no_grad():
-                ours, theirs = self.model(example), self.teacher(example)
+                ours, theirs = model(example), self.teacher(example)
         finally:
-            self.model.train(was)
+            model.train(was)
         if self.distill.logit_weight:
             _check_logits(ours, theirs)
         if self.distill.pairs:
-            self._size_adapters()
+            self._size_adapters(trainer)
 
-    def _size_adapters(self) -> None:
+    def _size_adapters(self, trainer: Trainer) -> None:
         for i, (student, teacher) in enumerate(zip(self._student.take(), self._teacher.take(), strict=True)):
             pair = self.distill.pairs[i]
             names = f"train.distill.features.{i} ({pair.student} → {pair.teacher})"
@@ -230,17 +248,17 @@ class DistillTrainer(Trainer):
             for j, (s, t) in enumerate(zip(student, teacher, strict=True)):
                 adapter = _adapter(s, t, names if len(student) == 1 else f"{names}, level {j}")
                 if adapter is not None:
-                    self.adapters[_key(i, j, len(student))] = adapter.to(self.device)
+                    self.adapters[_key(i, j, len(student))] = adapter.to(trainer.device)
         if len(self.adapters):  # into the first group: a schedule built for the optimizer's groups still fits
             distributed.broadcast_module(self.adapters, what="sharing the distillation adapters")  # one start
-            self.optimizer.param_groups[0]["params"].extend(self.adapters.parameters())
+            trainer.optimizer.param_groups[0]["params"].extend(self.adapters.parameters())
 
-    def training_step(self, batch: dict[str, Any]) -> torch.Tensor:
-        out = self.runnable(batch)
+    def loss(self, trainer: Trainer, batch: Any, out: dict[str, Any],
+             loss: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # fmt: skip
         with torch.no_grad():
             teacher_out = self.teacher(batch)
         terms: dict[str, torch.Tensor] = {}
-        loss = self.distill.task_weight * loss_of(out)
+        loss = self.distill.task_weight * loss
         if self.distill.logit_weight:  # both models' logits checked before training (_probe)
             terms["distill_logit_loss"] = distillation_loss(out["logits"], teacher_out["logits"],
                                                             self.distill.temperature)  # fmt: skip
@@ -256,19 +274,16 @@ class DistillTrainer(Trainer):
                     feature = feature + pair.weight * F.mse_loss(mapped.float(), t.float()) / levels
             terms["distill_feature_loss"] = feature
             loss = loss + feature
-        self.note_loss_parts({**out, **terms})
-        return loss
+        return loss, terms
 
-    def optimizer_step(self) -> None:
-        if self.world_size > 1 and len(self.adapters):  # outside DDP: averaged here, as DDP averages the model's
+    def before_optimizer_step(self, trainer: Trainer) -> None:
+        if trainer.world_size > 1 and len(self.adapters):  # outside DDP: averaged here, as DDP averages the model's
             distributed.average_gradients(list(self.adapters.parameters()), "averaging the distillation adapters")
-        super().optimizer_step()
 
-    def checkpoint_payload(self) -> dict[str, Any]:
-        return {**super().checkpoint_payload(), "distill_adapters": self.adapters.state_dict(),
-                "distill_teacher": self.teacher_fingerprint}  # fmt: skip
+    def checkpoint_entries(self) -> dict[str, Any]:
+        return {"distill_adapters": self.adapters.state_dict(), "distill_teacher": self.teacher_fingerprint}
 
-    def load_state(self, payload: dict[str, Any], generator: torch.Generator | None = None) -> None:
+    def restore(self, payload: Mapping[str, Any]) -> None:
         saved_teacher = payload.get("distill_teacher")
         if saved_teacher and self.teacher_fingerprint and saved_teacher != self.teacher_fingerprint:
             raise ModforgeError("the teacher changed since this checkpoint was written (its file's SHA-256 differs): "
@@ -276,4 +291,3 @@ class DistillTrainer(Trainer):
         saved = payload.get("distill_adapters")
         if saved is not None:
             self.adapters.load_state_dict(saved)
-        super().load_state(payload, generator)

@@ -29,13 +29,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-__all__ = ["EmaSettings", "WeightAverage"]
+from ..core.errors import ModforgeError
+from ..core.registries import register_extension
+from . import distributed
+from .extension import RunContext, RunExtension
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .trainer import Trainer
+
+__all__ = ["EmaSettings", "ExponentialMovingAverage", "WeightAverage"]
+
+log = logging.getLogger("modforge.train")
 
 
 @dataclasses.dataclass
@@ -183,3 +194,75 @@ class WeightAverage:
             for name, value in average.items():
                 self.average[name].copy_(value)
         self.updates = int(state["updates"])
+
+
+@register_extension("ema")
+class ExponentialMovingAverage(RunExtension):
+    """An exponential moving average of the weights, kept beside them and (``evaluate``) validated,
+    tested, exported and predicted with (module doc).
+
+    Args:
+        decay: how much of the average each update keeps (0 < decay < 1; 0.999 averages over
+            roughly the last thousand updates).
+        warmup_steps: optimizer steps during which the average equals the weights.
+        every: update the average every N optimizer steps.
+        evaluate: validate, select ``best.pt``, test, export and predict with the average;
+            False: the average is only kept (in every checkpoint's ``ema``).
+        average_buffers: average the floating buffers (BatchNorm statistics) too; False: copy
+            them from the model at each update.
+        ramp: grow the decay with the number of updates, ``min(decay, (1 + n) / (10 + n))``
+            (TensorFlow's num-updates rule); False: ``decay`` from the first update.
+    """
+
+    trained_weights_setting = "evaluate: false"
+    order = 1  # at the end of training it says whether the average is young before the other callbacks speak
+
+    def __init__(self, decay: float = 0.999, warmup_steps: int = 0, every: int = 1, evaluate: bool = True,
+                 average_buffers: bool = False, ramp: bool = True):  # fmt: skip
+        self.settings = EmaSettings(decay, warmup_steps, every, evaluate, average_buffers, ramp)
+        self.evaluated_as = "their average" if evaluate else ""
+        self.average: WeightAverage | None = None
+        self._young_said = False  # the young-average warning at the first evaluation: once
+        self._planned: int | None = None
+
+    def setup(self, trainer: Trainer, context: RunContext | None) -> None:
+        self.average = WeightAverage(trainer.model, self.settings)
+
+    def after_optimizer_step(self, trainer: Trainer) -> None:
+        self.average.step()
+
+    def evaluation_weights(self, trainer: Trainer) -> contextlib.AbstractContextManager[None] | None:
+        if not self.settings.evaluate:
+            return None
+        self._say_if_young(trainer, first=True)
+        return self.average.applied()
+
+    def on_fit_end(self, trainer: Trainer) -> None:
+        self._say_if_young(trainer, first=False)
+
+    def _say_if_young(self, trainer: Trainer, *, first: bool) -> None:
+        """Warn that the evaluated average is young: at its first evaluation, and at the end of
+        training when it still is (the average tested and exported)."""
+        if (first and self._young_said) or not self.settings.evaluate:
+            return
+        youth = self.average.youth(trainer.planned_steps or None)
+        if youth is not None and distributed.is_main_process():
+            log.warning("%s%s", youth, "" if first else " — the run ends with it: it is what is tested and exported")
+        self._young_said = True
+
+    def checkpoint_entries(self) -> dict[str, Any]:
+        return {"ema": {**self.average.state_dict(), "evaluate": self.settings.evaluate}}
+
+    def restore(self, payload: Mapping[str, Any]) -> None:
+        """The checkpoint's average; a checkpoint without one (trained before ``train.ema`` was
+        set) starts the average from its weights, with a warning."""
+        saved = payload.get("ema")
+        if saved is None:
+            log.warning("the checkpoint has no weight average (train.ema was not set when it was saved): "
+                        "the average starts from its weights")  # fmt: skip
+            self.average = WeightAverage(self.average.model, self.settings)
+            return
+        try:
+            self.average.load_state_dict(saved)
+        except ValueError as exc:
+            raise ModforgeError(f"the checkpoint being resumed: {exc}") from None

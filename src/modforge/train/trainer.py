@@ -44,7 +44,7 @@ import torch
 import torch.nn as nn
 
 from .._version import __version__
-from ..core.errors import ModforgeError
+from ..core.errors import ConfigError, ModforgeError
 from ..core.safe_files import ensure_folder
 from ..engines import Engine
 from ..engines.eager import Eager
@@ -58,7 +58,7 @@ from .checkpoint import (
     remove_abandoned_temps,
     serialize,
 )
-from .ema import EmaSettings, WeightAverage
+from .extension import RunContext, RunExtension, refusal
 from .metrics import Metric, batch_size_of, is_loss_term
 from .rng import capture_rng, restore_rng, seed_everything
 
@@ -132,8 +132,11 @@ class Trainer:
         engine: how the model is executed (:mod:`modforge.engines`; default eager). The
             trainer calls only the engine's runnable, which shares the model's parameters.
         find_unused_parameters: passed to ``DistributedDataParallel`` in a multi-process run.
-        ema: keep an exponential moving average of the weights (:mod:`modforge.train.ema`),
-            validated with when its ``evaluate`` is on; None: none.
+        extensions: run extensions (:mod:`modforge.train.extension`: EMA, QAT, distillation, a
+            user's own), run in their ``order`` at their hooks; each is set up at the end of this
+            constructor.
+        context: what the run lends the extensions' :meth:`~RunExtension.setup` (its config,
+            data, resumed checkpoint); None for a trainer used on its own.
     """
 
     def __init__(
@@ -160,7 +163,8 @@ class Trainer:
         async_checkpoints: bool = True,
         engine: Engine | None = None,
         find_unused_parameters: bool = False,
-        ema: EmaSettings | None = None,
+        extensions: Iterable[RunExtension] = (),
+        context: RunContext | None = None,
     ):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -177,20 +181,20 @@ class Trainer:
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.find_unused_parameters = find_unused_parameters
-        self.ema = WeightAverage(self.model, ema) if ema is not None else None
-        self._young_said = False  # the young-average warning at the first evaluation: once
-        self._fake_quantized = any(type(m).__name__ == "FakeQuantize" for m in self.model.modules())
         self.ddp: nn.Module | None = None  # the DistributedDataParallel wrapper, built by fit()
         self.optimizer, self.scheduler = optimizer, scheduler
         self.scheduler_interval, self.scheduler_monitor = scheduler_interval, scheduler_monitor
         self.metrics = dict(metrics or {})
         self.directions = dict(directions or {})
-        every = sorted(callbacks, key=lambda cb: cb.order)
+        self.extensions = sorted(extensions, key=lambda e: e.order)  # their state: checkpoint_entries
+        every = sorted([*callbacks, *self.extensions], key=lambda cb: cb.order)
         # a callback's checkpoint key is its class and its place among the callbacks of that class — the
         # same on every process, and unchanged when a resumed run adds or drops a callback of another class
         seen: dict[str, int] = {}
         self._callback_keys: dict[int, str] = {}
         for cb in every:
+            if isinstance(cb, RunExtension):
+                continue
             kind = type(cb).__name__  # not `name`: that is the run's name, an argument of this method
             self._callback_keys[id(cb)] = f"{kind}.{seen.get(kind, 0)}"
             seen[kind] = seen.get(kind, 0) + 1
@@ -245,6 +249,25 @@ class Trainer:
         self._reduced: tuple[Any, torch.Tensor, int] | None = None  # the last loss reduction (several processes)
         self.train_seconds_before = 0.0  # training time of the sessions before a resume (from the checkpoint)
         self._session_started: float | None = None
+        self._set_up_extensions(context)
+
+    def _set_up_extensions(self, context: RunContext | None) -> None:
+        """Refuse what the extensions declare they cannot run with (this trainer's class and
+        engine; :func:`~modforge.train.extension.refusal`), then set each up, in order."""
+        if self.extensions:
+            refused = refusal(self.extensions, engine=self.engine.name, trainer_class=type(self))
+            if refused is not None:
+                raise ConfigError(refused[0], path=refused[1])
+        hooks = {hook: [e for e in self.extensions if getattr(type(e), hook) is not getattr(RunExtension, hook)]
+                 for hook in ("loss", "before_optimizer_step", "after_optimizer_step", "set_training")}  # fmt: skip
+        self._loss_extensions, self._set_training = hooks["loss"], hooks["set_training"]
+        self._before_step, self._after_step = hooks["before_optimizer_step"], hooks["after_optimizer_step"]
+        for extension in self.extensions:
+            extension.setup(self, context)
+
+    def extension(self, name: str) -> RunExtension | None:
+        """The run extension configured as ``train.<name>``, or None."""
+        return next((e for e in self.extensions if e.name == name), None)
 
     # ------------------------------------------------------------------ steps
     def prepare_batch(self, batch: Any) -> Any:
@@ -263,8 +286,15 @@ class Trainer:
         loss terms (scalar ``*_loss`` outputs besides ``loss``) are noted for the epoch's
         ``train_<term>`` columns (:meth:`note_loss_parts`)."""
         out = self.runnable(batch)
-        self.note_loss_parts(out)
-        return loss_of(out)
+        if not self._loss_extensions:
+            self.note_loss_parts(out)
+            return loss_of(out)
+        loss, terms = loss_of(out), {}
+        for extension in self._loss_extensions:  # distillation...
+            loss, more = extension.loss(self, batch, out, loss)
+            terms.update(more)
+        self.note_loss_parts({**out, **terms})
+        return loss
 
     def note_loss_parts(self, out: dict[str, Any]) -> None:
         """Note this batch's loss terms — every scalar ``*_loss`` tensor of ``out`` besides
@@ -322,7 +352,6 @@ class Trainer:
                 cb.on_fit_start(self)
             while self.epoch < self.max_epochs and not self.should_stop and not self._steps_done():
                 self._run_epoch(train_loader, val_loader, generator, sampler)
-            self._say_if_young(first=False)
             for cb in self.callbacks:
                 cb.on_fit_end(self)
         except (RuntimeError, distributed.PeerFailure) as exc:  # DDP's gradient averaging fails as RuntimeError
@@ -390,15 +419,13 @@ class Trainer:
         return self.model if self.ddp is not None else self.runnable
 
     def train_mode(self, training: bool) -> None:
-        """Train or eval mode for the model and, when it is a separate module, the runnable; a
-        fake-quantized model (``train.qat``) records ranges only while it trains."""
+        """Train or eval mode for the model and, when it is a separate module, the runnable; the
+        extensions hear of it (``train.qat``: ranges are recorded only while the model trains)."""
         self.model.train(training)
         if self.runnable is not self.model and isinstance(self.runnable, nn.Module):
             self.runnable.train(training)
-        if self._fake_quantized:
-            from ..model.qat import observing
-
-            observing(self.model, training)
+        for extension in self._set_training:  # train.qat: observers record only while training
+            extension.set_training(self.model, training)
 
     def _steps_done(self) -> bool:
         return self.max_steps is not None and self.global_step >= self.max_steps
@@ -453,22 +480,25 @@ class Trainer:
             log.info("%s", self.stop_reason)
 
     def evaluation_weights(self) -> contextlib.AbstractContextManager[None]:
-        """The weights validation runs with: the weight average when ``train.ema`` keeps one
-        for evaluation (swapped in for the duration), else the trained weights."""
-        if self.ema is not None and self.ema.settings.evaluate:
-            self._say_if_young(first=True)
-            return self.ema.applied()
-        return contextlib.nullcontext()
+        """The weights validation and the test run with: what the extensions swap in for the
+        duration (``train.ema``: the weight average), else the trained weights."""
+        contexts = [c for e in self.extensions if (c := e.evaluation_weights(self)) is not None]
+        if not contexts:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        for context in contexts:
+            stack.enter_context(context)
+        return stack
 
-    def _say_if_young(self, *, first: bool) -> None:
-        """Warn that the evaluated weight average is young: at its first evaluation, and at the
-        end of training when it still is (the average tested and exported)."""
-        if (first and self._young_said) or self.ema is None or not self.ema.settings.evaluate:
-            return
-        planned = self.max_steps or self.max_epochs * -(-(self.steps_per_epoch or 0) // self.accumulate)
-        if (youth := self.ema.youth(planned or None)) is not None and distributed.is_main_process():
-            log.warning("%s%s", youth, "" if first else " — the run ends with it: it is what is tested and exported")
-        self._young_said = True
+    @property
+    def evaluated_as(self) -> str:
+        """How the weights evaluation swaps in are named ("their average"), or "" for the trained ones."""
+        return next((e.evaluated_as for e in self.extensions if e.evaluated_as), "")
+
+    @property
+    def planned_steps(self) -> int:
+        """The optimizer steps this run plans: ``max_steps``, else its epochs' steps (0 before :meth:`fit`)."""
+        return self.max_steps or self.max_epochs * -(-(self.steps_per_epoch or 0) // self.accumulate)
 
     def _global_batch_size(self, loader: Any) -> int:
         """Samples of the epoch one step consumes: the loader's batch size × the processes
@@ -499,10 +529,12 @@ class Trainer:
             self.samples_in_epoch = (self.samples_in_epoch or 0) + batch_size
             if micro % accumulate and micro < remaining:
                 continue
+            for extension in self._before_step:
+                extension.before_optimizer_step(self)
             self.optimizer_step()
             self.global_step += 1
-            if self.ema is not None:
-                self.ema.step()
+            for extension in self._after_step:  # train.ema's update
+                extension.after_optimizer_step(self)
             if self.scheduler is not None and self.scheduler_interval == "step":
                 self.scheduler.step()
             if self.global_step % self.log_every == 0:
@@ -728,12 +760,25 @@ class Trainer:
             "epoch_losses_per_rank": None if per_rank is None else [lo for _, lo, _ in per_rank],
             "epoch_sizes_per_rank": None if per_rank is None else [si for _, _, si in per_rank],
             "history": [dict(row) for row in self.history],
-            "callbacks": {self._callback_key(cb): cb.state_dict() for cb in self.callbacks},
+            "callbacks": {self._callback_key(cb): cb.state_dict() for cb in self.callbacks
+                          if not isinstance(cb, RunExtension)},
             "config": self.config,
             "name": self.name,
             "train_seconds": self.train_seconds,
-            "ema": None if self.ema is None else {**self.ema.state_dict(), "evaluate": self.ema.settings.evaluate},
+            **self._extension_entries(),
         }
+
+    def _extension_entries(self) -> dict[str, Any]:
+        """Every extension's checkpoint entries, each under keys of its own name (``ema``,
+        ``distill_adapters``): one clear error for an entry that would overwrite another's."""
+        entries: dict[str, Any] = {}
+        for extension in self.extensions:
+            for key, value in extension.checkpoint_entries().items():
+                if key != extension.name and not key.startswith(f"{extension.name}_") or key in entries:
+                    raise ModforgeError(f"run extension '{extension.name}' writes the checkpoint entry '{key}': "
+                                        f"its entries must be named '{extension.name}' or '{extension.name}_…'")
+                entries[key] = value
+        return entries
 
     def save_checkpoint(self, *, keep_last: int = 3, best: bool = False) -> Path | None:
         """Serialize the state now, write it in the background; re-point ``last.pt`` (and
@@ -757,19 +802,6 @@ class Trainer:
         self.writer.submit(serialize(payload), path, links, prune)
         return path
 
-    def _restore_average(self, saved: dict[str, Any] | None) -> None:
-        """The checkpoint's weight average; a checkpoint without one (trained before
-        ``train.ema`` was set) starts the average from its weights, with a warning."""
-        if saved is None:
-            log.warning("the checkpoint has no weight average (train.ema was not set when it was saved): "
-                        "the average starts from its weights")  # fmt: skip
-            self.ema = WeightAverage(self.model, self.ema.settings)
-            return
-        try:
-            self.ema.load_state_dict(saved)
-        except ValueError as exc:
-            raise ModforgeError(f"the checkpoint being resumed: {exc}") from None
-
     def load_state(self, payload: dict[str, Any], generator: torch.Generator | None = None) -> None:
         """Restore a :meth:`checkpoint_payload` (the model's weights included)."""
         saved_world = int(payload.get("world_size") or 1)
@@ -784,8 +816,8 @@ class Trainer:
             )
         self._saved_world, self._reduced = saved_world, None
         load_weights(self.model, payload.get("model"), "the checkpoint being resumed")
-        if self.ema is not None:
-            self._restore_average(payload.get("ema"))
+        for extension in self.extensions:  # after the weights: an extension may start from them
+            extension.restore(payload)
         self.optimizer.load_state_dict(payload["optimizer"])
         if self.scheduler is not None and payload.get("scheduler") is not None:
             self.scheduler.load_state_dict(payload["scheduler"])

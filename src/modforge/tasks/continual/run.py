@@ -84,10 +84,12 @@ def continual_run(
         raise ConfigError(f"algorithm '{name}' works on {' or '.join(algorithm.settings)} sequences; "
                           f"data.type '{cfg.data['data']['type']}' is {exp.splits.setting}",
                           path="continual.algorithm", source=cfg.where("continual.algorithm"))
-    if exp.settings.ema is not None and exp.settings.ema.evaluate and algorithm.weight_average:
-        raise ConfigError(f"algorithm '{name}' cannot be evaluated with train.ema's weight average: "
-                          f"{algorithm.weight_average} (set train.ema.evaluate: false to keep the average aside)",
-                          path="train.ema", source=cfg.where("train.ema"))  # fmt: skip
+    swapping = next((e for e in exp.extensions if e.evaluated_as), None)  # evaluation with other weights
+    if swapping is not None and algorithm.weight_average:
+        key = f"train.{swapping.name}"
+        raise ConfigError(f"algorithm '{name}' cannot be evaluated with {key}'s weights ({swapping.evaluated_as}): "
+                          f"{algorithm.weight_average} (set {key}.{swapping.trained_weights_setting} to evaluate the "
+                          "trained weights)", path=key, source=cfg.where(key))  # fmt: skip
     if distributed.is_distributed() and algorithm.distributed:
         raise ConfigError(f"algorithm '{name}' trains in one process only: {algorithm.distributed}; launch it "
                           "without --nproc/torchrun", path="continual.algorithm",
