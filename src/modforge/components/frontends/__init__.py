@@ -12,7 +12,8 @@ sinc           SincNet/RawNet2 learnable band-pass convs   channels ``[B, C, T']
 ssl            wav2vec 2.0 / HuBERT / WavLM (transformers)  sequence ``[B, frames, hidden]``
 =============  ==========================================  ====================================
 
-The spectral frontends share one STFT (a convolution with a windowed DFT basis, ``stft.py``),
+The spectral frontends share one base (``spectral.py``: STFT settings, pre-emphasis, masking, the
+floored log and the mel filterbank), one STFT (a convolution with a windowed DFT basis, ``stft.py``),
 the filterbanks (``filterbanks.py``) and the cepstral helpers (``cepstral.py``).
 """
 

@@ -7,12 +7,14 @@
   over ``±N`` frames, ``d_t = Σ_n n·(c_{t+n} − c_{t−n}) / (2 Σ_n n²)`` (HTK; edges
   replicated), or unnormalised, ``Σ_n n·(c_{t+n} − c_{t−n})`` — with ``N = 1`` that is the
   ``c_{t+1} − c_{t−1}`` of the ASVspoof 2021 LFCC-LCNN baseline. Implemented as a depthwise
-  convolution so every engine runs it.
+  convolution so every engine runs it; :meth:`Deltas.appended` stacks a sequence with its
+  deltas and double-deltas.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -69,3 +71,13 @@ class Deltas(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.pad(x.transpose(1, 2), (self.half_width, self.half_width), mode="replicate")
         return F.conv1d(y, self.kernel, groups=self.dim).transpose(1, 2)
+
+    def appended(self, x: torch.Tensor, frames: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x`` with its deltas and double-deltas appended, ``[B, T, 3D]`` (the cepstral
+        frontends' ``deltas=True`` output). With ``frames`` ([B, T], True on each row's real
+        frames) each row's last real frame is held before each regression, so a padded row's
+        deltas replicate its own edge (:func:`hold_last_frame`)."""
+        first = x if frames is None else hold_last_frame(x, frames)
+        delta = self.forward(first)
+        second = delta if frames is None else hold_last_frame(delta, frames)
+        return torch.cat([x, delta, self.forward(second)], dim=-1)

@@ -33,11 +33,10 @@ import torch
 
 from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_frontend
-from .cepstral import Deltas, dct_matrix, hold_last_frame
+from .cepstral import Deltas, dct_matrix
 from .filterbanks import linear_filterbank
 from .spectral import SpectralFrontend
 from .stft import PadMode, Window, next_power_of_two
-from .waveform import check_waveform, pre_emphasize
 
 __all__ = ["LFCC"]
 
@@ -92,19 +91,7 @@ class LFCC(SpectralFrontend):
         sample_rate: PositiveInt = 16000,
         in_dim: int = 1,
     ):
-        if n_fft is None:  # the baseline's 1024-point DFT for its 320-sample window
-            win = win_length if win_length is not None else max(1, round(self.default_win_ms * sample_rate / 1000))
-            n_fft = 2 * next_power_of_two(win)
-        super().__init__(
-            sample_rate=sample_rate,
-            n_fft=n_fft,
-            win_length=win_length,
-            hop_length=hop_length,
-            window=window,
-            center=center,
-            pad_mode=pad_mode,
-            pre_emphasis=pre_emphasis,
-        )
+        super().__init__(sample_rate, n_fft, win_length, hop_length, window, center, pad_mode, pre_emphasis)
         fft = self.stft.n_fft
         if f_max is None:  # the baseline's max_freq = 0.5: the lower half of the bins
             f_max = (int(0.5 * self.n_freqs) - 1) * sample_rate / fft
@@ -119,6 +106,11 @@ class LFCC(SpectralFrontend):
         self.eps = FLOAT32_EPS
         self.deltas = Deltas(n_coeffs, half_width=1, normalised=False)
         self.out_dim = 3 * n_coeffs if deltas else n_coeffs
+
+    @classmethod
+    def default_n_fft(cls, win_length: int) -> int:
+        """The baseline's DFT size: twice the next power of two ≥ the window (1024 for its 320 samples)."""
+        return 2 * next_power_of_two(win_length)
 
     @property
     def handles_mask(self) -> bool:
@@ -138,23 +130,11 @@ class LFCC(SpectralFrontend):
         """Features ``[B, frames, D]``; with a padding ``mask`` [B, T] (True on real samples),
         each row's real frames equal those of its file alone (padding is kept at zero after
         pre-emphasis, deltas replicate each row's own last frame)."""
-        if mask is None:
-            power = self.power_spectrum(x)
-        else:
-            x = check_waveform(x, self.min_length, self.part_name)
-            if self.pre_emphasis != 0.0:
-                x = pre_emphasize(x, self.pre_emphasis)
-            power = self.stft(x * mask.to(x.dtype))
-        power = power[:, :, self.low_bin : self.high_bin]
+        power = self.power_spectrum(x, mask)[:, :, self.low_bin : self.high_bin]
         coeffs = torch.matmul(torch.log10(torch.matmul(power, self.filterbank) + self.eps), self.dct)
         if self.with_energy:
             energy = torch.log10(power.sum(dim=-1, keepdim=True) / self.n_fft + self.eps)
             coeffs = torch.cat([energy, coeffs[:, :, 1:]], dim=-1)
         if not self.with_deltas:
             return coeffs
-        if mask is None:
-            delta = self.deltas(coeffs)
-            return torch.cat([coeffs, delta, self.deltas(delta)], dim=-1)
-        frames = self.output_mask(mask)
-        delta = self.deltas(hold_last_frame(coeffs, frames))
-        return torch.cat([coeffs, delta, self.deltas(hold_last_frame(delta, frames))], dim=-1)
+        return self.deltas.appended(coeffs, None if mask is None else self.output_mask(mask))

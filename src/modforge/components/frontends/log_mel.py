@@ -11,7 +11,7 @@ import torch
 
 from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_frontend
-from .filterbanks import MelNorm, MelScale, mel_filterbank
+from .filterbanks import MelNorm, MelScale
 from .spectral import SpectralFrontend
 from .stft import PadMode, Window
 
@@ -61,23 +61,10 @@ class LogMel(SpectralFrontend):
         sample_rate: PositiveInt = 16000,
         in_dim: int = 1,
     ):
-        super().__init__(
-            sample_rate=sample_rate,
-            n_fft=n_fft,
-            win_length=win_length,
-            hop_length=hop_length,
-            window=window,
-            center=center,
-            pad_mode=pad_mode,
-            pre_emphasis=pre_emphasis,
-        )
-        if log_floor <= 0:
-            raise ValueError(f"log_floor must be positive, got {log_floor}")
-        bank = mel_filterbank(self.n_freqs, sample_rate, n_mels, f_min, f_max, mel_scale, norm)
-        self.register_buffer("filterbank", bank, persistent=False)
-        self.log_floor = float(log_floor)
+        super().__init__(sample_rate, n_fft, win_length, hop_length, window, center, pad_mode, pre_emphasis)
+        self.set_log_floor(log_floor)
+        self.add_mel_filterbank(n_mels, f_min, f_max, mel_scale, norm)
         self.out_dim = n_mels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mel = torch.matmul(self.power_spectrum(x), self.filterbank)
-        return torch.log(mel.clamp_min(self.log_floor))
+        return self.log_mel(x)

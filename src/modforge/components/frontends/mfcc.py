@@ -13,7 +13,7 @@ import torch
 from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_frontend
 from .cepstral import Deltas, dct_matrix
-from .filterbanks import MelNorm, MelScale, mel_filterbank
+from .filterbanks import MelNorm, MelScale
 from .spectral import SpectralFrontend
 from .stft import PadMode, Window
 
@@ -69,29 +69,14 @@ class MFCC(SpectralFrontend):
         sample_rate: PositiveInt = 16000,
         in_dim: int = 1,
     ):
-        super().__init__(
-            sample_rate=sample_rate,
-            n_fft=n_fft,
-            win_length=win_length,
-            hop_length=hop_length,
-            window=window,
-            center=center,
-            pad_mode=pad_mode,
-            pre_emphasis=pre_emphasis,
-        )
-        if log_floor <= 0:
-            raise ValueError(f"log_floor must be positive, got {log_floor}")
-        bank = mel_filterbank(self.n_freqs, sample_rate, n_mels, f_min, f_max, mel_scale, norm)
-        self.register_buffer("filterbank", bank, persistent=False)
+        super().__init__(sample_rate, n_fft, win_length, hop_length, window, center, pad_mode, pre_emphasis)
+        self.set_log_floor(log_floor)
+        self.add_mel_filterbank(n_mels, f_min, f_max, mel_scale, norm)
         self.register_buffer("dct", dct_matrix(n_mels, n_mfcc), persistent=False)
-        self.log_floor, self.with_deltas = float(log_floor), deltas
+        self.with_deltas = deltas
         self.deltas = Deltas(n_mfcc, half_width=delta_width, normalised=True)
         self.out_dim = 3 * n_mfcc if deltas else n_mfcc
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mel = torch.matmul(self.power_spectrum(x), self.filterbank)
-        coeffs = torch.matmul(torch.log(mel.clamp_min(self.log_floor)), self.dct)
-        if not self.with_deltas:
-            return coeffs
-        delta = self.deltas(coeffs)
-        return torch.cat([coeffs, delta, self.deltas(delta)], dim=-1)
+        coeffs = torch.matmul(self.log_mel(x), self.dct)
+        return self.deltas.appended(coeffs) if self.with_deltas else coeffs

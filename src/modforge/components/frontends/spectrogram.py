@@ -57,21 +57,11 @@ class Spectrogram(SpectralFrontend):
         sample_rate: PositiveInt = 16000,
         in_dim: int = 1,
     ):
-        super().__init__(
-            sample_rate=sample_rate,
-            n_fft=n_fft,
-            win_length=win_length,
-            hop_length=hop_length,
-            window=window,
-            center=center,
-            pad_mode=pad_mode,
-            pre_emphasis=pre_emphasis,
-        )
+        super().__init__(sample_rate, n_fft, win_length, hop_length, window, center, pad_mode, pre_emphasis)
         if power not in ("magnitude", "power"):
             raise ValueError(f"unknown power '{power}': expected 'magnitude' or 'power'")
-        if log_floor <= 0:
-            raise ValueError(f"log_floor must be positive, got {log_floor}")
-        self.magnitude, self.log, self.log_floor = power == "magnitude", log, float(log_floor)
+        self.set_log_floor(log_floor)
+        self.magnitude, self.log = power == "magnitude", log
         self.out_dim = self.n_freqs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -79,5 +69,5 @@ class Spectrogram(SpectralFrontend):
         if self.magnitude:  # the clamp keeps the gradient of sqrt finite at exact zeros
             spec = torch.sqrt(spec.clamp_min(1e-30))
         if self.log:
-            spec = torch.log(spec.clamp_min(self.log_floor))
+            spec = self.floored_log(spec)
         return spec
