@@ -17,13 +17,42 @@ import numpy as np
 
 from ...core.safe_files import UnsafePathError, folder_below, open_regular
 
-__all__ = ["AudioFolder"]
+__all__ = ["AudioFolder", "audio_suffixes", "list_audio_files"]
 
 
-def _audio_suffixes() -> frozenset[str]:
+def audio_suffixes() -> frozenset[str]:
+    """The file suffixes soundfile reads (``.wav``, ``.flac``, …; headerless RAW left out)."""
     import soundfile
 
     return frozenset("." + fmt.lower() for fmt in soundfile.available_formats() if fmt.upper() != "RAW")
+
+
+def list_audio_files(folder: str | os.PathLike, what: str, subfolders: list[str] | None = None) -> list[str]:
+    """The audio files under ``folder`` (or only under its ``subfolders``), recursively, sorted per folder.
+
+    Links found in the walk are not descended into and linked files are skipped.
+
+    Raises:
+        ValueError: ``folder`` is not a folder, a sub-folder is missing or leads out, or no audio file is found
+            (the message names the folder as ``what`` — the argument's name).
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise ValueError(f"{what} {str(folder)!r} does not exist or is not a folder")
+    suffixes = audio_suffixes()
+    files: list[str] = []
+    for start in [root] if not subfolders else [_subfolder(root, name, what) for name in subfolders]:
+        for here, dirs, names in os.walk(start, followlinks=False):
+            dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(here, d)))
+            for name in sorted(names):
+                path = os.path.join(here, name)
+                if os.path.splitext(name)[1].lower() in suffixes and not os.path.islink(path):
+                    files.append(path)
+    if not files:
+        raise ValueError(
+            f"{what} {str(folder)!r} holds no audio files (looked for {', '.join(sorted(suffixes))}, recursively)"
+        )
+    return files
 
 
 def _subfolder(root: Path, name: str, what: str) -> Path:
@@ -68,21 +97,7 @@ class AudioFolder:
         cache: bool = True,
     ):
         root = Path(folder)
-        if not root.is_dir():
-            raise ValueError(f"{what} {str(folder)!r} does not exist or is not a folder")
-        suffixes = _audio_suffixes()
-        files: list[Path] = []
-        for start in [root] if not subfolders else [_subfolder(root, name, what) for name in subfolders]:
-            for here, dirs, names in os.walk(start, followlinks=False):
-                dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(here, d)))
-                for name in sorted(names):
-                    path = Path(here, name)
-                    if path.suffix.lower() in suffixes and not path.is_symlink():
-                        files.append(path)
-        if not files:
-            raise ValueError(
-                f"{what} {str(folder)!r} holds no audio files (looked for {', '.join(sorted(suffixes))}, recursively)"
-            )
+        files = [Path(f) for f in list_audio_files(folder, what, subfolders)]
         self.folder, self.files, self.sample_rate, self.what, self.cache = root, files, sample_rate, what, cache
         self._decoded: dict[int, np.ndarray] = {}
 

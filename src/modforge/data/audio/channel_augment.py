@@ -18,7 +18,7 @@ import numpy as np
 
 from ...core.registries import register_augmentation
 from .audio_folder import AudioFolder
-from .augment import Augmentation, _check_sample_rate, _power
+from .augment_base import Augmentation, check_sample_rate, mean_square, mix_at_snr
 
 __all__ = ["Babble", "BackgroundNoise", "Clipping", "DropChunk", "DropFreq", "Speed", "fit_to"]
 
@@ -49,7 +49,7 @@ class Speed(Augmentation):
     """
 
     def __init__(self, factors: list[float] | None = None, keep_length: bool = True, sample_rate: int = 16000):
-        _check_sample_rate(sample_rate)
+        check_sample_rate(sample_rate)
         factors = [0.9, 1.0, 1.1] if factors is None else [float(f) for f in factors]
         if not factors or any(not 0.5 <= f <= 2.0 for f in factors):
             raise ValueError(f"factors must be a non-empty list of speeds in [0.5, 2], got {factors}")
@@ -67,13 +67,6 @@ class Speed(Augmentation):
 
 
 # ------------------------------------------------------------------- noise from folders
-def _mix(x: np.ndarray, noise: np.ndarray, snr_db: float) -> np.ndarray:
-    signal_power, noise_power = _power(x), _power(noise)
-    if signal_power == 0.0 or noise_power == 0.0:
-        return x.astype(np.float64)
-    return x.astype(np.float64) + math.sqrt(signal_power / (noise_power * 10.0 ** (snr_db / 10.0))) * noise
-
-
 @register_augmentation("background_noise")
 class BackgroundNoise(Augmentation):
     """Add a random segment of a random recording under ``noise_dir`` (MUSAN-style: pick
@@ -99,7 +92,7 @@ class BackgroundNoise(Augmentation):
         cache: bool = True,
         sample_rate: int = 16000,
     ):
-        _check_sample_rate(sample_rate)
+        check_sample_rate(sample_rate)
         _check_range("snr", snr_min, snr_max)
         self.noise_dir, self.subfolders, self.snr_min, self.snr_max = noise_dir, subfolders, snr_min, snr_max
         self.sample_rate = sample_rate
@@ -107,7 +100,7 @@ class BackgroundNoise(Augmentation):
 
     def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         snr_db = float(rng.uniform(self.snr_min, self.snr_max))
-        return _mix(x, self._folder.segment(x.shape[0], rng), snr_db)
+        return mix_at_snr(x, self._folder.segment(x.shape[0], rng), snr_db)
 
 
 @register_augmentation("babble")
@@ -138,7 +131,7 @@ class Babble(Augmentation):
         cache: bool = True,
         sample_rate: int = 16000,
     ):
-        _check_sample_rate(sample_rate)
+        check_sample_rate(sample_rate)
         _check_range("speakers", speakers_min, speakers_max, floor=1)
         _check_range("snr", snr_min, snr_max)
         self.speech_dir, self.subfolders = speech_dir, subfolders
@@ -152,10 +145,10 @@ class Babble(Augmentation):
         babble = np.zeros(x.shape[0])
         for _ in range(talkers):
             segment = self._folder.segment(x.shape[0], rng)
-            power = _power(segment)
+            power = mean_square(segment)
             if power > 0.0:
                 babble += segment / math.sqrt(power)
-        return _mix(x, babble, snr_db)
+        return mix_at_snr(x, babble, snr_db)
 
 
 # ------------------------------------------------------------------------- drop_freq
@@ -218,7 +211,7 @@ class DropChunk(Augmentation):
         self, count_min: int = 1, count_max: int = 5, length_min: float = 0.01, length_max: float = 0.1,
         sample_rate: int = 16000,
     ):  # fmt: skip
-        _check_sample_rate(sample_rate)
+        check_sample_rate(sample_rate)
         _check_range("count", count_min, count_max, floor=0)
         _check_range("length", length_min, length_max, floor=0.0)
         self.count_min, self.count_max, self.length_min, self.length_max = count_min, count_max, length_min, length_max

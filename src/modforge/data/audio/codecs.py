@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...core.registries import register_augmentation
-from .augment import Augmentation, _check_sample_rate
+from .augment_base import Augmentation, check_sample_rate
 
 __all__ = ["CODECS", "Codec", "available_codecs", "codec_round_trip"]
 
@@ -262,7 +262,7 @@ class Codec(Augmentation):
         codec_rate: int | None = None,
         sample_rate: int = 16000,
     ):
-        _check_sample_rate(sample_rate)
+        check_sample_rate(sample_rate)
         names = [codecs] if isinstance(codecs, str) else list(codecs)
         if not names:
             raise ValueError("codecs needs at least one codec name")

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...core.registries import register_augmentation
 from .audio_folder import AudioFolder
-from .augment import Augmentation, _check_sample_rate, _power
+from .augment_base import Augmentation, check_sample_rate, mean_square
 
 __all__ = ["RoomImpulse", "SimulatedRoom", "reverberate"]
 
@@ -31,7 +31,7 @@ def reverberate(x: np.ndarray, rir: np.ndarray) -> np.ndarray:
         return x.astype(np.float64)
     rir = rir[int(np.argmax(np.abs(rir))) :]
     y = fftconvolve(x.astype(np.float64), rir)[: x.shape[0]]
-    before, after = _power(x), _power(y)
+    before, after = mean_square(x), mean_square(y)
     if after > 0.0 and before > 0.0:
         y *= np.sqrt(before / after)
     return y
@@ -50,7 +50,7 @@ class RoomImpulse(Augmentation):
     """
 
     def __init__(self, rir_dir: str, subfolders: list[str] | None = None, sample_rate: int = 16000):
-        _check_sample_rate(sample_rate)
+        check_sample_rate(sample_rate)
         self.rir_dir = rir_dir
         self.subfolders = subfolders
         self.sample_rate = sample_rate
@@ -85,7 +85,7 @@ class SimulatedRoom(Augmentation):
         max_order: int = 8,
         sample_rate: int = 16000,
     ):
-        _check_sample_rate(sample_rate)
+        check_sample_rate(sample_rate)
         if not 0 < rt60_min <= rt60_max:
             raise ValueError(f"need 0 < rt60_min <= rt60_max, got {rt60_min}, {rt60_max}")
         room_min = [3.0, 3.0, 2.4] if room_min is None else room_min
