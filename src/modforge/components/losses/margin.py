@@ -18,6 +18,9 @@ hypersphere. All three are standard in audio deepfake detection (ASVspoof system
 Besides ``forward(embedding, label) -> scalar loss`` each provides ``logits(embedding)``
 (scores whose argmax is the predicted class) and ``score(embedding)`` (a detection score,
 higher = more bona fide), so a model trained with one of them can predict and be scored.
+What they share — the checks, the class weights, the normalised cosine logits, ``logits``,
+``score`` and ``forward`` — is :class:`~.cosine_margin.CosineMarginLoss`; each loss here is its
+arguments and its ``margin_loss`` (TorchScript: see that base's note).
 """
 
 from __future__ import annotations
@@ -31,50 +34,13 @@ import torch.nn.functional as F
 
 from ...core.constraints import FiniteFloat, NonNegativeFloat, PositiveFloat, PositiveInt
 from ...core.registries import register_loss
-from ..base import Loss
+from .cosine_margin import CosineMarginLoss
 
 __all__ = ["ASoftmax", "AMSoftmax", "OCSoftmax"]
 
 
-def _check_dims(name: str, in_dim: int, num_classes: Optional[int], *, min_classes: int = 2) -> None:
-    if not isinstance(in_dim, int) or isinstance(in_dim, bool) or in_dim < 1:
-        raise ValueError(f"{name}: in_dim must be a positive int (the embedding size), got {in_dim!r}")
-    if num_classes is not None and (
-        not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < min_classes
-    ):
-        raise ValueError(f"{name}: num_classes must be an int of at least {min_classes}, got {num_classes!r}")
-
-
-def _check_bonafide_label(name: str, bonafide_label: int, num_classes: Optional[int]) -> None:
-    if not isinstance(bonafide_label, int) or isinstance(bonafide_label, bool) or bonafide_label < 0:
-        raise ValueError(f"{name}: bonafide_label must be a non-negative int, got {bonafide_label!r}")
-    if num_classes is not None and bonafide_label >= num_classes:
-        raise ValueError(
-            f"{name}: bonafide_label {bonafide_label} is not a class index below num_classes ({num_classes})"
-        )
-
-
-def _check_inputs(name: str, embedding: torch.Tensor, label: Optional[torch.Tensor], in_dim: int) -> None:
-    """Shape checks only (no look at the values: that would synchronise with the device)."""
-    if not isinstance(embedding, torch.Tensor) or embedding.dim() != 2 or embedding.shape[1] != in_dim:
-        shape = tuple(embedding.shape) if isinstance(embedding, torch.Tensor) else type(embedding).__name__
-        raise ValueError(f"{name}: expected an embedding of shape [batch, {in_dim}], got {shape}")
-    if label is None:
-        return
-    if not isinstance(label, torch.Tensor) or label.dim() != 1 or label.shape[0] != embedding.shape[0]:
-        shape = tuple(label.shape) if isinstance(label, torch.Tensor) else type(label).__name__
-        raise ValueError(f"{name}: expected integer labels of shape [{embedding.shape[0]}], got {shape}")
-    if label.is_floating_point() or label.is_complex() or label.dtype == torch.bool:
-        raise ValueError(f"{name}: labels must be integer class indices, got dtype {label.dtype}")
-
-
-def _cosines(embedding: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``[B, C]`` cosine of the angle between each embedding and each row of ``weight``."""
-    return F.linear(F.normalize(embedding, dim=1), F.normalize(weight, dim=1))
-
-
 @register_loss("am_softmax")
-class AMSoftmax(Loss):
+class AMSoftmax(CosineMarginLoss):
     """Additive margin softmax (Wang et al., 2018): cross-entropy over
     ``s · (cos θ_j − m · [j = y])``, where θ_j is the angle between the embedding and the
     weight of class j (both L2-normalised), so the true class must win by a cosine margin m.
@@ -90,13 +56,9 @@ class AMSoftmax(Loss):
         scale: s, the multiplier of the cosines (the paper uses 30).
         margin: m, subtracted from the true class's cosine (the paper finds 0.35 best).
         bonafide_label: class index of bona fide speech, used by ``score``.
-
-    Not scriptable by ``torch.jit.script``: its argument checks build lists of sizes TorchScript
-    cannot infer; losses run eager in every engine anyway (engines run the stages). The
-    ``torchscript`` engine traces it instead, with a warning (see the engines table in the README).
     """
 
-    input_key = "embedding"
+    loss_name = "am_softmax"
     out_dim_rule = "a scalar loss; logits() gives [batch, num_classes] cosines"
 
     def __init__(
@@ -107,36 +69,23 @@ class AMSoftmax(Loss):
         margin: NonNegativeFloat = 0.35,
         bonafide_label: int = 1,
     ):
-        super().__init__()
-        _check_dims("am_softmax", in_dim, num_classes)
+        super().__init__(in_dim, num_classes)
         if not scale > 0 or not math.isfinite(scale):
             raise ValueError(f"am_softmax: scale must be a positive number, got {scale!r}")
         if not 0.0 <= margin < 2.0:
             raise ValueError(f"am_softmax: margin must be in [0, 2) (a cosine difference), got {margin!r}")
-        _check_bonafide_label("am_softmax", bonafide_label, num_classes)
-        self.in_dim, self.num_classes = in_dim, num_classes
-        self.scale, self.margin, self.bonafide_label = float(scale), float(margin), bonafide_label
-        self.weight = nn.Parameter(torch.empty(num_classes, in_dim))
-        nn.init.xavier_uniform_(self.weight)
+        self.set_bonafide_label(bonafide_label, num_classes)
+        self.scale, self.margin = float(scale), float(margin)
+        self.add_class_weights(num_classes)
 
-    def logits(self, embedding: torch.Tensor) -> torch.Tensor:
-        """``[B, num_classes]`` cosines between the embeddings and the class weights."""
-        _check_inputs("am_softmax", embedding, None, self.in_dim)
-        return _cosines(embedding, self.weight)
-
-    def score(self, embedding: torch.Tensor) -> torch.Tensor:
-        """``[B]`` cosine to the bona fide class's weight (higher = more bona fide)."""
-        return self.logits(embedding)[:, self.bonafide_label]
-
-    def forward(self, embedding: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-        _check_inputs("am_softmax", embedding, label, self.in_dim)
-        cos = _cosines(embedding, self.weight)
-        margins = torch.zeros_like(cos).scatter(1, label.long().unsqueeze(1), self.margin)
-        return F.cross_entropy(self.scale * (cos - margins), label.long())
+    def margin_loss(self, cos: torch.Tensor, label: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy over ``s · (cos θ_j − m · [j = y])``."""
+        margins = torch.zeros_like(cos).scatter(1, label.unsqueeze(1), self.margin)
+        return F.cross_entropy(self.scale * (cos - margins), label)
 
 
 @register_loss("oc_softmax")
-class OCSoftmax(Loss):
+class OCSoftmax(CosineMarginLoss):
     """One-class softmax (Zhang, Jiang & Li, 2021). One learnable centre w; with
     ``ŝ = cos(embedding, w)``, each sample costs
 
@@ -161,13 +110,9 @@ class OCSoftmax(Loss):
         alpha: scale α inside the softplus (the paper: 20).
         bonafide_label: the label of bona fide speech in the training data (``logits`` keeps
             modforge's column order regardless: 0 = spoof, 1 = bona fide).
-
-    Not scriptable by ``torch.jit.script``: its argument checks build lists of sizes TorchScript
-    cannot infer; losses run eager in every engine anyway (engines run the stages). The
-    ``torchscript`` engine traces it instead, with a warning (see the engines table in the README).
     """
 
-    input_key = "embedding"
+    loss_name = "oc_softmax"
     out_dim_rule = "a scalar loss; logits() gives [batch, 2] (column 1 = bona fide)"
 
     def __init__(
@@ -179,8 +124,7 @@ class OCSoftmax(Loss):
         alpha: NonNegativeFloat = 20.0,
         bonafide_label: int = 1,
     ):
-        super().__init__()
-        _check_dims("oc_softmax", in_dim, num_classes)
+        super().__init__(in_dim, num_classes)
         if not (-1.0 <= m_fake < m_real <= 1.0):
             raise ValueError(
                 f"oc_softmax: margins must be cosines with -1 <= m_fake < m_real <= 1, got m_real={m_real!r}, "
@@ -188,26 +132,27 @@ class OCSoftmax(Loss):
             )
         if not alpha > 0 or not math.isfinite(alpha):
             raise ValueError(f"oc_softmax: alpha must be a positive number, got {alpha!r}")
-        _check_bonafide_label("oc_softmax", bonafide_label, num_classes)
-        self.in_dim = in_dim
+        self.set_bonafide_label(bonafide_label, num_classes)
         self.m_real, self.m_fake, self.alpha = float(m_real), float(m_fake), float(alpha)
-        self.bonafide_label = bonafide_label
         self.center = nn.Parameter(torch.empty(1, in_dim))
         nn.init.normal_(self.center)
 
+    def rows(self) -> torch.Tensor:
+        """The one bona fide centre."""
+        return self.center
+
     def score(self, embedding: torch.Tensor) -> torch.Tensor:
         """``[B]`` cosine to the bona fide centre (higher = more bona fide)."""
-        _check_inputs("oc_softmax", embedding, None, self.in_dim)
-        return _cosines(embedding, self.center).squeeze(1)
+        return self.cosines(embedding).squeeze(1)
 
     def logits(self, embedding: torch.Tensor) -> torch.Tensor:
         """``[B, 2]``: ``[m_real + m_fake − ŝ, ŝ]`` (column 1 = bona fide)."""
         s = self.score(embedding)
         return torch.stack([(self.m_real + self.m_fake) - s, s], dim=1)
 
-    def forward(self, embedding: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-        _check_inputs("oc_softmax", embedding, label, self.in_dim)
-        s = _cosines(embedding, self.center).squeeze(1)
+    def margin_loss(self, cos: torch.Tensor, label: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """The batch mean of ``softplus(α · (m_real − ŝ))`` (bona fide) or ``softplus(α · (ŝ − m_fake))``."""
+        s = cos.squeeze(1)
         bonafide = label == self.bonafide_label
         return F.softplus(self.alpha * torch.where(bonafide, self.m_real - s, s - self.m_fake)).mean()
 
@@ -224,7 +169,7 @@ def _chebyshev(c: torch.Tensor, m: int) -> torch.Tensor:
 
 
 @register_loss("a_softmax")
-class ASoftmax(Loss):
+class ASoftmax(CosineMarginLoss):
     """Angular softmax, SphereFace (Liu et al., 2017). Class weights are L2-normalised
     (no bias); the embedding keeps its norm. With θ_j the angle to class j, the logits are
     ``‖x‖ cos θ_j`` except the true class's, which becomes
@@ -254,13 +199,9 @@ class ASoftmax(Loss):
         lambda_gamma: annealing rate γ (reference: 0.12).
         lambda_power: annealing power (reference: 1).
         bonafide_label: class index of bona fide speech, used by ``score``.
-
-    Not scriptable by ``torch.jit.script``: its argument checks build lists of sizes TorchScript
-    cannot infer; losses run eager in every engine anyway (engines run the stages). The
-    ``torchscript`` engine traces it instead, with a warning (see the engines table in the README).
     """
 
-    input_key = "embedding"
+    loss_name = "a_softmax"
     out_dim_rule = "a scalar loss; logits() gives [batch, num_classes] cosines"
 
     def __init__(
@@ -274,8 +215,7 @@ class ASoftmax(Loss):
         lambda_power: NonNegativeFloat = 1.0,
         bonafide_label: int = 1,
     ):
-        super().__init__()
-        _check_dims("a_softmax", in_dim, num_classes)
+        super().__init__(in_dim, num_classes)
         if not isinstance(margin, int) or isinstance(margin, bool) or margin < 1:
             raise ValueError(f"a_softmax: margin must be a positive integer (the paper uses 4), got {margin!r}")
         for key, value in (("lambda_min", lambda_min), ("lambda_gamma", lambda_gamma), ("lambda_power", lambda_power)):
@@ -285,13 +225,11 @@ class ASoftmax(Loss):
             raise ValueError(
                 f"a_softmax: lambda_base must be a number no smaller than lambda_min ({lambda_min}), got {lambda_base!r}"
             )
-        _check_bonafide_label("a_softmax", bonafide_label, num_classes)
-        self.in_dim, self.num_classes, self.margin = in_dim, num_classes, margin
+        self.set_bonafide_label(bonafide_label, num_classes)
+        self.margin = margin
         self.lambda_base, self.lambda_min = float(lambda_base), float(lambda_min)
         self.lambda_gamma, self.lambda_power = float(lambda_gamma), float(lambda_power)
-        self.bonafide_label = bonafide_label
-        self.weight = nn.Parameter(torch.empty(num_classes, in_dim))
-        nn.init.xavier_uniform_(self.weight)
+        self.add_class_weights(num_classes)
         self.register_buffer("iteration", torch.zeros((), dtype=torch.long))
 
     def current_lambda(self) -> torch.Tensor:
@@ -309,19 +247,9 @@ class ASoftmax(Loss):
         sign = 1.0 - 2.0 * torch.remainder(k, 2.0)
         return sign * _chebyshev(c, m) - 2.0 * k
 
-    def logits(self, embedding: torch.Tensor) -> torch.Tensor:
-        """``[B, num_classes]`` cosines between the embeddings and the class weights."""
-        _check_inputs("a_softmax", embedding, None, self.in_dim)
-        return _cosines(embedding, self.weight)
-
-    def score(self, embedding: torch.Tensor) -> torch.Tensor:
-        """``[B]`` cosine to the bona fide class's weight (higher = more bona fide)."""
-        return self.logits(embedding)[:, self.bonafide_label]
-
-    def forward(self, embedding: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-        _check_inputs("a_softmax", embedding, label, self.in_dim)
-        label = label.long()
-        cos = _cosines(embedding, self.weight).clamp(-1.0, 1.0)
+    def margin_loss(self, cos: torch.Tensor, label: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy over ``‖x‖ cos θ_j``, the true class's blended with ``ψ(θ_y)``; counts the step."""
+        cos = cos.clamp(-1.0, 1.0)
         norm = embedding.norm(dim=1, keepdim=True)
         index = label.unsqueeze(1)
         cos_y = cos.gather(1, index)
