@@ -7,31 +7,24 @@ on stderr, is what modforge promises; a ``MemoryError``, a CPU-time kill (SIGXCP
 a finding.
 
 ``run_bounded_python(code)`` runs ``python -P -c code`` (never importing from the cwd);
-``run_bounded_cli(args)`` runs ``python -P -m modforge *args``.
+``run_bounded_cli(args)`` runs ``python -P -m modforge *args``. The limits are set by an exec'd
+wrapper (:mod:`exec_prelude`), not a ``preexec_fn``: no Python runs between fork and exec.
 """
 
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from exec_prelude import wrapped
+
 MEMORY_BYTES = 4 * 1024**3
 """Address space a child may map: importing torch (with its CUDA libraries) maps ~3 GB of virtual memory; a bomb needs far more."""
 CPU_SECONDS = 60
 WALL_SECONDS = 120
-
-
-def _limits(memory_bytes: int, cpu_seconds: int):  # noqa: ANN202 - a preexec_fn
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
 
 
 def run_bounded(argv: Sequence[str], *, cwd: str | os.PathLike | None = None, memory_bytes: int = MEMORY_BYTES,
@@ -40,8 +33,8 @@ def run_bounded(argv: Sequence[str], *, cwd: str | os.PathLike | None = None, me
     ``WALL_SECONDS`` is killed (``TimeoutExpired`` reaches the test: a hang is a failure)."""
     child_env = {**os.environ, "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(
-        list(argv), cwd=cwd, capture_output=True, text=True, timeout=WALL_SECONDS, env=child_env,
-        preexec_fn=_limits(memory_bytes, cpu_seconds), stdin=subprocess.DEVNULL,
+        wrapped(argv, memory_bytes=memory_bytes, cpu_seconds=cpu_seconds), cwd=cwd, capture_output=True, text=True,
+        timeout=WALL_SECONDS, env=child_env, stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 
 import pytest
 import torch
@@ -42,6 +43,20 @@ def helper(monkeypatch):
 
 def ckpt(folder, step: int):
     return folder / f"epoch0000-step{step:07d}.pt"
+
+
+def forked_exit_code(child: int, timeout: float = 60) -> int:
+    """The exit code of the forked ``child``. A child forked from this multi-threaded worker can hang
+    on a lock another thread held at the fork (before any line of its own runs, in an at-fork
+    handler): one still running after ``timeout`` is killed and fails the test instead of hanging it."""
+    deadline = time.monotonic() + timeout
+    while (done := os.waitpid(child, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            pytest.fail(f"the forked child did not finish in {timeout} s (killed)")
+        time.sleep(0.02)
+    return os.waitstatus_to_exitcode(done[1])
 
 
 def test_writer_commits_in_order_with_links_and_pruning_through_the_helper(tmp_path, helper):
@@ -144,10 +159,10 @@ def test_a_child_forked_while_jobs_are_pending_saves_and_waits_on_its_own(tmp_pa
             writer.submit(payload(7), tmp_path / "child" / "x.pt")
             writer.wait()
             os._exit(0 if step_of(tmp_path / "child" / "x.pt") == 7 and writer.unanswered == 0 else 1)
-        _, status = os.waitpid(child, 0)
+        code = forked_exit_code(child)
     finally:
         os.kill(helper.pid, signal.SIGCONT)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert code == 0
     writer.wait()
     assert step_of(tmp_path / "last.pt") == 1
 
@@ -161,8 +176,7 @@ def test_a_forked_child_does_not_use_its_parents_helper(tmp_path):
     child = os.fork()
     if child == 0:  # pragma: no cover - runs in the child
         os._exit(0 if HELPER.pid is None else 1)
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert forked_exit_code(child) == 0
 
 
 @pytest.mark.skipif(os.name != "posix", reason="process liveness via signal 0")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from exec_prelude import wrapped
 from modforge.cli.stops import RunStopped, Terminated, kept_lines, sigterm_interrupts, stopped
 from modforge.train.checkpoint import load_checkpoint
 
@@ -36,19 +37,14 @@ train:
 """
 
 
-def _default_sigint() -> None:
-    """The child's SIGINT as a terminal's would be: a test worker may run with SIGINT ignored,
-    which a child would inherit (and Python then never turns Ctrl-C into KeyboardInterrupt)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text(CONFIG)
     env = {**os.environ, "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": "1"}
+    # the child's SIGINT as a terminal's would be: a test worker may run with SIGINT ignored, which a
+    # child would inherit (and Python then never turns Ctrl-C into KeyboardInterrupt)
     child = subprocess.Popen(
-        [sys.executable, "-m", "modforge", "train", "c.yaml", "--run-dir", "run"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        stdin=subprocess.DEVNULL, preexec_fn=_default_sigint,
+        wrapped([sys.executable, "-m", "modforge", "train", "c.yaml", "--run-dir", "run"], default_sigint=True),
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     last = tmp_path / "run" / "checkpoints" / "last.pt"
     try:
