@@ -1,41 +1,35 @@
-"""What the dense detection heads (``fcos``, ``retinanet``) share: the batch they read and write
-(:class:`DenseDetectionHead`), their convolution towers, and the last step of inference — the
-candidates of every level become each image's detections by class-aware NMS.
+"""The batch side the dense detection heads (``fcos``, ``retinanet``) share: :class:`DenseDetectionHead`.
 
-Each head ranks its candidates in its own way (FCOS by probability × quality, RetinaNet by the
-class probability), keeps the best ``pre_nms_topk`` of each level and image, and hands them here
-as flat lists with the image each came from; :func:`detections_per_image` runs
-:func:`~modforge.components.boxes.batched_nms` image by image and writes United Perception's
-``dt_bboxes`` rows. TorchScript compiles it (once torchvision is imported: the NMS kernel).
+It reads the feature maps and the targets from the batch and writes the raw maps, the losses and
+the detections; it also keeps the settings both heads take (focal loss, inference), checks their
+common arguments, assigns a batch's targets image by image and describes the exported outputs.
+The network side is ``dense_net.py`` (towers, initialisation, locations), the last step of
+inference ``dense_inference.py`` (per-level top-k, class-aware NMS); their names are re-exported
+here, where the heads import them.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 import torch
-import torch.nn as nn
 
-from ..boxes import batched_nms
 from ..layouts import Layout
+from .dense_inference import detections_per_image, level_candidates, ranked_detections, thresholded
+from .dense_net import DenseNet, conv_tower, level_points, prior_bias
 
-__all__ = ["DenseDetectionHead", "conv_tower", "detections_per_image", "level_candidates", "prior_bias"]
-
-
-def conv_tower(in_channels: int, width: int, depth: int, groups: int) -> nn.Sequential:
-    """``depth`` × (3×3 conv → GroupNorm(``groups``) → ReLU); ``groups`` 0: 3×3 conv (with bias) → ReLU."""
-    layers: list[nn.Module] = []
-    for d in range(depth):
-        conv = nn.Conv2d(in_channels if d == 0 else width, width, 3, padding=1, bias=groups == 0)
-        layers += [conv, nn.GroupNorm(groups, width), nn.ReLU(inplace=True)] if groups else [conv, nn.ReLU(inplace=True)]
-    return nn.Sequential(*layers)
-
-
-def prior_bias(prior_prob: float) -> float:
-    """The classification bias whose sigmoid is ``prior_prob`` (RetinaNet's focal-loss prior)."""
-    return -math.log((1 - prior_prob) / prior_prob)
+__all__ = [
+    "DenseDetectionHead",
+    "DenseNet",
+    "conv_tower",
+    "detections_per_image",
+    "level_candidates",
+    "level_points",
+    "prior_bias",
+    "ranked_detections",
+    "thresholded",
+]
 
 
 class DenseDetectionHead:
@@ -49,6 +43,8 @@ class DenseDetectionHead:
     accepts = (Layout.MULTISCALE,)
     produces = Layout.MULTISCALE
     output_key = "logits"
+    export_columns: tuple[str, ...] = ("level",)  # an exported detector's columns after box and class probabilities
+    score_rule = "probability"  # how a detection's score follows from them (recorded for ``modforge predict``)
 
     def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
         features = self._input_maps(batch)
@@ -88,6 +84,58 @@ class DenseDetectionHead:
                              f"{sorted(set(labels.tolist()))}")  # fmt: skip
         return boxes, labels
 
+    def check_prior(self, prior_prob: float) -> None:
+        """The focal-loss prior must be a probability strictly inside (0, 1)."""
+        if not 0 < prior_prob < 1:
+            raise ValueError(f"{self.head_name}: prior_prob must be strictly between 0 and 1, got {prior_prob}")
+
+    def keep_settings(
+        self, num_classes: int, strides: list[int], focal_alpha: float, focal_gamma: float, score_threshold: float,
+        pre_nms_topk: int, nms_threshold: float, max_detections: int,
+    ) -> None:  # fmt: skip
+        """Keep the settings both heads take: classes, strides, the focal loss's and inference's."""
+        self.num_classes, self.strides = num_classes, strides
+        self.focal_alpha, self.focal_gamma = float(focal_alpha), float(focal_gamma)
+        self.score_threshold, self.pre_nms_topk = float(score_threshold), int(pre_nms_topk)
+        self.nms_threshold, self.max_detections = float(nms_threshold), int(max_detections)
+
+    def map_sizes(self, raw: list[torch.Tensor], targets: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+        """The (h, w) of each level's raw map, once the batch is checked to have one target per image."""
+        if len(targets) != raw[0].shape[0]:
+            raise ValueError(f"{self.head_name}: {len(targets)} targets for a batch of {raw[0].shape[0]} images")
+        return [[int(r.shape[2]), int(r.shape[3])] for r in raw]
+
+    def assign_each(
+        self,
+        targets: Sequence[Mapping[str, Any]],
+        dtype: torch.dtype,
+        device: torch.device,
+        assign_one: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(labels [B, P], boxes [B, P, 4])``: ``assign_one(boxes, labels)`` of each target's
+        :meth:`target_boxes`, stacked."""
+        labels, boxes = [], []
+        for target in targets:
+            assigned, regressed = assign_one(*self.target_boxes(target, dtype, device))
+            labels.append(assigned)
+            boxes.append(regressed)
+        return torch.stack(labels), torch.stack(boxes)
+
+    def export_settings(self) -> dict[str, Any]:
+        """How :meth:`export_outputs`' columns become detections: the post-processing rule and this
+        head's settings (recorded in an exported artifact's metadata, read by ``modforge predict``)."""
+        return {
+            "type": self.head_name,
+            "num_classes": int(self.num_classes),
+            "strides": [int(s) for s in self.strides],
+            "columns": ["x1", "y1", "x2", "y2", *[f"p_{k}" for k in range(self.num_classes)], *self.export_columns],
+            "score_threshold": self.score_threshold,
+            "pre_nms_topk": self.pre_nms_topk,
+            "nms_threshold": self.nms_threshold,
+            "max_detections": self.max_detections,
+            "score": self.score_rule,
+        }
+
     def _input_maps(self, batch: Mapping[str, Any]) -> list[torch.Tensor]:
         for key in ("embedding", "features"):
             maps = batch.get(key)
@@ -122,72 +170,3 @@ class DenseDetectionHead:
         else:
             height, width = features[0].shape[-2] * self.strides[0], features[0].shape[-1] * self.strides[0]
         return torch.tensor([[height, width]], device=device).expand(count, 2)
-
-
-def level_candidates(
-    boxes: torch.Tensor, ranking: torch.Tensor, topk: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The best ``topk`` (location, class) candidates of each image of one level, flat.
-
-    Args:
-        boxes: ``[B, P, 4]`` every location's (or anchor's) box, clipped to its image.
-        ranking: ``[B, P, C]`` the value each (location, class) is ranked by, −1 where the class
-            probability did not pass the score threshold (the caller sets it).
-        topk: candidates kept per image (at most ``P × C``).
-
-    Returns:
-        ``(boxes [N, 4], values [N], labels [N], images [N])`` of the candidates that passed,
-        each image's by decreasing value.
-    """
-    batch, classes = ranking.shape[0], ranking.shape[2]
-    k = min(topk, ranking.shape[1] * classes)
-    top, index = ranking.flatten(1).topk(k, dim=1)  # [B, k]
-    location = torch.div(index, classes, rounding_mode="floor")
-    images = torch.arange(batch, device=boxes.device).unsqueeze(1).expand(-1, k)
-    valid = top >= 0
-    chosen = boxes.gather(1, location.unsqueeze(2).expand(-1, -1, 4))
-    return chosen[valid], top[valid], torch.remainder(index, classes)[valid], images[valid]
-
-
-def detections_per_image(
-    level_boxes: list[torch.Tensor],
-    level_scores: list[torch.Tensor],
-    level_labels: list[torch.Tensor],
-    level_images: list[torch.Tensor],
-    batch: int,
-    nms_threshold: float,
-    max_detections: int,
-) -> torch.Tensor:
-    """``dt_bboxes`` ``[M, 7]`` (``batch_index, x1, y1, x2, y2, score, label``) from every
-    level's candidates: class-aware NMS within each image, at most ``max_detections`` per image
-    by decreasing score, images in order.
-
-    Args:
-        level_boxes: per level, ``[N, 4]`` candidates' boxes (clipped to their image).
-        level_scores: per level, ``[N]`` their final scores (what NMS and the output rank by).
-        level_labels: per level, ``[N]`` long classes.
-        level_images: per level, ``[N]`` long image index of each candidate.
-        batch: number of images.
-        nms_threshold: IoU above which the lower-scored box of a class is dropped.
-        max_detections: detections kept per image.
-    """
-    boxes, scores = torch.cat(level_boxes), torch.cat(level_scores)
-    labels, images = torch.cat(level_labels), torch.cat(level_images)
-    rows: list[torch.Tensor] = []
-    for i in range(batch):
-        mine = torch.nonzero(images == i).reshape(-1)
-        keep = mine[batched_nms(boxes[mine], scores[mine], labels[mine], nms_threshold)[:max_detections]]
-        rows.append(
-            torch.cat(
-                [
-                    images[keep].unsqueeze(1).to(boxes.dtype),
-                    boxes[keep],
-                    scores[keep].unsqueeze(1),
-                    labels[keep].unsqueeze(1).to(boxes.dtype),
-                ],
-                dim=1,
-            )
-        )
-    if len(rows) == 0:
-        return boxes.new_zeros(0, 7)
-    return torch.cat(rows)

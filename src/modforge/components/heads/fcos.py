@@ -80,24 +80,12 @@ from ...core.registries import register_head
 from ..base import Head
 from ..boxes import box_area, box_iou, decode_ltrb, encode_ltrb, load_torchvision_ops
 from ..losses.detection import giou_loss, quality_bce_loss, sigmoid_focal_loss
-from .dense import DenseDetectionHead, conv_tower, detections_per_image, level_candidates, prior_bias
+from .dense import DenseDetectionHead, DenseNet, conv_tower, level_points, ranked_detections, thresholded
 
 __all__ = ["FCOSHead", "FCOSNet", "fcos_decode", "fcos_outputs", "fcos_postprocess", "fcos_targets", "level_points"]
 
 INF = 1e8
 """The upper end of the last level's range (FCOS's ``INF``)."""
-
-
-def level_points(sizes: list[list[int]], strides: list[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The locations of every level, finest first, row-major within a level: ``[P, 2]``
-    ``(x, y)`` pixels, ``((j + ½)·s, (i + ½)·s)`` for map position ``(i, j)``."""
-    points: list[torch.Tensor] = []
-    for i in range(len(sizes)):  # indices, not zip: TorchScript's zip takes no strict=
-        ys = (torch.arange(sizes[i][0], dtype=dtype, device=device) + 0.5) * strides[i]
-        xs = (torch.arange(sizes[i][1], dtype=dtype, device=device) + 0.5) * strides[i]
-        grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
-        points.append(torch.stack([grid_x.reshape(-1), grid_y.reshape(-1)], dim=1))
-    return torch.cat(points, dim=0)
 
 
 def fcos_targets(
@@ -247,20 +235,13 @@ def fcos_postprocess(
         ``[M, 7]``: ``batch_index, x1, y1, x2, y2, score, label`` — images in order, each
         image's detections by decreasing score.
     """
-    batch = raw[0].shape[0]
-    all_boxes: list[torch.Tensor] = []
-    all_scores: list[torch.Tensor] = []
-    all_labels: list[torch.Tensor] = []
-    all_images: list[torch.Tensor] = []
+    level_boxes: list[torch.Tensor] = []
+    level_ranking: list[torch.Tensor] = []
     for n in range(len(raw)):
         boxes, prob, quality = fcos_decode([raw[n].detach().float()], [strides[n]], num_classes, image_sizes)
-        joint = torch.where(prob > score_threshold, prob * quality.unsqueeze(2), torch.full_like(prob, -1.0))
-        found, value, labels, images = level_candidates(boxes, joint, pre_nms_topk)
-        all_boxes.append(found)
-        all_scores.append(value.sqrt())
-        all_labels.append(labels)
-        all_images.append(images)
-    return detections_per_image(all_boxes, all_scores, all_labels, all_images, batch, nms_threshold, max_detections)
+        level_boxes.append(boxes)
+        level_ranking.append(thresholded(prob, score_threshold, prob * quality.unsqueeze(2)))
+    return ranked_detections(level_boxes, level_ranking, pre_nms_topk, nms_threshold, max_detections, True)
 
 
 class _Level(nn.Module):
@@ -277,7 +258,7 @@ class _Level(nn.Module):
         return self.project(x)
 
 
-class FCOSNet(nn.Module):
+class FCOSNet(DenseNet):
     """The network of :class:`FCOSHead`: feature maps → raw per-level maps
     ``[B, num_classes + 5, H_l, W_l]`` (class logits, distances in pixels, quality logit).
     Tensor-list in, tensor-list out: ``torch.jit.script``/``trace`` compile it.
@@ -304,29 +285,19 @@ class FCOSNet(nn.Module):
         prior_prob: float,
         quality_on_reg: bool,
     ):
-        super().__init__()
-        project = len(set(in_dim)) > 1
-        tower_in = width if project else in_dim[0]
-        self.levels = nn.ModuleList(_Level(c, width, project, s) for c, s in zip(in_dim, strides, strict=True))
-        self.cls_tower = conv_tower(tower_in, width, depth, groups)
-        self.reg_tower = conv_tower(tower_in, width, depth, groups)
+        super().__init__("fcos", in_dim, width)
+        self.levels = nn.ModuleList(_Level(c, width, self.projected, s) for c, s in zip(in_dim, strides, strict=True))
+        self.cls_tower = conv_tower(self.tower_in, width, depth, groups)
+        self.reg_tower = conv_tower(self.tower_in, width, depth, groups)
         self.cls_logits = nn.Conv2d(width, num_classes, 3, padding=1)
         self.bbox_pred = nn.Conv2d(width, 4, 3, padding=1)
         self.quality = nn.Conv2d(width, 1, 3, padding=1)
         self.quality_on_reg = quality_on_reg
-        self.num_levels = len(in_dim)
-        for module in self.modules():
-            if isinstance(module, nn.Conv2d) and module.kernel_size == (3, 3):
-                nn.init.normal_(module.weight, std=0.01)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-        nn.init.constant_(self.cls_logits.bias, prior_bias(prior_prob))
+        self.init_weights([self.cls_tower, self.reg_tower, self.cls_logits, self.bbox_pred, self.quality], self.cls_logits,
+                          prior_prob)  # fmt: skip
 
     def forward(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
-        if len(features) != self.num_levels:
-            raise ValueError(
-                "fcos: expected " + str(self.num_levels) + " feature levels (one per stride), got " + str(len(features))
-            )
+        self.check_levels(features)
         outs: list[torch.Tensor] = []
         for i, level in enumerate(self.levels):
             x = level(features[i])
@@ -371,6 +342,8 @@ class FCOSHead(DenseDetectionHead, Head):
 
     out_dim_rule = "num_classes + 5 channels per level (class logits, 4 distances, quality logit)"
     head_name = "fcos"
+    export_columns = ("quality", "level")
+    score_rule = "sqrt(probability * quality)"
 
     def __init__(
         self,
@@ -405,8 +378,7 @@ class FCOSHead(DenseDetectionHead, Head):
                 f"fcos: regress_ranges must be {levels - 1} increasing boundaries (one between each pair of levels), "
                 f"got {regress_ranges}"
             )
-        if not 0 < prior_prob < 1:
-            raise ValueError(f"fcos: prior_prob must be strictly between 0 and 1, got {prior_prob}")
+        self.check_prior(prior_prob)
         width = int(feat_channels) if feat_channels is not None else int(in_dim[0])
         self.net = FCOSNet(
             [int(c) for c in in_dim],
@@ -418,13 +390,11 @@ class FCOSHead(DenseDetectionHead, Head):
             prior_prob,
             quality_on_reg,
         )
-        self.num_classes, self.strides = num_classes, strides
+        self.keep_settings(num_classes, strides, focal_alpha, focal_gamma, score_threshold, pre_nms_topk, nms_threshold,
+                           max_detections)  # fmt: skip
         bounds = [0.0, *[float(b) for b in regress_ranges], INF]
         self.regress_ranges = [(bounds[i], bounds[i + 1]) for i in range(levels)]
         self.center_radius, self.quality_kind = float(center_radius), quality
-        self.focal_alpha, self.focal_gamma = float(focal_alpha), float(focal_gamma)
-        self.score_threshold, self.pre_nms_topk = float(score_threshold), int(pre_nms_topk)
-        self.nms_threshold, self.max_detections = float(nms_threshold), int(max_detections)
         self.out_dim = [num_classes + 5] * levels
 
     # ------------------------------------------------------------- inference
@@ -448,21 +418,6 @@ class FCOSHead(DenseDetectionHead, Head):
         Threshold, top-k and NMS are left to whoever runs the artifact (see :meth:`export_settings`)."""
         return fcos_outputs(self.net(self._input_maps(batch)), self.strides, self.num_classes)
 
-    def export_settings(self) -> dict[str, Any]:
-        """How :meth:`export_outputs`' columns become detections: the post-processing rule and this
-        head's settings (recorded in an exported artifact's metadata, read by ``modforge predict``)."""
-        return {
-            "type": "fcos",
-            "num_classes": int(self.num_classes),
-            "strides": [int(s) for s in self.strides],
-            "columns": ["x1", "y1", "x2", "y2", *[f"p_{k}" for k in range(self.num_classes)], "quality", "level"],
-            "score_threshold": self.score_threshold,
-            "pre_nms_topk": self.pre_nms_topk,
-            "nms_threshold": self.nms_threshold,
-            "max_detections": self.max_detections,
-            "score": "sqrt(probability * quality)",
-        }
-
     # --------------------------------------------------------------- training
     def assign(
         self, sizes: list[list[int]], targets: Sequence[Mapping[str, Any]], dtype: torch.dtype, device: torch.device
@@ -476,24 +431,22 @@ class FCOSHead(DenseDetectionHead, Head):
         ranges = torch.repeat_interleave(
             torch.tensor(self.regress_ranges, dtype=dtype, device=device), per_level, dim=0
         )
-        labels, boxes = [], []
-        for target in targets:
-            gt_boxes, gt_labels = self.target_boxes(target, dtype, device)
-            assigned, regressed = fcos_targets(
+        labels, boxes = self.assign_each(
+            targets,
+            dtype,
+            device,
+            lambda gt_boxes, gt_labels: fcos_targets(
                 points, strides, ranges, gt_boxes, gt_labels, self.num_classes, self.center_radius
-            )
-            labels.append(assigned)
-            boxes.append(regressed)
-        return points, torch.stack(labels), torch.stack(boxes)
+            ),
+        )
+        return points, labels, boxes
 
     def losses(self, raw: list[torch.Tensor], targets: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         """``cls_loss``, ``box_loss`` and ``quality_loss`` of raw maps against a batch's targets."""
-        if len(targets) != raw[0].shape[0]:
-            raise ValueError(f"fcos: {len(targets)} targets for a batch of {raw[0].shape[0]} images")
+        sizes = self.map_sizes(raw, targets)
         c = self.num_classes
         # [B, P, C + 5], in float32 under mixed precision too (as mmdetection: focal and IoU terms need the range)
         flat = torch.cat([r.flatten(2).transpose(1, 2) for r in raw], dim=1).float()
-        sizes = [[int(r.shape[2]), int(r.shape[3])] for r in raw]
         points, labels, boxes = self.assign(sizes, targets, flat.dtype, flat.device)
         positive = labels < c
         num_pos = positive.sum().clamp(min=1).to(flat.dtype)

@@ -62,7 +62,7 @@ from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Pr
 from ...core.registries import register_head
 from ..base import Head
 from ..boxes import clip_to_image, decode_deltas, encode_deltas, load_torchvision_ops
-from .dense import DenseDetectionHead, conv_tower, detections_per_image, level_candidates, prior_bias
+from .dense import DenseDetectionHead, DenseNet, conv_tower, level_points, ranked_detections, thresholded
 
 __all__ = [
     "RetinaNetHead",
@@ -106,10 +106,7 @@ def level_anchors(
     ``((j + ½)·s, (i + ½)·s)``. No data-dependent shape: traces with free map sizes."""
     anchors: list[torch.Tensor] = []
     for i in range(len(sizes)):
-        ys = (torch.arange(sizes[i][0], dtype=dtype, device=device) + 0.5) * strides[i]
-        xs = (torch.arange(sizes[i][1], dtype=dtype, device=device) + 0.5) * strides[i]
-        grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
-        centres = torch.stack([grid_x.reshape(-1), grid_y.reshape(-1)], dim=1).repeat(1, 2)  # [HW, 4]
+        centres = level_points([sizes[i]], [strides[i]], dtype, device).repeat(1, 2)  # [HW, 4]
         cell = cell_anchors[i].to(device=device, dtype=dtype)
         anchors.append((centres[:, None, :] + cell[None, :, :]).reshape(-1, 4))
     return torch.cat(anchors, dim=0)
@@ -156,7 +153,7 @@ def retinanet_targets(
     return assigned, matched
 
 
-class RetinaNetNet(nn.Module):
+class RetinaNetNet(DenseNet):
     """The network of :class:`RetinaNetHead`: feature maps → raw per-level maps
     ``[B, A·(num_classes + 4), H_l, W_l]`` (every anchor's class logits, then every anchor's
     deltas). Tensor-list in, tensor-list out: ``torch.jit.script``/``trace`` compile it.
@@ -175,29 +172,16 @@ class RetinaNetNet(nn.Module):
         self, in_dim: list[int], num_classes: int, num_anchors: int, width: int, depth: int, groups: int,
         prior_prob: float,
     ):  # fmt: skip
-        super().__init__()
-        project = len(set(in_dim)) > 1
-        tower_in = width if project else in_dim[0]
-        self.projections = nn.ModuleList(nn.Conv2d(c, width, 1) if project else nn.Identity() for c in in_dim)
-        self.cls_tower = conv_tower(tower_in, width, depth, groups)
-        self.box_tower = conv_tower(tower_in, width, depth, groups)
+        super().__init__("retinanet", in_dim, width)
+        self.projections = nn.ModuleList(nn.Conv2d(c, width, 1) if self.projected else nn.Identity() for c in in_dim)
+        self.cls_tower = conv_tower(self.tower_in, width, depth, groups)
+        self.box_tower = conv_tower(self.tower_in, width, depth, groups)
         self.cls_logits = nn.Conv2d(width, num_anchors * num_classes, 3, padding=1)
         self.bbox_pred = nn.Conv2d(width, num_anchors * 4, 3, padding=1)
-        self.num_levels = len(in_dim)
-        for module in [self.cls_tower, self.box_tower, self.cls_logits, self.bbox_pred]:
-            for conv in module.modules():
-                if isinstance(conv, nn.Conv2d):
-                    nn.init.normal_(conv.weight, std=0.01)
-                    if conv.bias is not None:
-                        nn.init.zeros_(conv.bias)
-        nn.init.constant_(self.cls_logits.bias, prior_bias(prior_prob))
+        self.init_weights([self.cls_tower, self.box_tower, self.cls_logits, self.bbox_pred], self.cls_logits, prior_prob)
 
     def forward(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
-        if len(features) != self.num_levels:
-            raise ValueError(
-                "retinanet: expected " + str(self.num_levels) + " feature levels (one per stride), got "
-                + str(len(features))
-            )  # fmt: skip
+        self.check_levels(features)
         outs: list[torch.Tensor] = []
         for i, projection in enumerate(self.projections):
             x = projection(features[i])
@@ -258,21 +242,13 @@ def retinanet_postprocess(
 ) -> torch.Tensor:
     """Detections ``[M, 7]`` (``batch_index, x1, y1, x2, y2, score, label``) from the raw maps
     (RetinaNet inference; the module doc)."""
-    batch = raw[0].shape[0]
-    all_boxes: list[torch.Tensor] = []
-    all_scores: list[torch.Tensor] = []
-    all_labels: list[torch.Tensor] = []
-    all_images: list[torch.Tensor] = []
+    level_boxes: list[torch.Tensor] = []
+    level_ranking: list[torch.Tensor] = []
     for n in range(len(raw)):
         boxes, prob, _ = retinanet_decode([raw[n].detach().float()], [strides[n]], [cell_anchors[n]], num_classes)
-        ranking = torch.where(prob > score_threshold, prob, torch.full_like(prob, -1.0))
-        found, value, labels, images = level_candidates(clip_to_image(boxes, image_sizes.unsqueeze(1)), ranking,
-                                                        pre_nms_topk)  # fmt: skip
-        all_boxes.append(found)
-        all_scores.append(value)
-        all_labels.append(labels)
-        all_images.append(images)
-    return detections_per_image(all_boxes, all_scores, all_labels, all_images, batch, nms_threshold, max_detections)
+        level_boxes.append(clip_to_image(boxes, image_sizes.unsqueeze(1)))
+        level_ranking.append(thresholded(prob, score_threshold, prob))
+    return ranked_detections(level_boxes, level_ranking, pre_nms_topk, nms_threshold, max_detections, False)
 
 
 @register_head("retinanet")
@@ -339,8 +315,7 @@ class RetinaNetHead(DenseDetectionHead, Head):
         super().__init__()
         _torchvision_ops()  # one clear error now, not at the first step
         strides = self.level_strides(in_dim, strides)
-        if not 0 < prior_prob < 1:
-            raise ValueError(f"retinanet: prior_prob must be strictly between 0 and 1, got {prior_prob}")
+        self.check_prior(prior_prob)
         if bg_iou > fg_iou:
             raise ValueError(f"retinanet: bg_iou ({bg_iou}) must not exceed fg_iou ({fg_iou}): an anchor would be "
                              "both an object and background")  # fmt: skip
@@ -355,12 +330,10 @@ class RetinaNetHead(DenseDetectionHead, Head):
         groups = math.gcd(norm_groups, width) if norm_groups else 0
         self.net = RetinaNetNet([int(c) for c in in_dim], num_classes, self.num_anchors, width, tower_depth, groups,
                                 prior_prob)  # fmt: skip
-        self.num_classes, self.strides = num_classes, strides
+        self.keep_settings(num_classes, strides, focal_alpha, focal_gamma, score_threshold, pre_nms_topk, nms_threshold,
+                           max_detections)  # fmt: skip
         self.fg_iou, self.bg_iou, self.low_quality_matches = float(fg_iou), float(bg_iou), bool(low_quality_matches)
-        self.focal_alpha, self.focal_gamma = float(focal_alpha), float(focal_gamma)
         self.box_loss_kind, self.smooth_l1_beta = box_loss, float(smooth_l1_beta)
-        self.score_threshold, self.pre_nms_topk = float(score_threshold), int(pre_nms_topk)
-        self.nms_threshold, self.max_detections = float(nms_threshold), int(max_detections)
         self.out_dim = [self.num_anchors * (num_classes + 4)] * len(strides)
 
     # ------------------------------------------------------------- inference
@@ -376,20 +349,6 @@ class RetinaNetHead(DenseDetectionHead, Head):
         top-k and NMS are left to whoever runs the artifact (:meth:`export_settings`)."""
         return retinanet_outputs(self.net(self._input_maps(batch)), self.strides, self.cell_anchors, self.num_classes)
 
-    def export_settings(self) -> dict[str, Any]:
-        """How :meth:`export_outputs`' columns become detections (recorded in an artifact's metadata)."""
-        return {
-            "type": "retinanet",
-            "num_classes": int(self.num_classes),
-            "strides": [int(s) for s in self.strides],
-            "columns": ["x1", "y1", "x2", "y2", *[f"p_{k}" for k in range(self.num_classes)], "level"],
-            "score_threshold": self.score_threshold,
-            "pre_nms_topk": self.pre_nms_topk,
-            "nms_threshold": self.nms_threshold,
-            "max_detections": self.max_detections,
-            "score": "probability",
-        }
-
     # --------------------------------------------------------------- training
     def assign(
         self, sizes: list[list[int]], targets: Sequence[Mapping[str, Any]], dtype: torch.dtype, device: torch.device
@@ -397,25 +356,24 @@ class RetinaNetHead(DenseDetectionHead, Head):
         """Targets of a batch: ``(anchors [P, 4], labels [B, P], boxes [B, P, 4])`` for maps of
         ``sizes``; label ``num_classes`` is background, :data:`IGNORED` no loss."""
         anchors = level_anchors(sizes, self.strides, self.cell_anchors, dtype, device)
-        labels, boxes = [], []
-        for target in targets:
-            gt_boxes, gt_labels = self.target_boxes(target, dtype, device)
-            assigned, matched = retinanet_targets(anchors, gt_boxes, gt_labels, self.num_classes, self.fg_iou,
-                                                  self.bg_iou, self.low_quality_matches)  # fmt: skip
-            labels.append(assigned)
-            boxes.append(matched)
-        return anchors, torch.stack(labels), torch.stack(boxes)
+        labels, boxes = self.assign_each(
+            targets,
+            dtype,
+            device,
+            lambda gt_boxes, gt_labels: retinanet_targets(
+                anchors, gt_boxes, gt_labels, self.num_classes, self.fg_iou, self.bg_iou, self.low_quality_matches
+            ),
+        )
+        return anchors, labels, boxes
 
     def losses(self, raw: list[torch.Tensor], targets: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         """``cls_loss`` and ``box_loss`` of raw maps against a batch's targets."""
-        if len(targets) != raw[0].shape[0]:
-            raise ValueError(f"retinanet: {len(targets)} targets for a batch of {raw[0].shape[0]} images")
+        sizes = self.map_sizes(raw, targets)
         ops = _torchvision_ops()
         c = self.num_classes
         flat = [_flatten_level(r.float(), self.num_anchors, c) for r in raw]  # float32 under mixed precision too
         logits = torch.cat([f[0] for f in flat], dim=1)
         deltas = torch.cat([f[1] for f in flat], dim=1)
-        sizes = [[int(r.shape[2]), int(r.shape[3])] for r in raw]
         anchors, labels, boxes = self.assign(sizes, targets, logits.dtype, logits.device)
         positive = (labels >= 0) & (labels < c)
         num_pos = positive.sum().clamp(min=1).to(logits.dtype)
