@@ -28,7 +28,8 @@ from typing import Any, Union
 import numpy as np
 
 from .challenge_metrics import eer, min_dcf
-from .detection import _dcf_weights, _scores_labels
+from .costs import dcf_weights
+from .trials import scores_labels
 
 __all__ = ["bootstrap_ci", "bootstrap_values", "eer_mindcf_ci", "resample_indices"]
 
@@ -58,7 +59,7 @@ def resample_indices(labels: np.ndarray, n: int, seed: int) -> Iterator[np.ndarr
 
 def _fast_values(s: np.ndarray, y: np.ndarray, n: int, seed: int, costs: dict[str, float]) -> dict[str, np.ndarray]:
     """EER and minDCF of every resample, via counts over the once-sorted trials."""
-    _dcf_weights(costs["p_spoof"], costs["c_miss"], costs["c_fa"])  # validates the cost model
+    dcf_weights(costs["p_spoof"], costs["c_miss"], costs["c_fa"])  # validates the cost model
     p_bona = 1.0 - costs["p_spoof"]
     c_miss, c_fa = costs["c_miss"], costs["c_fa"]
     normaliser = min(c_miss * p_bona, c_fa * (1.0 - p_bona))  # challenge_metrics.min_dcf's, to the bit
@@ -96,7 +97,7 @@ def bootstrap_values(
     takes ``p_spoof``, ``c_miss``, ``c_fa`` keywords, ASVspoof 5 defaults) or a callable
     ``f(scores, labels) -> float`` on float64 scores and bool labels (True = bona fide).
     """
-    s, y = _scores_labels(scores, labels)
+    s, y = scores_labels(scores, labels)
     _check(n, 0.5)
     if isinstance(statistic, str):
         if statistic not in FAST:
@@ -131,7 +132,7 @@ def eer_mindcf_ci(scores: Any, labels: Any, *, n: int = 1000, seed: int = 0, lev
     ``n`` resamples, for a report: ``{"eer", "eer_ci_low", "eer_ci_high", "min_dcf",
     "min_dcf_ci_low", "min_dcf_ci_high"}`` (the first of each trio the full-set value)."""
     _check(n, level)
-    s, y = _scores_labels(scores, labels)
+    s, y = scores_labels(scores, labels)
     values = _fast_values(s, y, int(n), seed, {"p_spoof": 0.05, "c_miss": 1.0, "c_fa": 10.0})
     eer_low, eer_high = _interval(values["eer"], level)
     dcf_low, dcf_high = _interval(values["min_dcf"], level)

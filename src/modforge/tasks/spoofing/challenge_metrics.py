@@ -40,25 +40,11 @@ from typing import Any, Optional
 import numpy as np
 
 from . import detection
-from .detection import _asv_classes, _dcf_weights, _scores_labels
+from .costs import dcf_weights
+from .curves import challenge_det_curve
+from .trials import asv_classes, per_attack, scores_labels, target_vs_nontarget
 
 __all__ = ["act_dcf", "asv_eer_threshold", "challenge_det_curve", "eer", "min_dcf", "min_tdcf", "per_attack_eer"]
-
-
-def challenge_det_curve(scores: Any, labels: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The ASVspoof scripts' DET curve (``compute_det_curve``): ``(thresholds, p_miss,
-    p_fa)``, N + 1 points, point k rejecting the first k trials sorted by score with ties
-    bona fide first (see the module docstring)."""
-    s, y = _scores_labels(scores, labels)
-    order = np.lexsort((~y, s))  # by score; at equal scores bona fide (~y False) first
-    bona_rejected = np.cumsum(y[order])  # int64, after rejecting 1, 2, … N trials
-    n_bona, n_spoof = int(y.sum()), int((~y).sum())
-    spoof_accepted = n_spoof - (np.arange(1, s.size + 1) - bona_rejected)
-    p_miss = np.concatenate(([0.0], bona_rejected / n_bona))
-    p_fa = np.concatenate(([1.0], spoof_accepted / n_spoof))
-    ranked = s[order]
-    thresholds = np.concatenate(([ranked[0] - 0.001], ranked))
-    return thresholds, p_miss, p_fa
 
 
 def _eer_point(p_miss: np.ndarray, p_fa: np.ndarray) -> tuple[int, float]:
@@ -85,16 +71,7 @@ def per_attack_eer(scores: Any, labels: Any, attacks: Sequence[Any] | np.ndarray
     """:func:`eer` of each attack: that attack's spoofs against *all* bona fide trials (the
     scripts' per-attack breakdown). ``attacks``: one id per trial (those of bona fide trials
     are ignored). Returns ``{attack id (str): EER}`` sorted by id."""
-    s, y = _scores_labels(scores, labels)
-    ids = np.asarray(attacks, dtype=object).reshape(-1)
-    if ids.size != s.size:
-        raise ValueError(f"attacks must have one id per trial ({s.size}), got {ids.size}")
-    names = np.array([str(a) for a in ids], dtype=object)
-    result = {}
-    for attack in sorted(set(names[~y])):
-        keep = y | (names == attack)
-        result[attack] = eer(s[keep], y[keep])[0]
-    return result
+    return per_attack(scores, labels, attacks, eer)
 
 
 def min_dcf(scores: Any, labels: Any, p_spoof: float = 0.05, c_miss: float = 1.0, c_fa: float = 10.0) -> float:
@@ -108,7 +85,7 @@ def min_dcf(scores: Any, labels: Any, p_spoof: float = 0.05, c_miss: float = 1.0
     :func:`.detection.min_dcf` agrees to rounding.) Defaults are ASVspoof 5's:
     ``(0.95 P_miss + 0.5 P_fa) / 0.5``.
     """
-    _dcf_weights(p_spoof, c_miss, c_fa)  # validates the cost model
+    dcf_weights(p_spoof, c_miss, c_fa)  # validates the cost model
     _, p_miss, p_fa = challenge_det_curve(scores, labels)
     p_bona = 1.0 - p_spoof
     cost = c_miss * p_miss * p_bona + c_fa * p_fa * (1.0 - p_bona)
@@ -121,8 +98,8 @@ def act_dcf(scores: Any, labels: Any, p_spoof: float = 0.05, c_miss: float = 1.0
     (−0.6419 with the defaults), bona fide accepted when ``score >= threshold``;
     ``(C_miss (1 − p_spoof) P_miss + C_fa p_spoof P_fa) / min(C_fa p_spoof, C_miss (1 − p_spoof))``.
     """
-    w_miss, w_fa = _dcf_weights(p_spoof, c_miss, c_fa)
-    s, y = _scores_labels(scores, labels)
+    w_miss, w_fa = dcf_weights(p_spoof, c_miss, c_fa)
+    s, y = scores_labels(scores, labels)
     threshold = -np.log(w_miss / w_fa)  # the script's −ln β, to the last bit
     rate_miss = np.sum(s[y] < threshold) / int(y.sum())
     rate_fa = np.sum(s[~y] >= threshold) / int((~y).sum())
@@ -134,27 +111,13 @@ def asv_eer_threshold(asv_scores: Any, asv_labels: Any) -> float:
     target vs nontarget ASV scores (``compute_eer(tar_asv, non_asv)``). The script then
     accepts ``asv score >= threshold``, so the trial at the threshold — the last one the
     EER point rejects — counts as accepted; :func:`min_tdcf` does the same."""
-    groups = _asv_classes(asv_scores, asv_labels)
-    both = np.concatenate((groups["target"], groups["nontarget"]))
-    is_target = np.concatenate((np.ones(groups["target"].size, bool), np.zeros(groups["nontarget"].size, bool)))
-    return eer(both, is_target)[1]
+    return eer(*target_vs_nontarget(asv_classes(asv_scores, asv_labels)))[1]
 
 
 def min_tdcf(
-    cm_scores: Any,
-    cm_labels: Any,
-    asv_scores: Any,
-    asv_labels: Any,
-    *,
-    p_target: float = 0.9405,
-    p_nontarget: float = 0.0095,
-    p_spoof: float = 0.05,
-    c_miss_asv: float = 1.0,
-    c_fa_asv: float = 10.0,
-    c_miss_cm: float = 1.0,
-    c_fa_cm: float = 10.0,
-    asv_threshold: Optional[float] = None,
-) -> float:
+    cm_scores: Any, cm_labels: Any, asv_scores: Any, asv_labels: Any, *, asv_threshold: Optional[float] = None,
+    **costs: float,
+) -> float:  # fmt: skip
     """Normalised minimum t-DCF of the ASVspoof 2019 challenge (``evaluate_tDCF_asvspoof19.py``;
     the "legacy" t-DCF of later packages), equal to the script's value.
 
@@ -164,24 +127,13 @@ def min_tdcf(
     P_miss_asv) − p_nontarget C_fa_asv P_fa_asv``, ``C2 = C_fa_cm p_spoof (1 −
     P_miss_spoof_asv)``), the minimum over the CM's operating points of ``(C1 P_miss_cm +
     C2 P_fa_cm) / min(C1, C2)`` — the same minimum as over the script's trial-by-trial
-    curve, whose split ties are never cheaper than the tie's ends. The defaults are the
-    2019 cost model (p_spoof 0.05, p_target 0.95·0.99, p_nontarget 0.95·0.01, costs 1, 10,
-    1, 10). Raises ``ValueError`` where the script would divide by a zero weight (an ASV
-    that rejects every spoof) or refuse a negative one.
+    curve, whose split ties are never cheaper than the tie's ends. ``costs`` are that
+    function's keywords, defaults the 2019 cost model: ``p_target`` 0.9405 (0.95·0.99),
+    ``p_nontarget`` 0.0095 (0.95·0.01), ``p_spoof`` 0.05, ``c_miss_asv`` 1, ``c_fa_asv`` 10,
+    ``c_miss_cm`` 1, ``c_fa_cm`` 10. Raises ``ValueError`` where the script would divide by a
+    zero weight (an ASV that rejects every spoof) or refuse a negative one, ``TypeError`` for
+    an unknown cost keyword.
     """
     if asv_threshold is None:
         asv_threshold = asv_eer_threshold(asv_scores, asv_labels)
-    return detection.min_tdcf(
-        cm_scores,
-        cm_labels,
-        asv_scores,
-        asv_labels,
-        p_target=p_target,
-        p_nontarget=p_nontarget,
-        p_spoof=p_spoof,
-        c_miss_asv=c_miss_asv,
-        c_fa_asv=c_fa_asv,
-        c_miss_cm=c_miss_cm,
-        c_fa_cm=c_fa_cm,
-        asv_threshold=asv_threshold,
-    )
+    return detection.min_tdcf(cm_scores, cm_labels, asv_scores, asv_labels, asv_threshold=asv_threshold, **costs)

@@ -40,7 +40,9 @@ from typing import Any, Optional
 import numpy as np
 
 from .challenge_metrics import eer
+from .curves import asv_rates
 from .sasv_metrics import normalised_min_tdcf, tdcf_2021_costs
+from .trials import target_vs_nontarget
 
 __all__ = [
     "DF_LAYOUT",
@@ -137,11 +139,10 @@ def tdcf_2021_coefficients(tar: np.ndarray, non: np.ndarray, spoof: np.ndarray) 
     tar, non, spoof = (np.asarray(a, dtype=np.float64) for a in (tar, non, spoof))
     if not (tar.size and non.size and spoof.size):
         return math.nan, math.nan, math.nan
-    both = np.concatenate((tar, non))
-    threshold = eer(both, np.concatenate((np.ones(tar.size, bool), np.zeros(non.size, bool))))[1]
+    groups = {"target": tar, "nontarget": non, "spoof": spoof}
+    rates = asv_rates(groups, eer(*target_vs_nontarget(groups))[1])
     cm = COST_MODEL
-    return tdcf_2021_costs(np.sum(tar < threshold) / tar.size, np.sum(non >= threshold) / non.size,
-                           np.sum(spoof >= threshold) / spoof.size, p_target=cm["Ptar"], p_nontarget=cm["Pnon"],
+    return tdcf_2021_costs(rates["p_miss"], rates["p_fa"], rates["p_fa_spoof"], p_target=cm["Ptar"], p_nontarget=cm["Pnon"],
                            p_spoof=cm["Pspoof"], c_miss=cm["Cmiss"], c_fa=cm["Cfa"], c_fa_spoof=cm["Cfa_spoof"])  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...core.safe_files import save_figure
+from ..figures import drawing
 
 __all__ = ["plot_det"]
 
@@ -18,15 +18,12 @@ _TICKS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95]
 
 def plot_det(curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]], path: Path, *, title: str = "") -> Path:
     """Draw ``{label: (p_fa, p_miss, eer)}`` to ``path`` (PNG) and return it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from scipy.stats import norm
 
     low, high = 2e-3, 0.99
-    fig, ax = plt.subplots(figsize=(5.2, 5.0))
-    try:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with drawing(path, figsize=(5.2, 5.0)) as (_, ax):
         for label, (p_fa, p_miss, eer) in curves.items():
             x = norm.ppf(np.clip(p_fa, low, high))
             y = norm.ppf(np.clip(p_miss, low, high))
@@ -46,10 +43,4 @@ def plot_det(curves: Mapping[str, tuple[np.ndarray, np.ndarray, float]], path: P
         ax.legend(fontsize=7, loc="upper right")
         if title:
             ax.set_title(title, fontsize=9)
-        fig.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_figure(fig, path, dpi=110)
-    finally:
-        plt.close(fig)
     return path

@@ -33,6 +33,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .costs import check_priors, dcf_weights, positive_costs
+from .curves import asv_rates, operating_points
+from .trials import ASV_CLASSES, asv_classes, per_attack, scores_labels, target_vs_nontarget
+
 __all__ = [
     "ASV_CLASSES",
     "act_dcf",
@@ -47,77 +51,12 @@ __all__ = [
     "pav",
 ]
 
-ASV_CLASSES = ("target", "nontarget", "spoof")
-"""The ASV trial classes of :func:`min_tdcf` (ASVspoof 2019 ASV keys)."""
-
-
-# ----------------------------------------------------------------------------- inputs
-def _scores_labels(scores: Any, labels: Any, *, need_both: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Validated ``(scores float64 [N], labels bool [N], True = bona fide)``."""
-    s = np.asarray(scores, dtype=np.float64).reshape(-1)
-    raw = np.asarray(labels).reshape(-1)
-    if s.shape != raw.shape:
-        raise ValueError(f"scores and labels must have the same length, got {s.size} scores and {raw.size} labels")
-    if not np.isfinite(s).all():
-        raise ValueError(f"scores must be finite numbers; {int((~np.isfinite(s)).sum())} are NaN or infinite")
-    if raw.dtype == bool:
-        y = raw
-    else:
-        try:
-            numeric = raw.astype(np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"labels must be 1 (bona fide) or 0 (spoof), got values of type {raw.dtype}") from None
-        bad = ~np.isin(numeric, (0.0, 1.0))
-        if bad.any():
-            shown = ", ".join(str(v) for v in np.unique(raw[bad])[:5])
-            raise ValueError(f"labels must be 1 (bona fide) or 0 (spoof), got {shown}")
-        y = numeric == 1.0
-    if need_both and (y.all() or not y.any()):
-        missing = "spoof (label 0)" if y.all() else "bona fide (label 1)"
-        raise ValueError(f"need both bona fide and spoof trials; there is no {missing} trial among {y.size}")
-    return s, y
-
-
-def _positive(name: str, value: float) -> float:
-    value = float(value)
-    if not value > 0 or not math.isfinite(value):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-    return value
-
-
-def _probability(name: str, value: float) -> float:
-    value = float(value)
-    if not 0.0 < value < 1.0:
-        raise ValueError(f"{name} must be a probability strictly between 0 and 1, got {value!r}")
-    return value
-
-
-# -------------------------------------------------------------------- operating points
-def operating_points(scores: Any, labels: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every operating point of a detector: ``(thresholds, p_miss, p_fa)``.
-
-    ``thresholds`` are the distinct scores in increasing order followed by ``+inf``;
-    ``p_miss[i]`` / ``p_fa[i]`` are the miss and false-alarm rates when trials with
-    ``score >= thresholds[i]`` are accepted as bona fide (see the module docstring).
-    ``p_miss`` rises from 0 to 1 and ``p_fa`` falls from 1 to 0.
-    """
-    s, y = _scores_labels(scores, labels)
-    unique, inverse = np.unique(s, return_inverse=True)
-    bona = np.bincount(inverse, weights=y.astype(np.float64), minlength=unique.size)
-    spoof = np.bincount(inverse, weights=(~y).astype(np.float64), minlength=unique.size)
-    n_bona, n_spoof = bona.sum(), spoof.sum()
-    # bona fide strictly below each threshold; spoofs at or above it
-    below = np.concatenate(([0.0], np.cumsum(bona)))
-    at_or_above = np.concatenate((np.cumsum(spoof[::-1])[::-1], [0.0]))
-    thresholds = np.concatenate((unique, [np.inf]))
-    return thresholds, below / n_bona, at_or_above / n_spoof
-
 
 def det_curve(scores: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``(P_fa, P_miss)`` at every operating point, ordered by increasing threshold (so
-    P_fa falls from 1 to 0 while P_miss rises from 0 to 1) — the points of a DET plot,
-    which draws them on normal-deviate axes (``scipy.stats.norm.ppf``; that transform,
-    and clipping the 0/1 end points, is the plotting side's job)."""
+    """``(P_fa, P_miss)`` at every operating point (:func:`.curves.operating_points`), ordered
+    by increasing threshold (so P_fa falls from 1 to 0 while P_miss rises from 0 to 1) — the
+    points of a DET plot, which draws them on normal-deviate axes (``scipy.stats.norm.ppf``;
+    that transform, and clipping the 0/1 end points, is the plotting side's job)."""
     _, p_miss, p_fa = operating_points(scores, labels)
     return p_fa, p_miss
 
@@ -168,24 +107,10 @@ def per_attack_eer(scores: Any, labels: Any, attacks: Sequence[Any] | np.ndarray
     Returns:
         ``{attack id (as str): EER}``, sorted by attack id.
     """
-    s, y = _scores_labels(scores, labels)
-    ids = np.asarray(attacks, dtype=object).reshape(-1)
-    if ids.size != s.size:
-        raise ValueError(f"attacks must have one id per trial ({s.size}), got {ids.size}")
-    names = np.array([str(a) for a in ids], dtype=object)
-    result = {}
-    for attack in sorted(set(names[~y])):
-        keep = y | (names == attack)
-        result[attack] = eer(s[keep], y[keep])[0]
-    return result
+    return per_attack(scores, labels, attacks, eer)
 
 
 # ------------------------------------------------------------------------------- DCF
-def _dcf_weights(p_spoof: float, c_miss: float, c_fa: float) -> tuple[float, float]:
-    p_spoof = _probability("p_spoof", p_spoof)
-    return _positive("c_miss", c_miss) * (1.0 - p_spoof), _positive("c_fa", c_fa) * p_spoof
-
-
 def min_dcf(scores: Any, labels: Any, p_spoof: float = 0.05, c_miss: float = 1.0, c_fa: float = 10.0) -> float:
     """Minimum normalised detection cost (ASVspoof 5's primary metric).
 
@@ -197,7 +122,7 @@ def min_dcf(scores: Any, labels: Any, p_spoof: float = 0.05, c_miss: float = 1.0
     prior ``1 − p_spoof``. ASVspoof 5 defaults: p_spoof 0.05, C_miss 1, C_fa 10, i.e.
     ``(0.95 P_miss + 0.5 P_fa) / 0.5``.
     """
-    w_miss, w_fa = _dcf_weights(p_spoof, c_miss, c_fa)
+    w_miss, w_fa = dcf_weights(p_spoof, c_miss, c_fa)
     _, p_miss, p_fa = operating_points(scores, labels)
     return float(np.min(w_miss * p_miss + w_fa * p_fa) / min(w_miss, w_fa))
 
@@ -208,8 +133,8 @@ def act_dcf(scores: Any, labels: Any, p_spoof: float = 0.05, c_miss: float = 1.0
     ``t = ln(C_fa p_spoof / (C_miss (1 − p_spoof)))`` (= −ln β of the ASVspoof 5 plan;
     −0.642 with the defaults), accepting ``score >= t``. It exceeds the minimum by the
     cost of miscalibration."""
-    w_miss, w_fa = _dcf_weights(p_spoof, c_miss, c_fa)
-    s, y = _scores_labels(scores, labels)
+    w_miss, w_fa = dcf_weights(p_spoof, c_miss, c_fa)
+    s, y = scores_labels(scores, labels)
     threshold = math.log(w_fa / w_miss)
     p_miss = float(np.mean(s[y] < threshold))
     p_fa = float(np.mean(s[~y] >= threshold))
@@ -225,7 +150,7 @@ def cllr(scores: Any, labels: Any) -> float:
     0 for perfect, confident LLRs; 1 for the uninformative ``s = 0``; unbounded for
     confident wrong ones (computed with ``logaddexp``, so large scores do not overflow).
     """
-    s, y = _scores_labels(scores, labels)
+    s, y = scores_labels(scores, labels)
     bona = np.mean(np.logaddexp(0.0, -s[y]))
     spoof = np.mean(np.logaddexp(0.0, s[~y]))
     return float((bona + spoof) / (2.0 * math.log(2.0)))
@@ -236,7 +161,7 @@ def pav(scores: Any, labels: Any) -> np.ndarray:
     the 0/1 labels in least squares, i.e. the maximum-likelihood monotone posterior
     ``P(bona fide | score)``, one value per trial. Tied scores are pooled into one block
     first (they must get the same value)."""
-    s, y = _scores_labels(scores, labels, need_both=False)
+    s, y = scores_labels(scores, labels, need_both=False)
     unique, inverse = np.unique(s, return_inverse=True)
     weight = np.bincount(inverse, minlength=unique.size).astype(np.float64)
     total = np.bincount(inverse, weights=y.astype(np.float64), minlength=unique.size)
@@ -263,7 +188,7 @@ def min_cllr(scores: Any, labels: Any) -> float:
     ``llr = logit(p) − ln(N_bona / N_spoof)``, then :func:`cllr`. It measures
     discrimination only; ``cllr − min_cllr`` is the calibration loss. Blocks with p = 0
     or 1 hold only spoofs or only bona fide trials, whose terms are then exactly 0."""
-    s, y = _scores_labels(scores, labels)
+    s, y = scores_labels(scores, labels)
     p = pav(s, y)
     odds = y.sum() / (~y).sum()  # prior odds bona fide : spoof in the data
     pb, ps = p[y], p[~y]  # pb > 0 (its block holds a bona fide trial), ps < 1 likewise
@@ -273,25 +198,6 @@ def min_cllr(scores: Any, labels: Any) -> float:
 
 
 # ----------------------------------------------------------------------------- t-DCF
-def _asv_classes(asv_scores: Any, asv_labels: Any) -> dict[str, np.ndarray]:
-    s = np.asarray(asv_scores, dtype=np.float64).reshape(-1)
-    keys = np.array([str(k).strip().lower() for k in np.asarray(asv_labels, dtype=object).reshape(-1)])
-    if s.shape != keys.shape:
-        raise ValueError(f"asv_scores and asv_labels must have the same length, got {s.size} and {keys.size}")
-    if not np.isfinite(s).all():
-        raise ValueError("asv_scores must be finite numbers")
-    unknown = sorted(set(keys) - set(ASV_CLASSES))
-    if unknown:
-        raise ValueError(f"ASV labels must be one of {', '.join(ASV_CLASSES)}; got {', '.join(unknown[:5])}")
-    groups = {name: s[keys == name] for name in ASV_CLASSES}
-    empty = [name for name, g in groups.items() if g.size == 0]
-    if empty:
-        raise ValueError(
-            f"the t-DCF needs ASV scores of target, nontarget and spoof trials; none for {', '.join(empty)}"
-        )
-    return groups
-
-
 def min_tdcf(
     cm_scores: Any,
     cm_labels: Any,
@@ -334,24 +240,13 @@ def min_tdcf(
         c_miss_asv, c_fa_asv, c_miss_cm, c_fa_cm: costs (1, 10, 1, 10).
         asv_threshold: ASV operating point; None = its EER threshold.
     """
-    priors = (p_target, p_nontarget, p_spoof)
-    if any(not p >= 0 for p in priors) or abs(sum(priors) - 1.0) > 1e-10:
-        raise ValueError(f"p_target, p_nontarget, p_spoof must be non-negative and sum to 1, got {priors}")
-    for name, cost in (
-        ("c_miss_asv", c_miss_asv),
-        ("c_fa_asv", c_fa_asv),
-        ("c_miss_cm", c_miss_cm),
-        ("c_fa_cm", c_fa_cm),
-    ):
-        _positive(name, cost)
-    asv = _asv_classes(asv_scores, asv_labels)
+    check_priors(p_target, p_nontarget, p_spoof)
+    positive_costs(c_miss_asv=c_miss_asv, c_fa_asv=c_fa_asv, c_miss_cm=c_miss_cm, c_fa_cm=c_fa_cm)
+    groups = asv_classes(asv_scores, asv_labels)
     if asv_threshold is None:
-        both = np.concatenate((asv["target"], asv["nontarget"]))
-        is_target = np.concatenate((np.ones(asv["target"].size, bool), np.zeros(asv["nontarget"].size, bool)))
-        asv_threshold = eer(both, is_target)[1]
-    p_miss_asv = float(np.mean(asv["target"] < asv_threshold))
-    p_fa_asv = float(np.mean(asv["nontarget"] >= asv_threshold))
-    p_miss_spoof_asv = float(np.mean(asv["spoof"] < asv_threshold))
+        asv_threshold = eer(*target_vs_nontarget(groups))[1]
+    asv = asv_rates(groups, asv_threshold)
+    p_miss_asv, p_fa_asv, p_miss_spoof_asv = asv["p_miss"], asv["p_fa"], asv["p_miss_spoof"]
     c1 = p_target * (c_miss_cm - c_miss_asv * p_miss_asv) - p_nontarget * c_fa_asv * p_fa_asv
     c2 = c_fa_cm * p_spoof * (1.0 - p_miss_spoof_asv)
     if not (c1 > 0 and c2 > 0):

@@ -15,7 +15,6 @@ All are errors or costs: lower is better.
 from __future__ import annotations
 
 import abc
-import os
 from collections.abc import Callable
 from typing import Any, ClassVar, Optional
 
@@ -26,17 +25,22 @@ from ...core.registries import register_metric
 from ...train.distributed import all_gather_objects
 from ...train.metrics import Metric
 from .challenge_metrics import act_dcf, challenge_det_curve, eer, min_dcf, min_tdcf, per_attack_eer
-from .detection import ASV_CLASSES, cllr, det_curve, min_cllr, operating_points
+from .costs import dcf_weights
+from .curves import operating_points
+from .detection import cllr, det_curve, min_cllr
 from .detection import eer as eer_interpolated
+from .trials import read_asv_scores
 
 __all__ = [
     "ActDCF",
     "Cllr",
+    "CostMetric",
     "EqualErrorRate",
     "InterpolatedEqualErrorRate",
     "MinCllr",
     "MinDCF",
     "MinTDCF",
+    "ScoreMetric",
     "TandemMetric",
     "act_dcf",
     "challenge_det_curve",
@@ -171,52 +175,51 @@ class InterpolatedEqualErrorRate(ScoreMetric):
         return eer_interpolated(scores, labels)[0]
 
 
-class _CostMetric(ScoreMetric):
+class CostMetric(ScoreMetric):
+    """Base of the DCF metrics: a CM cost model, checked when the metric is built (not at the
+    first evaluation), and ``cost``, the function ``(scores, labels, p_spoof, c_miss, c_fa) ->
+    float`` it evaluates."""
+
+    cost: ClassVar[Callable[..., float]]
+
     def __init__(
         self, num_classes: Optional[int] = None, p_spoof: float = 0.05, c_miss: float = 1.0, c_fa: float = 10.0
     ):
+        """A metric of this cost model, checked now (:func:`.costs.dcf_weights`).
+
+        Args:
+            num_classes: wired by the builder; must be 2 when given.
+            p_spoof: prior of a spoof (bona fide: 1 − p_spoof).
+            c_miss: cost of rejecting bona fide speech.
+            c_fa: cost of accepting a spoof.
+        """
         super().__init__(num_classes)
-        min_dcf([0.0, 1.0], [0, 1], p_spoof, c_miss, c_fa)  # validates the cost model now, not at the first eval
+        dcf_weights(p_spoof, c_miss, c_fa)
         self.p_spoof, self.c_miss, self.c_fa = p_spoof, c_miss, c_fa
+
+    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
+        return type(self).cost(scores, labels, self.p_spoof, self.c_miss, self.c_fa)
 
 
 @register_metric("min_dcf")
-class MinDCF(_CostMetric):
+class MinDCF(CostMetric):
     """Minimum normalised detection cost, ASVspoof 5's primary metric and its value
     (:func:`.challenge_metrics.min_dcf`, ``compute_mindcf``): ``min_t [C_miss (1−p_spoof)
-    P_miss(t) + C_fa p_spoof P_fa(t)] / min(C_miss (1−p_spoof), C_fa p_spoof)``.
-
-    Args:
-        num_classes: wired by the builder; must be 2 when given.
-        p_spoof: prior of a spoof (bona fide: 1 − p_spoof).
-        c_miss: cost of rejecting bona fide speech.
-        c_fa: cost of accepting a spoof.
-    """
+    P_miss(t) + C_fa p_spoof P_fa(t)] / min(C_miss (1−p_spoof), C_fa p_spoof)``."""
 
     name = "min_dcf"
-
-    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
-        return min_dcf(scores, labels, self.p_spoof, self.c_miss, self.c_fa)
+    cost = staticmethod(min_dcf)
 
 
 @register_metric("act_dcf")
-class ActDCF(_CostMetric):
+class ActDCF(CostMetric):
     """Actual normalised detection cost, ASVspoof 5's value
     (:func:`.challenge_metrics.act_dcf`, ``compute_actDCF``): the cost of ``min_dcf`` at
     the Bayes threshold ``−ln(C_miss (1 − p_spoof) / (C_fa p_spoof))``, for scores that
-    are natural-log likelihood ratios.
-
-    Args:
-        num_classes: wired by the builder; must be 2 when given.
-        p_spoof: prior of a spoof (bona fide: 1 − p_spoof).
-        c_miss: cost of rejecting bona fide speech.
-        c_fa: cost of accepting a spoof.
-    """
+    are natural-log likelihood ratios."""
 
     name = "act_dcf"
-
-    def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
-        return act_dcf(scores, labels, self.p_spoof, self.c_miss, self.c_fa)
+    cost = staticmethod(act_dcf)
 
 
 @register_metric("cllr")
@@ -249,47 +252,6 @@ class MinCllr(ScoreMetric):
 
     def value(self, scores: np.ndarray, labels: np.ndarray) -> float:
         return min_cllr(scores, labels)
-
-
-def read_asv_scores(path: str) -> tuple[np.ndarray, np.ndarray]:
-    """Read an ASVspoof 2019 ASV score file: ``(scores float64, classes str)``.
-
-    One trial per line, whitespace-separated, ``speaker_or_utterance class score`` — the
-    class (``target``, ``nontarget`` or ``spoof``) is the second-to-last field and the
-    score the last, so both the 3-column file of the ASVspoof 2019 package and the
-    6-column one of its later t-DCF package read. Blank lines and lines starting with
-    ``#`` are skipped.
-
-    Raises:
-        ValueError: a missing, unreadable, special (a FIFO) or oversized file (more than
-            :data:`~modforge.core.safe_files.MAX_TEXT_TABLE_BYTES`), or a malformed line (named
-            with its number, at most 200 characters of it quoted).
-    """
-    from ...core.safe_files import data_lines
-    from ...core.text_safety import quoted
-
-    path = os.path.expanduser(str(path))
-    scores, classes = [], []
-    for number, line in data_lines(path, what="ASV score file", error=ValueError):
-        fields = line.split()
-        where = f"{path}:{number}"
-        if len(fields) < 3:
-            raise ValueError(f"{where}: expected 'speaker_or_utterance class score', got {quoted(line.strip())}")
-        key = fields[-2].lower()
-        if key not in ASV_CLASSES:
-            raise ValueError(f"{where}: class must be one of {', '.join(ASV_CLASSES)}, got {quoted(fields[-2])}")
-        try:
-            score = float(fields[-1])
-        except ValueError:
-            raise ValueError(f"{where}: the score {quoted(fields[-1])} is not a number") from None
-        if not np.isfinite(score):
-            raise ValueError(f"{where}: the score {quoted(fields[-1])} is not finite")
-        scores.append(score)
-        classes.append(key)
-    missing = [name for name in ASV_CLASSES if name not in classes]
-    if missing:
-        raise ValueError(f"the ASV score file {path!r} has no {', '.join(missing)} trials (the t-DCF needs all three)")
-    return np.asarray(scores, dtype=np.float64), np.asarray(classes)
 
 
 class TandemMetric(ScoreMetric):

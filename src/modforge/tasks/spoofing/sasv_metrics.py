@@ -23,7 +23,7 @@
 
 Conventions are those of :mod:`.challenge_metrics`: higher scores favour bona fide / target,
 ``score >= threshold`` accepts, ASV classes are ``"target"``, ``"nontarget"``, ``"spoof"``
-(:data:`.detection.ASV_CLASSES`), and the arithmetic follows the scripts' operation order,
+(:data:`.trials.ASV_CLASSES`), and the arithmetic follows the scripts' operation order,
 so values agree to the last bit (the tests compare to 1e-12 against recorded outputs of the
 scripts themselves, ties included).
 """
@@ -35,18 +35,14 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 
 from ...core.registries import register_metric
-from .challenge_metrics import asv_eer_threshold, challenge_det_curve
-from .detection import _asv_classes, _positive
+from .challenge_metrics import asv_eer_threshold
+from .costs import check_priors, positive_costs
+from .curves import asv_rates, challenge_det_curve, ranked_classes
 from .metrics import TandemMetric
+from .trials import asv_classes
 
 __all__ = ["MinTDCF2021", "a_dcf", "asv_error_rates", "min_tdcf_2021", "normalised_min_tdcf", "t_eer", "tandem_curves",
            "tdcf_2021_costs"]
-
-
-def _priors(p_target: float, p_nontarget: float, p_spoof: float) -> None:
-    priors = (p_target, p_nontarget, p_spoof)
-    if any(not p >= 0 for p in priors) or abs(sum(priors) - 1.0) > 1e-10:
-        raise ValueError(f"p_target, p_nontarget, p_spoof must be non-negative and sum to 1, got {priors}")
 
 
 def asv_error_rates(asv_scores: Any, asv_labels: Any, asv_threshold: Optional[float] = None) -> dict[str, float]:
@@ -54,17 +50,10 @@ def asv_error_rates(asv_scores: Any, asv_labels: Any, asv_threshold: Optional[fl
     target vs nontarget, :func:`.challenge_metrics.asv_eer_threshold`), accepting
     ``score >= threshold`` as the scripts' ``obtain_asv_error_rates`` does:
     ``{"p_fa", "p_miss", "p_miss_spoof", "p_fa_spoof", "threshold"}``."""
-    groups = _asv_classes(asv_scores, asv_labels)
+    groups = asv_classes(asv_scores, asv_labels)
     if asv_threshold is None:
         asv_threshold = asv_eer_threshold(asv_scores, asv_labels)
-    tar, non, spf = groups["target"], groups["nontarget"], groups["spoof"]
-    return {
-        "p_fa": float(np.sum(non >= asv_threshold) / non.size),
-        "p_miss": float(np.sum(tar < asv_threshold) / tar.size),
-        "p_miss_spoof": float(np.sum(spf < asv_threshold) / spf.size),
-        "p_fa_spoof": float(np.sum(spf >= asv_threshold) / spf.size),
-        "threshold": float(asv_threshold),
-    }
+    return asv_rates(groups, asv_threshold)
 
 
 def min_tdcf_2021(
@@ -92,9 +81,8 @@ def min_tdcf_2021(
     Raises ``ValueError`` for bad inputs or where the script refuses: negative weights, or a
     zero normaliser (an error-free ASV that also rejects every spoof).
     """
-    _priors(p_target, p_nontarget, p_spoof)
-    for name, cost in (("c_miss", c_miss), ("c_fa", c_fa), ("c_fa_spoof", c_fa_spoof)):
-        _positive(name, cost)
+    check_priors(p_target, p_nontarget, p_spoof)
+    positive_costs(c_miss=c_miss, c_fa=c_fa, c_fa_spoof=c_fa_spoof)
     asv = asv_error_rates(asv_scores, asv_labels, asv_threshold)
     c0, c1, c2 = tdcf_2021_costs(asv["p_miss"], asv["p_fa"], asv["p_fa_spoof"], p_target=p_target,
                                  p_nontarget=p_nontarget, p_spoof=p_spoof, c_miss=c_miss, c_fa=c_fa,
@@ -147,15 +135,11 @@ def a_dcf(
     (``calculate_metrics.py``: p_target 0.9405, p_nontarget 0.0095, p_spoof 0.05, C_miss 1,
     C_fa_asv 10, C_fa_cm 10); the SASV paper's own defaults are 0.9, 0.05, 0.05, 1, 10, 20.
     """
-    _priors(p_target, p_nontarget, p_spoof)
-    for name, cost in (("c_miss", c_miss), ("c_fa_asv", c_fa_asv), ("c_fa_cm", c_fa_cm)):
-        _positive(name, cost)
-    groups = _asv_classes(sasv_scores, asv_labels)
+    check_priors(p_target, p_nontarget, p_spoof)
+    positive_costs(c_miss=c_miss, c_fa_asv=c_fa_asv, c_fa_cm=c_fa_cm)
+    groups = asv_classes(sasv_scores, asv_labels)
     tar, non, spf = groups["target"], groups["nontarget"], groups["spoof"]
-    pooled = np.concatenate((tar, non, spf))
-    cls = np.concatenate((np.zeros(tar.size, np.int8), np.ones(non.size, np.int8), np.full(spf.size, 2, np.int8)))
-    order = np.argsort(pooled, kind="mergesort")
-    ranked = cls[order]
+    pooled, order, ranked = ranked_classes(groups)
     zero = np.zeros(1, np.int64)
     misses = np.concatenate((zero, np.cumsum(ranked == 0)))
     fa_non = non.size - np.concatenate((zero, np.cumsum(ranked == 1)))
@@ -179,7 +163,7 @@ def tandem_curves(
     scores sorted stably (targets, nontargets, spoofs), point k rejecting the first k.
     """
     classes = np.array([str(k).strip().lower() for k in np.asarray(asv_labels, dtype=object).reshape(-1)])
-    groups = _asv_classes(asv_scores, classes)  # validates the ASV side
+    groups = asv_classes(asv_scores, classes)  # validates the ASV side
     cm = np.asarray(cm_scores, dtype=np.float64).reshape(-1)
     if cm.size != classes.size:
         raise ValueError(f"t-EER needs one CM score per ASV trial; got {cm.size} CM and {classes.size} ASV scores")
@@ -188,8 +172,7 @@ def tandem_curves(
     is_bona = np.concatenate((np.ones(cm_tar.size + cm_non.size, bool), np.zeros(cm_spf.size, bool)))
     _, p_miss_cm, p_fa_cm = challenge_det_curve(cm_pooled, is_bona)
     tar, non, spf = groups["target"], groups["nontarget"], groups["spoof"]
-    cls = np.concatenate((np.zeros(tar.size, np.int8), np.ones(non.size, np.int8), np.full(spf.size, 2, np.int8)))
-    ranked = cls[np.argsort(np.concatenate((tar, non, spf)), kind="mergesort")]
+    ranked = ranked_classes(groups)[2]
     zero = np.zeros(1)
     p_miss_asv = np.concatenate((zero, np.cumsum(ranked == 0) / tar.size))
     p_fa_non_asv = np.concatenate((zero + 1, 1 - np.cumsum(ranked == 1) / non.size))

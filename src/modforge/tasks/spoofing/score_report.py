@@ -7,7 +7,7 @@ organisers' values without writing glue. Inputs (whitespace-separated, ``#`` com
 * **CM scores** (:func:`.scores.read_score_file`): modforge's ``scores.txt`` (``utt score label
   attack``) or the ASVspoof 2019 organisers' CM file (``utt attack label score``) → EER (with its
   threshold), minDCF, actDCF, Cllr, bootstrap intervals of EER and minDCF, EER per attack.
-* **ASV scores** (``--asv``; :func:`.metrics.read_asv_scores`: ``speaker class score``, class
+* **ASV scores** (``--asv``; :func:`.trials.read_asv_scores`: ``speaker class score``, class
   target / nontarget / spoof, the 2019 package's file) → with the CM scores, min t-DCF of ASVspoof
   2019 and the revised min t-DCF of ASVspoof 2021 / 5 (the ASV at its EER threshold; CM and ASV
   trials need not match).
@@ -31,9 +31,9 @@ from ...core.errors import UsageError
 from ...core.safe_files import data_lines
 from ...core.text_safety import quoted
 from . import challenge_metrics, sasv_metrics
-from .metrics import read_asv_scores
 from .scores import read_score_file
 from .task import BOOTSTRAP_RESAMPLES, detection_report
+from .trials import read_asv_scores
 
 __all__ = ["read_tandem_scores", "score_report"]
 
