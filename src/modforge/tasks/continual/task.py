@@ -84,19 +84,12 @@ class ContinualTask(Task):
     def check_config(self, cfg: Any) -> None:
         continual_settings(cfg)  # unknown keys and bad values fail here, before data or model exist
 
-    def run(
-        self,
-        routines: RunRoutines,
-        cfg: Any,
-        run_dir: Path,
-        *,
-        resume: dict[str, Any] | None = None,
-        splits: Any = None,
-        restart: bool = False,
-    ) -> dict[str, Any]:
+    def run(self, routines: RunRoutines, cfg: Any, run_dir: Path, **options: Any) -> dict[str, Any]:
+        """:func:`.run.continual_run`: the task sequence trained by the algorithm (``options``:
+        :meth:`Task.run`'s ``resume``, ``splits``, ``restart``)."""
         from .run import continual_run
 
-        return continual_run(routines, cfg, run_dir, resume=resume, splits=splits, restart=restart)
+        return continual_run(routines, cfg, run_dir, **options)
 
     def evaluate(
         self, exp: Any, checkpoint: dict[str, Any], split: str, *, out_dir: Path | None, stem: str, what: str
