@@ -7,8 +7,7 @@ for ONNX artifacts that way.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .lazy import lazy_attributes
 
 __all__ = ["ArrayDataset", "DataSplits", "LoaderSettings", "ResumableRandomSampler", "make_loader"]
 
@@ -20,8 +19,4 @@ _WHERE = {
     "make_loader": ".loader",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'modforge.data' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name], __name__), name)
+__getattr__ = lazy_attributes(__name__, _WHERE)

@@ -23,11 +23,24 @@ import secrets
 import stat
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
 
 from ..core.json_limits import JsonLimitError, read_json
 from ..core.safe_files import UnsafePathError, foreign_entry, remove_tree
 
-__all__ = ["MAX_META_BYTES", "SetKind", "check_target", "make_staging", "publish", "split_counts"]
+__all__ = [
+    "MAX_META_BYTES",
+    "SetKind",
+    "check_seed",
+    "check_target",
+    "is_integer",
+    "make_staging",
+    "publish",
+    "split_counts",
+    "split_fractions",
+]
 
 log = logging.getLogger("modforge.data")
 
@@ -63,6 +76,30 @@ class SetKind:
             if len(wanted) == len(parts) and all(fnmatch.fnmatchcase(p, w) for p, w in zip(parts, wanted, strict=True)):
                 return True
         return False
+
+
+def is_integer(value: Any) -> bool:
+    """Whether ``value`` is an integer (Python's or numpy's) and not a bool — a generator's count or seed."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def check_seed(seed: Any) -> None:
+    """A ValueError unless ``seed`` is a non-negative integer."""
+    if not is_integer(seed) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+
+
+def split_fractions(split: Sequence[float], names: Sequence[str]) -> tuple[float, ...]:
+    """``split`` as three positive fractions summing to 1, one per split of ``names``; a ValueError naming
+    the splits otherwise."""
+    listed = ", ".join(names)
+    try:
+        fractions = tuple(float(f) for f in split)
+    except (TypeError, ValueError):
+        raise ValueError(f"split must be three fractions ({listed}), got {split!r}") from None
+    if len(fractions) != 3 or min(fractions) <= 0.0 or abs(sum(fractions) - 1.0) > 1e-6:
+        raise ValueError(f"split must be three positive fractions ({listed}) summing to 1, got {split!r}")
+    return fractions
 
 
 def split_counts(total: int, fractions: Sequence[float]) -> list[int]:

@@ -65,7 +65,7 @@ import soundfile as sf
 from scipy import signal
 
 from ...core.heartbeat import Heartbeat
-from ..generated_sets import SetKind, check_target, make_staging, publish, split_counts
+from ..generated_sets import SetKind, check_seed, check_target, make_staging, publish, split_counts, split_fractions
 from . import speech_synth as ss
 from .spoof_attacks import ATTACKS
 from .spoof_channels import CHANNELS, DEFAULT_EVAL_CHANNELS, apply_channel_condition, check_channels
@@ -167,18 +167,12 @@ def _validate(
     bonafide_share: float | None,
     workers: int,
 ) -> tuple[float, float, float]:
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_seed(seed)
     if not isinstance(sample_rate, (int, np.integer)) or not 16000 <= sample_rate <= 48000:
         raise ValueError(f"sample_rate must be an integer in 16000..48000 Hz, got {sample_rate!r}")
     if not isinstance(duration, (int, float)) or not MIN_DURATION <= float(duration) <= 60.0:
         raise ValueError(f"duration must be between {MIN_DURATION} and 60 seconds, got {duration!r}")
-    try:
-        fractions = tuple(float(f) for f in split)
-    except (TypeError, ValueError):
-        raise ValueError(f"split must be three fractions (train, dev, eval), got {split!r}") from None
-    if len(fractions) != 3 or min(fractions) <= 0.0 or abs(sum(fractions) - 1.0) > 1e-6:
-        raise ValueError(f"split must be three positive fractions (train, dev, eval) summing to 1, got {split!r}")
+    fractions = split_fractions(split, SPLITS)
     if not isinstance(speakers, (int, np.integer)) or speakers < 3:
         raise ValueError(f"speakers must be an integer >= 3 (the splits have disjoint speakers), got {speakers!r}")
     if bonafide_share is not None and not 0.0 < float(bonafide_share) < 1.0:

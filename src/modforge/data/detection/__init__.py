@@ -7,8 +7,7 @@ The names below are imported on first use, so importing the package costs nothin
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import lazy_attributes
 
 __all__ = [
     "AnnotationError",
@@ -30,8 +29,4 @@ _WHERE = {
     "make_shapes": ".shapes",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'modforge.data.detection' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name], __name__), name)
+__getattr__ = lazy_attributes(__name__, _WHERE)

@@ -58,7 +58,16 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..generated_sets import SetKind, check_target, make_staging, publish, split_counts
+from ..generated_sets import (
+    SetKind,
+    check_seed,
+    check_target,
+    is_integer,
+    make_staging,
+    publish,
+    split_counts,
+    split_fractions,
+)
 
 __all__ = [
     "DEFAULT_CLASSES",
@@ -303,24 +312,19 @@ def _render_job(job: tuple[int, int, ShapeSettings, str]) -> tuple[int, list[dic
     return index, anns
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
 def _validate(
     images: int, seed: int, split: Sequence[float], settings: ShapeSettings, workers: int
 ) -> tuple[float, ...]:
     s = settings
-    if not _is_int(seed) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    if not _is_int(images) or images < 3:
+    check_seed(seed)
+    if not is_integer(images) or images < 3:
         raise ValueError(f"images must be an integer >= 3 (one per split at least), got {images!r}")
-    if not _is_int(s.size) or not 32 <= s.size <= 4096:
+    if not is_integer(s.size) or not 32 <= s.size <= 4096:
         raise ValueError(f"size must be an integer in 32..4096 pixels, got {s.size!r}")
     unknown = [c for c in s.classes if c not in SHAPES]
     if not s.classes or unknown or len(set(s.classes)) != len(s.classes):
         raise ValueError(f"classes must be distinct names among {', '.join(SHAPES)}, got {list(s.classes)!r}")
-    if not _is_int(s.min_objects) or not _is_int(s.max_objects) or not 0 <= s.min_objects <= s.max_objects:
+    if not is_integer(s.min_objects) or not is_integer(s.max_objects) or not 0 <= s.min_objects <= s.max_objects:
         raise ValueError(f"need 0 <= min_objects <= max_objects (integers), got {s.min_objects!r}, {s.max_objects!r}")
     if s.max_objects > 100:
         raise ValueError(f"max_objects must be at most 100, got {s.max_objects}")
@@ -331,19 +335,14 @@ def _validate(
         raise ValueError(f"max_occlusion must be in [0, 1), got {s.max_occlusion!r}")
     if not 0.0 <= float(s.near) <= 1.0:
         raise ValueError(f"near must be in [0, 1], got {s.near!r}")
-    if float(s.noise) < 0 or float(s.texture) < 0 or not _is_int(s.clutter) or s.clutter < 0:
+    if float(s.noise) < 0 or float(s.texture) < 0 or not is_integer(s.clutter) or s.clutter < 0:
         raise ValueError(
             f"noise, texture and clutter must not be negative, got {s.noise!r}, {s.texture!r}, {s.clutter!r}"
         )
-    try:
-        fractions = tuple(float(f) for f in split)
-    except (TypeError, ValueError):
-        raise ValueError(f"split must be three fractions (train, val, test), got {split!r}") from None
-    if len(fractions) != 3 or min(fractions) <= 0.0 or abs(sum(fractions) - 1.0) > 1e-6:
-        raise ValueError(f"split must be three positive fractions (train, val, test) summing to 1, got {split!r}")
+    fractions = split_fractions(split, SPLITS)
     if min(split_counts(int(images), fractions)) < 1:
         raise ValueError(f"images={images} leaves a split empty with split={list(fractions)}; use more images")
-    if not _is_int(workers) or workers < 1:
+    if not is_integer(workers) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     return fractions
 
