@@ -58,7 +58,7 @@ def blurry_tasks(trains: Sequence[Any], fraction: float, seed: int) -> list[Any]
     (:func:`blurry_assignment`); the splits themselves when ``fraction`` is 0."""
     if fraction == 0.0:
         return list(trains)
-    from .benchmarks import concat_splits
+    from .sequences import concat_splits
 
     plan = blurry_assignment([len(t) for t in trains], fraction, seed)
     return [concat_splits([trains[source].subset(positions) for source, positions in parts if len(positions)])

@@ -1,8 +1,9 @@
 """Mammoth's benchmarks, exactly: ``seq_mnist``, ``seq_cifar10``, ``seq_cifar100``, ``seq_tinyimg``,
 ``perm_mnist``, ``rot_mnist``.
 
-Each is a preset of :mod:`modforge.continual.benchmarks` over modforge's reader of the official
-files, with what Mammoth's dataset class (aimagelab/mammoth, ``datasets/seq_*.py``,
+Each is a preset of the sequences of :mod:`modforge.continual.sequences` (those that
+:mod:`modforge.continual.benchmarks`' ``seq``, ``perm`` and ``rot`` build) over modforge's reader of
+the official files, with what Mammoth's dataset class (aimagelab/mammoth, ``datasets/seq_*.py``,
 ``perm_mnist.py``, ``rot_mnist.py`` and ``datasets/utils/continual_dataset.py``) fixes:
 
 ================  ======================  ==========================================================
@@ -37,20 +38,17 @@ import torch
 from ..core.constraints import PositiveInt
 from ..core.registries import register_dataset
 from ..data.base import DataSplits
-from .benchmarks import (
+from .sequences import (
     ClassOrder,
     ContinualSplits,
-    PictureRotation,
-    PixelPermutation,
-    _fields,
-    _flatten_sequence,
     class_incremental,
     class_order_for,
     domain_incremental,
     flattened,
-    task_angles,
-    task_permutations,
+    flattened_sequence,
+    split_fields,
 )
+from .task_transforms import PictureRotation, PixelPermutation, task_angles, task_permutations
 
 __all__ = ["MAMMOTH_BENCHMARKS", "mammoth_validation"]
 
@@ -122,7 +120,7 @@ def _carved(base: DataSplits, validation: Optional[float], seed: int, mapping: t
         return base
     labels = base.train.labels if mapping is None else mapping[base.train.labels]
     kept, held = mammoth_validation(labels, validation, seed)
-    fields = _fields(base)
+    fields = split_fields(base)
     fields.update(train=base.train.subset(kept), val=base.train.subset(held, train=False), test=None)
     return DataSplits(**fields)
 
@@ -234,7 +232,7 @@ seq_tinyimg.num_classes = 200
 def _domain(name: str, base: DataSplits, transforms: list, validation: Optional[float], seed: int,
             flatten: bool) -> ContinualSplits:  # fmt: skip
     splits = domain_incremental(_carved(base, validation, seed), transforms)
-    return _flatten_sequence(splits) if flatten else splits
+    return flattened_sequence(splits) if flatten else splits
 
 
 @register_dataset("perm_mnist")
