@@ -152,6 +152,8 @@ def test_the_config_reference_lists_every_section_slot_and_train_key():
         assert f"| `{name}` |" in page, name
     for arg in signature_of(TrainSettings).args:
         assert f"| `{arg.name}` |" in page, arg.name
+    for name in REGISTRIES["extension"].list():  # run extensions are train: keys too
+        assert f"| `{name}` | extension |" in page, name
 
 
 def test_every_yaml_block_is_yaml_and_every_complete_config_validates(tmp_path):
@@ -366,3 +368,44 @@ def test_every_documented_command_runs(workspace, tmp_path, monkeypatch, capsys)
     assert all(any(name in line for name in ("runs/lfcc_lcnn/", "runs/shapes_fcos/", "aasist_")) for line in skipped), \
         skipped  # fmt: skip
     assert ran >= len(COMMANDS) - len(skipped) - len(NOT_RUN_HERE) - 2
+
+
+@pytest.mark.slow
+def test_the_run_extension_example_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, monkeypatch):
+    """docs/concepts/extensions.md's own extension (stochastic weight averaging through
+    torch.optim.swa_utils), written as shown, with its config as shown: it trains, validates and
+    tests its average, keeps it in every checkpoint, and a run resumed after epoch 2 ends bitwise
+    equal to the whole run — the average and its BatchNorm statistics included."""
+    import json
+
+    import torch
+
+    from modforge.model.formats import inference_weights
+    from registry_state import registries_restored
+
+    page = ROOT / "docs" / "concepts" / "extensions.md"
+    (plugin,) = [body for where, body in _blocks("python") if where == page and "register_extension" in body]
+    (config,) = [body for where, body in _blocks("yaml") if where == page and "swa:" in body]
+    (tmp_path / "my_swa.py").write_text(plugin)
+    (tmp_path / "swa.yaml").write_text(config.replace("configs/", f"{ROOT}/configs/"))
+    monkeypatch.chdir(tmp_path)
+    quiet = ["train.progress=never", "train.callbacks=[]"]
+    with registries_restored():
+        assert main(["train", "swa.yaml", "--run-dir", "whole", *quiet]) == 0
+    with registries_restored():
+        resumed = sorted((tmp_path / "whole" / "checkpoints").glob("epoch0002-*.pt"))[-1]
+        assert main(["train", "--resume", str(resumed), "--run-dir", "resumed"]) == 0
+    whole = torch.load(tmp_path / "whole" / "checkpoints" / "last.pt", weights_only=True)
+    again = torch.load(tmp_path / "resumed" / "checkpoints" / "last.pt", weights_only=True)
+    assert whole["swa"]["averaged"] == again["swa"]["averaged"] == 2  # epochs 2 and 3
+    assert whole["evaluated_weights"] == "swa" and inference_weights(whole) is whole["swa"]["average"]
+    for name, value in whole["model"].items():
+        assert torch.equal(again["model"][name], value), name
+    for name, value in whole["swa"]["average"].items():
+        assert torch.equal(again["swa"]["average"][name], value), name
+    averaged = whole["swa"]["average"]
+    assert any(not torch.equal(averaged[k], v) for k, v in whole["model"].items() if "running_mean" not in k)
+    bn = [k for k in averaged if k.endswith("running_mean")]
+    assert bn and any(not torch.equal(averaged[k], whole["model"][k]) for k in bn)  # update_bn's statistics
+    summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    assert summary["epochs"] == 3 and "accuracy" in summary["test"] and summary["evaluated"] == "checkpoints/best.pt"

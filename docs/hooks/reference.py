@@ -128,7 +128,12 @@ def config_page() -> str:
         flag = f"`--{slot.flag}`" if slot.flag else "—"
         lines.append(f"| `{slot.path}` | [{slot.kind}](parts.md#{slot.kind}) | {flag} | {'yes' if slot.many else 'no'} | "
                      f"{', '.join(f'`{e}`' for e in slot.extras) or '—'} |")  # fmt: skip
-    lines += ["", "## `train:`", "", *_argument_rows(TrainSettings), "",
+    from modforge.core.registries import EXTENSIONS
+
+    extensions = [f"| `{name}` | extension | `null` (off) | {_cell(EXTENSIONS.entry(name).summary)} "
+                  f"([its arguments](parts.md#extension-{name.replace('_', '-')}), [run extensions](../concepts/extensions.md)) |"
+                  for name in EXTENSIONS.list()]  # fmt: skip
+    lines += ["", "## `train:`", "", *_argument_rows(TrainSettings), *extensions, "",
               "## `data:`", "", "`type` and `args` name the dataset ([its arguments](parts.md#dataset)); "
               "the DataLoader keys sit beside them:", "", *_argument_rows(LoaderSettings), ""]  # fmt: skip
     return "\n".join(lines) + "\n"

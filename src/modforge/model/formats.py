@@ -20,12 +20,14 @@ MODFORGE_ARTIFACT = "modforge.artifact/1"
 
 
 def inference_weights(payload: Mapping[str, Any]) -> Any:
-    """The weights a modforge checkpoint is evaluated, exported, predicted and initialised with:
-    its weight average when the run kept one for evaluation (``train.ema``, unless ``evaluate:
-    false``), else its trained weights (``model``)."""
-    ema = payload.get("ema")
-    if isinstance(ema, Mapping) and ema.get("evaluate", True) and ema.get("average") is not None:
-        return ema["average"]
+    """The weights a modforge checkpoint is evaluated, exported, predicted and initialised with: the
+    weights a run extension evaluated with — the entry ``evaluated_weights`` names (``ema``, a
+    user's ``swa``; checkpoints from before it was recorded: ``ema``), when that entry holds an
+    ``average`` and is not marked ``evaluate: false`` — else its trained weights (``model``)."""
+    name = payload.get("evaluated_weights", "ema")
+    entry = payload.get(name) if isinstance(name, str) else None
+    if isinstance(entry, Mapping) and entry.get("evaluate", True) and entry.get("average") is not None:
+        return entry["average"]
     return payload.get("model")
 
 

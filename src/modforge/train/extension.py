@@ -16,8 +16,11 @@ loss)``                        ``train_<term>`` columns (distillation)
                                parameters' gradients across processes)
 ``after_optimizer_step``       right after the optimizer step, before the scheduler and the step
                                callbacks (EMA's update)
+``on_train_epoch_end``         the epoch's training batches are done, its validation is next (a
+                               stochastic weight average takes the epoch's weights)
 ``evaluation_weights``         a context in which validation, ``best.pt`` selection and the test run
-                               (EMA swaps its average in)
+                               (EMA swaps its average in); ``modforge test``, ``export`` and
+                               ``predict`` then use the ``average`` of its checkpoint entry
 ``set_training(model, on)``    the model enters training or evaluation (QAT's observers record or freeze);
                                also called with ``False`` before a trained model is tested or exported
 ``checkpoint_entries`` /       what every checkpoint holds of it, resumed exactly (default: its
@@ -125,9 +128,15 @@ class RunExtension(Callback):
     def after_optimizer_step(self, trainer: Trainer) -> None:
         """The optimizer just stepped (before the scheduler and the step callbacks)."""
 
+    def on_train_epoch_end(self, trainer: Trainer) -> None:
+        """The epoch's training batches are done; its validation is next."""
+
     # ------------------------------------------------------------- evaluation
     def evaluation_weights(self, trainer: Trainer) -> contextlib.AbstractContextManager[None] | None:
-        """A context with the weights evaluation should use in the model; None: the trained ones."""
+        """A context with the weights evaluation should use in the model; None: the trained ones.
+        An extension that swaps weights in keeps them in its checkpoint entry as
+        ``{name: {"average": state_dict, ...}}``: ``modforge test``, ``export`` and ``predict`` of
+        its checkpoints evaluate them (:func:`~modforge.model.formats.inference_weights`)."""
         return None
 
     def set_training(self, model: nn.Module, training: bool) -> None:

@@ -232,9 +232,11 @@ class Trainer(TrainerExecution, EpochLosses, TrainerEvaluation, TrainerCheckpoin
             if refused is not None:
                 raise ConfigError(refused[0], path=refused[1])
         hooks = {hook: [e for e in self.extensions if getattr(type(e), hook) is not getattr(RunExtension, hook)]
-                 for hook in ("loss", "before_optimizer_step", "after_optimizer_step", "set_training")}  # fmt: skip
+                 for hook in ("loss", "before_optimizer_step", "after_optimizer_step", "set_training",
+                              "on_train_epoch_end")}  # fmt: skip
         self._loss_extensions, self._set_training = hooks["loss"], hooks["set_training"]
         self._before_step, self._after_step = hooks["before_optimizer_step"], hooks["after_optimizer_step"]
+        self._epoch_trained = hooks["on_train_epoch_end"]
         for extension in self.extensions:
             extension.setup(self, context)
 
@@ -369,6 +371,8 @@ class Trainer(TrainerExecution, EpochLosses, TrainerEvaluation, TrainerCheckpoin
         self.train_mode(True)
         self._train_batches(loader)
         self.epoch_finished = True
+        for extension in self._epoch_trained:  # before validation (a user's SWA takes the epoch's weights)
+            extension.on_train_epoch_end(self)
         if self.world_size > 1:  # BatchNorm statistics drift apart per process: evaluate with rank 0's
             distributed.broadcast_buffers(self.model, what="sharing buffers after the epoch")
         row: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.global_step, "train_loss": self._mean_loss()}

@@ -81,6 +81,8 @@ class TrainerCheckpoints:
             "name": self.name,
             "train_seconds": self.train_seconds,
             **self._extension_entries(),
+            # the entry test, export and predict evaluate (its "average"): the extension that swaps weights in
+            "evaluated_weights": next((e.name for e in self.extensions if e.evaluated_as), None),
         }
 
     def _extension_entries(self) -> dict[str, Any]:
