@@ -168,6 +168,19 @@ def _idx_family(urls: tuple[str, ...], md5s: tuple[str, str, str, str], sizes: t
 
 
 _TORONTO = "https://www.cs.toronto.edu/~kriz/"
+_CIFAR_PAGE = _TORONTO + "cifar.html"
+_CIFAR_LICENCE = "none stated; cite Krizhevsky 2009, 'Learning Multiple Layers of Features from Tiny Images'"
+
+
+def _cifar_family(stem: str, *, python: tuple[str, int, str], binary: tuple[str, int, str]) -> dict[str, Variant]:
+    """CIFAR's two published forms, each one archive on the Toronto page unpacked into its folder:
+    ``{stem}-python.tar.gz`` (pickled batches) and ``{stem}-binary.tar.gz``; each given as (MD5, size, folder)."""
+    variants = {}
+    for kind, (md5, size, folder) in (("python", python), ("binary", binary)):
+        name = f"{stem}-{kind}.tar.gz"
+        archive = CorpusFile(name, md5, (_TORONTO + name,), size, extract=True, members=1_000)
+        variants[kind] = Variant((archive,), folder=folder)
+    return variants
 
 CORPORA: dict[str, Corpus] = {
     "mnist": Corpus(
@@ -219,35 +232,21 @@ CORPORA: dict[str, Corpus] = {
     "cifar10": Corpus(
         "cifar10",
         "32x32 colour pictures, 10 classes (50k train / 10k test)",
-        "https://www.cs.toronto.edu/~kriz/cifar.html",
-        "none stated; cite Krizhevsky 2009, 'Learning Multiple Layers of Features from Tiny Images'",
-        {
-            "python": Variant(  # torchvision.datasets.CIFAR10.url / .tgz_md5
-                (CorpusFile("cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a",
-                            (_TORONTO + "cifar-10-python.tar.gz",), 170498071, extract=True, members=1_000),),
-                folder="cifar-10-batches-py"),  # fmt: skip
-            "binary": Variant(  # MD5 from the table on https://www.cs.toronto.edu/~kriz/cifar.html
-                (CorpusFile("cifar-10-binary.tar.gz", "c32a1d4ab5d03f1284b67883e8d87530",
-                            (_TORONTO + "cifar-10-binary.tar.gz",), 170052171, extract=True, members=1_000),),
-                folder="cifar-10-batches-bin"),  # fmt: skip
-        },
+        _CIFAR_PAGE,
+        _CIFAR_LICENCE,
+        _cifar_family(  # python: torchvision.datasets.CIFAR10.url / .tgz_md5; binary: the table on _CIFAR_PAGE
+            "cifar-10", python=("c58f30108f718f92721af3b95e74349a", 170498071, "cifar-10-batches-py"),
+            binary=("c32a1d4ab5d03f1284b67883e8d87530", 170052171, "cifar-10-batches-bin")),  # fmt: skip
         default_variant="python",
     ),
     "cifar100": Corpus(
         "cifar100",
         "32x32 colour pictures, 100 classes in 20 superclasses (50k train / 10k test)",
-        "https://www.cs.toronto.edu/~kriz/cifar.html",
-        "none stated; cite Krizhevsky 2009, 'Learning Multiple Layers of Features from Tiny Images'",
-        {
-            "python": Variant(  # torchvision.datasets.CIFAR100.url / .tgz_md5
-                (CorpusFile("cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85",
-                            (_TORONTO + "cifar-100-python.tar.gz",), 169001437, extract=True, members=1_000),),
-                folder="cifar-100-python"),  # fmt: skip
-            "binary": Variant(  # MD5 from the table on https://www.cs.toronto.edu/~kriz/cifar.html
-                (CorpusFile("cifar-100-binary.tar.gz", "03b5dce01913d631647c71ecec9e9cb8",
-                            (_TORONTO + "cifar-100-binary.tar.gz",), 168513733, extract=True, members=1_000),),
-                folder="cifar-100-binary"),  # fmt: skip
-        },
+        _CIFAR_PAGE,
+        _CIFAR_LICENCE,
+        _cifar_family(  # python: torchvision.datasets.CIFAR100.url / .tgz_md5; binary: the table on _CIFAR_PAGE
+            "cifar-100", python=("eb9058c3a382ffc7106e4002c42a8d85", 169001437, "cifar-100-python"),
+            binary=("03b5dce01913d631647c71ecec9e9cb8", 168513733, "cifar-100-binary")),  # fmt: skip
         default_variant="python",
     ),
     "tiny_imagenet": Corpus(

@@ -13,6 +13,7 @@ pictures with ImageNet's (what pretrained backbones expect).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -96,50 +97,43 @@ def _idx_corpus(name: str, root: str, seed: int, val_fraction: float, download: 
                       described=f"{name} grey levels 0..255 (0: background)")  # fmt: skip
 
 
-@register_dataset("mnist")
-def mnist(root: str, seed: int = 0, val_fraction: Probability = 0.1, download: bool = False,
-          transforms: Optional[dict] = None) -> DataSplits:  # fmt: skip
-    """MNIST handwritten digits from the official idx files (60,000 train, 10,000 test, 28×28 grey).
+def _idx_dataset(name: str, summary: str, root_help: str) -> Callable[..., DataSplits]:
+    """Register the dataset ``name``, one corpus of MNIST's family: the same four official idx files and
+    sizes, read by :func:`_idx_corpus`, so the three differ only in their name, classes and description."""
+
+    def dataset(root: str, seed: int = 0, val_fraction: Probability = 0.1, download: bool = False,
+                transforms: Optional[dict] = None) -> DataSplits:  # fmt: skip
+        return _idx_corpus(name, root, seed, val_fraction, download, transforms)
+
+    dataset.__name__ = dataset.__qualname__ = name
+    dataset.__doc__ = f"""{summary}
 
     Args:
-        root: folder holding ``train-images-idx3-ubyte[.gz]`` and the three other official files
-            (or torchvision's ``MNIST/raw`` below it).
+        root: {root_help}
         seed: seeds the validation carve and the augmentation (wired from the config's seed).
         val_fraction: share of the training pictures held out for validation (0: train on all).
         download: fetch and verify the official files into ``root`` first.
         transforms: ``data.transforms`` (wired from the config).
     """
-    return _idx_corpus("mnist", root, seed, val_fraction, download, transforms)
+    return register_dataset(name)(dataset)
 
 
-@register_dataset("fashion_mnist")
-def fashion_mnist(root: str, seed: int = 0, val_fraction: Probability = 0.1, download: bool = False,
-                  transforms: Optional[dict] = None) -> DataSplits:  # fmt: skip
-    """Fashion-MNIST (Zalando): 10 clothing classes, MNIST's files and sizes.
-
-    Args:
-        root: folder holding the four official idx files (or ``FashionMNIST/raw`` below it).
-        seed: seeds the validation carve and the augmentation.
-        val_fraction: share of the training pictures held out for validation.
-        download: fetch and verify the official files into ``root`` first.
-        transforms: ``data.transforms`` (wired from the config).
-    """
-    return _idx_corpus("fashion_mnist", root, seed, val_fraction, download, transforms)
-
-
-@register_dataset("kmnist")
-def kmnist(root: str, seed: int = 0, val_fraction: Probability = 0.1, download: bool = False,
-           transforms: Optional[dict] = None) -> DataSplits:  # fmt: skip
-    """Kuzushiji-MNIST: 10 classes of cursive Japanese characters, MNIST's files and sizes.
-
-    Args:
-        root: folder holding the four official idx files (or ``KMNIST/raw`` below it).
-        seed: seeds the validation carve and the augmentation.
-        val_fraction: share of the training pictures held out for validation.
-        download: fetch and verify the official files into ``root`` first.
-        transforms: ``data.transforms`` (wired from the config).
-    """
-    return _idx_corpus("kmnist", root, seed, val_fraction, download, transforms)
+mnist = _idx_dataset(
+    "mnist",
+    "MNIST handwritten digits from the official idx files (60,000 train, 10,000 test, 28×28 grey).",
+    "folder holding ``train-images-idx3-ubyte[.gz]`` and the three other official files "
+    "(or torchvision's ``MNIST/raw`` below it).",
+)
+fashion_mnist = _idx_dataset(
+    "fashion_mnist",
+    "Fashion-MNIST (Zalando): 10 clothing classes, MNIST's files and sizes.",
+    "folder holding the four official idx files (or ``FashionMNIST/raw`` below it).",
+)
+kmnist = _idx_dataset(
+    "kmnist",
+    "Kuzushiji-MNIST: 10 classes of cursive Japanese characters, MNIST's files and sizes.",
+    "folder holding the four official idx files (or ``KMNIST/raw`` below it).",
+)
 
 
 @register_dataset("emnist")
