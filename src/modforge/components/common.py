@@ -10,7 +10,16 @@ import torch.nn as nn
 
 from .layouts import Layout
 
-__all__ = ["Activation", "Norm", "SqueezeExcitation", "activation", "frame_layout", "mlp_layers", "require_positive"]
+__all__ = [
+    "Activation",
+    "Norm",
+    "SqueezeExcitation",
+    "activation",
+    "frame_features",
+    "frame_layout",
+    "mlp_layers",
+    "require_positive",
+]
 
 Activation = Literal["relu", "gelu", "silu", "tanh", "leaky_relu"]
 Norm = Literal["none", "batch", "layer"]
@@ -71,6 +80,20 @@ def frame_layout(part: str, in_layout: Layout | str) -> Layout:
     if layout not in (Layout.SEQUENCE, Layout.CHANNELS):
         raise ValueError(f"{part} takes 'sequence' [B, T, D] or 'channels' [B, D, T] input, got '{layout.value}'")
     return layout
+
+
+def frame_features(x: torch.Tensor, in_dim: int, channel_first: bool, part: str, channels: bool) -> torch.Tensor:
+    """Frame features ``x`` — ``[B, D, T]`` when ``channel_first``, else ``[B, T, D]`` — checked to have
+    ``D = in_dim`` and returned channel-first (``channels``) or time-first. TorchScript compiles it.
+
+    Raises:
+        ValueError: another rank or feature size, naming ``part`` and the layout it expects.
+    """
+    axis = 1 if channel_first else 2
+    if x.dim() != 3 or x.shape[axis] != in_dim:
+        layout = "[B, D, T]" if channel_first else "[B, T, D]"
+        raise ValueError(f"{part} expects frame features {layout} with D={in_dim}, got {list(x.shape)}")
+    return x if channel_first == channels else x.transpose(1, 2)
 
 
 class SqueezeExcitation(nn.Module):

@@ -44,7 +44,7 @@ import torch.nn as nn
 from ...core.constraints import PositiveInt
 from ...core.registries import register_backbone
 from ..base import Backbone
-from ..common import SqueezeExcitation, frame_layout, require_positive
+from ..common import SqueezeExcitation, frame_features, frame_layout, require_positive
 from ..layouts import Layout
 from ..necks.attentive_stats_pool import AttentiveStatsPool
 
@@ -182,12 +182,7 @@ class ECAPATDNN(Backbone):
         self.out_dim = embed_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        axis = 1 if self.channel_first else 2
-        if x.dim() != 3 or x.shape[axis] != self.in_dim:
-            layout = "[B, D, T]" if self.channel_first else "[B, T, D]"
-            raise ValueError(f"ecapa_tdnn expects frame features {layout} with D={self.in_dim}, got {list(x.shape)}")
-        if not self.channel_first:
-            x = x.transpose(1, 2)
+        x = frame_features(x, self.in_dim, self.channel_first, "ecapa_tdnn", channels=True)
         x = self.layer0(x)
         total = x
         outputs: list[torch.Tensor] = []

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from ...core.constraints import PositiveInt
 from ...core.registries import register_backbone
 from ..base import Backbone
-from ..common import SqueezeExcitation, frame_layout, require_positive
+from ..common import SqueezeExcitation, frame_features, frame_layout, require_positive
 from ..layouts import Layout
 
 
@@ -170,12 +170,7 @@ class Nes2NetX(Backbone):
         self.out_dim = 2 * width if self.attentive else width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        axis = 1 if self.channel_first else 2
-        if x.dim() != 3 or x.shape[axis] != self.in_dim:
-            layout = "[B, D, T]" if self.channel_first else "[B, T, D]"
-            raise ValueError(f"nes2net expects frame features {layout} with D={self.in_dim}, got {list(x.shape)}")
-        if not self.channel_first:
-            x = x.transpose(1, 2)
+        x = frame_features(x, self.in_dim, self.channel_first, "nes2net", channels=True)
         if self.pad > 0:
             x = F.pad(x, [0, 0, 0, self.pad])
         chunks = torch.split(x, self.group, dim=1)

@@ -28,8 +28,9 @@ file makes them ``model.init`` formats.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional, TypeVar
 
 from ...core.registries import register_checkpoint_format
 from ...core.weight_formats import CheckpointFormat, WeightFormatError, tensors_of
@@ -42,6 +43,7 @@ from .torchvision_models import torchvision_state_dict
 __all__ = ["BaselineRawNet2", "OfficialAASIST", "TimmWeights", "TorchvisionResNet", "TorchvisionWeights"]
 
 log = logging.getLogger("modforge.model")
+T = TypeVar("T")
 
 
 def _restaged(state: dict[str, Any], backbone: str, head: Optional[str]) -> dict[str, Any]:
@@ -58,8 +60,40 @@ def _restaged(state: dict[str, Any], backbone: str, head: Optional[str]) -> dict
     return out
 
 
+def _converted(loaded: Any, path: Path, convert: Callable[[dict[str, Any]], T]) -> T:
+    """``convert`` of the file's tensors; its ValueError becomes a WeightFormatError naming the file."""
+    state = tensors_of(loaded, what=f"the state dict in {path}")
+    try:
+        return convert(state)
+    except ValueError as exc:
+        raise WeightFormatError(f"{path}: {exc}") from None
+
+
+class _ReferenceWeights(CheckpointFormat):
+    """A family's released weights, told by ``required`` keys and renamed by a fixed key map
+    (:meth:`reference_state_dict`) into a backbone stage and, unless ``head`` is None, a
+    ``linear`` head stage."""
+
+    required: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, backbone: str = "backbone", head: Optional[str] = "head"):
+        self.backbone, self.head = backbone, head
+
+    @classmethod
+    def recognises(cls, loaded: Any, path: Path) -> bool:
+        return isinstance(loaded, dict) and cls.required <= set(loaded)
+
+    @staticmethod
+    def reference_state_dict(state: dict[str, Any]) -> dict[str, Any]:  # pragma: no cover - abstract
+        """The file's tensors named ``parts.backbone.…``/``parts.head.…``."""
+        raise NotImplementedError
+
+    def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
+        return _restaged(_converted(loaded, path, self.reference_state_dict), self.backbone, self.head)
+
+
 @register_checkpoint_format("aasist_official")
-class OfficialAASIST(CheckpointFormat):
+class OfficialAASIST(_ReferenceWeights):
     """The authors' released AASIST / AASIST-L weights (clovaai/aasist, ``AASIST.pth``).
 
     Args:
@@ -69,24 +103,12 @@ class OfficialAASIST(CheckpointFormat):
     """
 
     published = "the authors' AASIST.pth / AASIST-L.pth: https://github.com/clovaai/aasist/tree/main/models/weights"
-
-    def __init__(self, backbone: str = "backbone", head: Optional[str] = "head"):
-        self.backbone, self.head = backbone, head
-
-    @classmethod
-    def recognises(cls, loaded: Any, path: Path) -> bool:
-        return isinstance(loaded, dict) and {"pos_S", "master1", "master2", "out_layer.weight"} <= set(loaded)
-
-    def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
-        try:
-            state = official_aasist_state_dict(tensors_of(loaded, what=f"the state dict in {path}"))
-        except ValueError as exc:
-            raise WeightFormatError(f"{path}: {exc}") from None
-        return _restaged(state, self.backbone, self.head)
+    required = frozenset({"pos_S", "master1", "master2", "out_layer.weight"})
+    reference_state_dict = staticmethod(official_aasist_state_dict)
 
 
 @register_checkpoint_format("rawnet2_baseline")
-class BaselineRawNet2(CheckpointFormat):
+class BaselineRawNet2(_ReferenceWeights):
     """The ASVspoof 2021 baseline's released RawNet2 weights (``pre_trained_DF_RawNet2.pth``).
 
     Args:
@@ -95,20 +117,8 @@ class BaselineRawNet2(CheckpointFormat):
     """
 
     published = "pre_trained_DF_RawNet2.pth of the ASVspoof 2021 baseline: https://www.asvspoof.org/asvspoof2021/pre_trained_DF_RawNet2.zip"
-
-    def __init__(self, backbone: str = "backbone", head: Optional[str] = "head"):
-        self.backbone, self.head = backbone, head
-
-    @classmethod
-    def recognises(cls, loaded: Any, path: Path) -> bool:
-        return isinstance(loaded, dict) and {"first_bn.weight", "fc1_gru.weight", "fc2_gru.weight"} <= set(loaded)
-
-    def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
-        try:
-            state = rawnet2_state_dict(tensors_of(loaded, what=f"the state dict in {path}"))
-        except ValueError as exc:
-            raise WeightFormatError(f"{path}: {exc}") from None
-        return _restaged(state, self.backbone, self.head)
+    required = frozenset({"first_bn.weight", "fc1_gru.weight", "fc2_gru.weight"})
+    reference_state_dict = staticmethod(rawnet2_state_dict)
 
 
 @register_checkpoint_format("torchvision_resnet")
@@ -135,19 +145,28 @@ class TorchvisionResNet(CheckpointFormat):
                                              "fc.weight"} <= set(loaded)  # fmt: skip
 
     def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
-        state = tensors_of(loaded, what=f"the state dict in {path}")
-        depth = self.depth or (34 if "layer3.5.conv1.weight" in state else 18)
-        try:
-            converted = torchvision_resnet_state_dict(state, depth)
-        except ValueError as exc:
-            raise WeightFormatError(f"{path}: {exc}") from None
-        return _restaged(converted, self.backbone, self.head)
+        def resnet(state: dict[str, Any]) -> dict[str, Any]:
+            return torchvision_resnet_state_dict(state, self.depth or (34 if "layer3.5.conv1.weight" in state else 18))
+
+        return _restaged(_converted(loaded, path, resnet), self.backbone, self.head)
 
 
-def _left_out(path: Path, left: list[str], what: str) -> None:
+def _library_state(
+    loaded: Any, path: Path, key_map: Callable[..., tuple[dict[str, Any], list[str]]], what: str, backbone: str,
+    head: Optional[str], classifier: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """A library model's file (timm's, torchvision's) under ``parts.<backbone>.model.``, its classifier
+    under ``parts.<head>.`` or left out with a log line naming it."""
+    converted, left = _converted(
+        loaded,
+        path,
+        lambda state: key_map(state, backbone_prefix=f"parts.{backbone}.model.",
+                              head_prefix=f"parts.{head}." if head else None, classifier=classifier),  # fmt: skip
+    )
     if left:
         log.info("%s: left out the %d tensors of %s's classifier (%s); head: <stage> loads it into a linear head",
                  path, len(left), what, ", ".join(sorted({k.rpartition(".")[0] for k in left})))  # fmt: skip
+    return converted
 
 
 _HUB_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -187,15 +206,7 @@ class TimmWeights(CheckpointFormat):
         return _hub_file(path)
 
     def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
-        state = tensors_of(loaded, what=f"the state dict in {path}")
-        try:
-            converted, left = timm_state_dict(state, backbone_prefix=f"parts.{self.backbone}.model.",
-                                              head_prefix=f"parts.{self.head}." if self.head else None,
-                                              classifier=self.classifier)  # fmt: skip
-        except ValueError as exc:
-            raise WeightFormatError(f"{path}: {exc}") from None
-        _left_out(path, left, "timm")
-        return converted
+        return _library_state(loaded, path, timm_state_dict, "timm", self.backbone, self.head, self.classifier)
 
 
 @register_checkpoint_format("torchvision")
@@ -224,15 +235,8 @@ class TorchvisionWeights(CheckpointFormat):
         self.backbone, self.head, self.classifier = backbone, head, classifier
 
     def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
-        state = tensors_of(loaded, what=f"the state dict in {path}")
-        try:
-            converted, left = torchvision_state_dict(state, backbone_prefix=f"parts.{self.backbone}.model.",
-                                                     head_prefix=f"parts.{self.head}." if self.head else None,
-                                                     classifier=self.classifier)  # fmt: skip
-        except ValueError as exc:
-            raise WeightFormatError(f"{path}: {exc}") from None
-        _left_out(path, left, "torchvision")
-        return converted
+        return _library_state(loaded, path, torchvision_state_dict, "torchvision", self.backbone, self.head,
+                              self.classifier)  # fmt: skip
 
 
 def _hub_file(path: Path) -> Path:

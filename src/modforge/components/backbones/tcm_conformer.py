@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_backbone
 from ..base import Backbone
-from ..common import frame_layout, require_positive
+from ..common import frame_features, frame_layout, require_positive
 from ..layouts import Layout
 
 
@@ -225,12 +225,7 @@ class TCMConformer(Backbone):
         return torch.where(self.even, torch.sin(angles), torch.cos(angles)).to(like.dtype).unsqueeze(0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        axis = 1 if self.channel_first else 2
-        if x.dim() != 3 or x.shape[axis] != self.in_dim:
-            layout = "[B, D, T]" if self.channel_first else "[B, T, D]"
-            raise ValueError(f"tcm_conformer expects frame features {layout} with D={self.in_dim}, got {list(x.shape)}")
-        if self.channel_first:
-            x = x.transpose(1, 2)
+        x = frame_features(x, self.in_dim, self.channel_first, "tcm_conformer", channels=False)
         x = F.selu(self.input_norm(self.projection(x).unsqueeze(1)).squeeze(1))
         x = x + self.position_encoding(x.shape[1], x)
         x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1)

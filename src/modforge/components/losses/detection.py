@@ -33,7 +33,10 @@ from ..boxes import generalized_box_iou
 __all__ = ["SigmoidFocal", "giou_loss", "quality_bce_loss", "sigmoid_focal_loss"]
 
 
-def _reduce(loss: torch.Tensor, reduction: str) -> torch.Tensor:
+def _reduce(loss: torch.Tensor, reduction: str, weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``loss`` (times ``weight`` when given) summed, averaged or as it is."""
+    if weight is not None:
+        loss = loss * weight
     if reduction == "sum":
         return loss.sum()
     if reduction == "mean":
@@ -79,10 +82,7 @@ def giou_loss(
 ) -> torch.Tensor:
     """``1 − GIoU`` of aligned box pairs ``[N, 4]`` (x1y1x2y2), each optionally weighted
     (``[N]``; FCOS weights by the centerness target)."""
-    loss = 1.0 - generalized_box_iou(pred_boxes, target_boxes, aligned=True)
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction)
+    return _reduce(1.0 - generalized_box_iou(pred_boxes, target_boxes, aligned=True), reduction, weight)
 
 
 def quality_bce_loss(
@@ -94,9 +94,7 @@ def quality_bce_loss(
     """Binary cross-entropy with logits against soft quality targets in [0, 1] (centerness,
     or the IoU of the predicted box with its ground truth)."""
     loss = F.binary_cross_entropy_with_logits(logits, targets.to(logits.dtype), reduction="none")
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction)
+    return _reduce(loss, reduction, weight)
 
 
 @register_loss("sigmoid_focal")
