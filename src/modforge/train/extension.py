@@ -63,7 +63,7 @@ from .callbacks.base import Callback
 if TYPE_CHECKING:  # pragma: no cover
     from .trainer import Trainer
 
-__all__ = ["RunContext", "RunExtension", "build_extensions", "check_extension", "extension_names", "refusal"]
+__all__ = ["RunContext", "RunExtension", "build_extensions", "check_extension", "extension_names", "refusal", "registered_name"]
 
 
 @dataclasses.dataclass
@@ -184,6 +184,13 @@ def refusal(extensions: Iterable[type[RunExtension] | RunExtension], *, names: I
             return (f"train.{name} needs the standard training step ({cls.standard_step_reason}); this run's trainer "
                     f"{trainer_class.__name__} replaces it (a continual method or train.trainer)"), f"train.{name}"
     return None
+
+
+def registered_name(extension: RunExtension) -> str:
+    """The name ``extension``'s class is registered under (its config key), else its class name in
+    lower case (an extension built directly, never registered)."""
+    cls = type(extension)
+    return next((entry.name for entry in EXTENSIONS.entries() if entry.obj is cls), cls.__name__.lower())
 
 
 def extension_names(section: Mapping[str, Any]) -> list[str]:

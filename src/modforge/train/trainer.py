@@ -52,7 +52,7 @@ from . import distributed
 from .callbacks.base import Callback
 from .checkpoint import CheckpointWriter
 from .epoch_losses import EpochLosses, loss_of, loss_terms
-from .extension import RunContext, RunExtension, refusal
+from .extension import RunContext, RunExtension, refusal, registered_name
 from .metrics import Metric, batch_size_of, is_loss_term
 from .trainer_checkpoints import NonFiniteLossError, TrainerCheckpoints
 from .trainer_evaluation import TrainerEvaluation
@@ -227,6 +227,8 @@ class Trainer(TrainerExecution, EpochLosses, TrainerEvaluation, TrainerCheckpoin
     def _set_up_extensions(self, context: RunContext | None) -> None:
         """Refuse what the extensions declare they cannot run with (this trainer's class and
         engine; :func:`~modforge.train.extension.refusal`), then set each up, in order."""
+        for extension in self.extensions:  # built directly (not from a config): its registered name
+            extension.name = extension.name or registered_name(extension)
         if self.extensions:
             refused = refusal(self.extensions, engine=self.engine.name, trainer_class=type(self))
             if refused is not None:
