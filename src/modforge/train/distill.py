@@ -53,16 +53,8 @@ class FeaturePair:
 
 @dataclasses.dataclass
 class DistillSettings:
-    """The ``train.distill:`` section.
-
-    Args:
-        teacher: the teacher — a run folder or a checkpoint (its stored config builds it, with its
-            weight average when it kept one), or a config file (its ``model.init`` weights).
-        temperature: T of the logit term (> 0).
-        logit_weight: weight of the logit term (0: features only).
-        task_weight: weight of the student's own loss.
-        features: mimicking terms, ``[{student: backbone.layer3, teacher: backbone.layer3, weight: 1.0}]``.
-    """
+    """The settings of ``train.distill`` (what each means: :class:`modforge.experiment.distillation.Distillation`,
+    whose arguments they are), checked on construction; ``features`` become :attr:`pairs`."""
 
     teacher: str
     temperature: float = 4.0
@@ -182,16 +174,9 @@ def _key(pair: int, level: int, levels: int) -> str:
 class TeacherDistillation(RunExtension):
     """The distillation terms of a student's training step against a frozen teacher (module doc).
 
-    The registered ``distill`` extension (:mod:`modforge.experiment.distillation`) builds the teacher
-    from ``teacher`` and hands it over (:meth:`attach_teacher`); on its own this class distils from a
-    teacher module given directly.
-
-    Args:
-        teacher: where the teacher comes from (a run folder, a checkpoint or a config file).
-        temperature: T of the logit term (> 0).
-        logit_weight: weight of the logit term (0: features only).
-        task_weight: weight of the student's own loss.
-        features: mimicking terms, ``[{student: backbone.layer3, teacher: backbone.layer3, weight: 1.0}]``.
+    The registered ``distill`` extension (:class:`modforge.experiment.distillation.Distillation`, whose
+    arguments these are) builds the teacher from ``teacher`` and hands it over (:meth:`attach_teacher`);
+    on its own this class distils from a teacher module given directly.
     """
 
     standard_step_reason = "train.distill trains a model against a teacher in the standard run"

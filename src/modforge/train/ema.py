@@ -51,20 +51,8 @@ log = logging.getLogger("modforge.train")
 
 @dataclasses.dataclass
 class EmaSettings:
-    """The ``train.ema:`` section.
-
-    Args:
-        decay: how much of the average each update keeps (0 < decay < 1; 0.999 averages over
-            roughly the last thousand updates).
-        warmup_steps: optimizer steps during which the average equals the weights.
-        every: update the average every N optimizer steps.
-        evaluate: validate, select ``best.pt``, test, export and predict with the average;
-            False: the average is only kept (in every checkpoint's ``ema``).
-        average_buffers: average the floating buffers (BatchNorm statistics) too; False: copy
-            them from the model at each update.
-        ramp: grow the decay with the number of updates, ``min(decay, (1 + n) / (10 + n))``
-            (TensorFlow's num-updates rule); False: ``decay`` from the first update.
-    """
+    """The settings of ``train.ema`` (what each means: :class:`ExponentialMovingAverage`, whose
+    arguments they are), checked on construction."""
 
     decay: float = 0.999
     warmup_steps: int = 0
