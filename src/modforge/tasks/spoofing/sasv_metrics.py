@@ -236,7 +236,7 @@ def t_eer(cm_scores: Any, asv_scores: Any, asv_labels: Any, *, chunk_cells: int 
 class MinTDCF2021(TandemMetric):
     """Normalised minimum revised (ASVspoof 2021) t-DCF of the CM in tandem with a fixed ASV
     system (:func:`min_tdcf_2021`). The ASV scores come from a file read once, when the
-    metric is built (:func:`.metrics.read_asv_scores`); only the ASV's error rates at its EER
+    metric is built (:func:`.trials.read_asv_scores`); only the ASV's error rates at its EER
     threshold enter, so ASV and CM trials need not match.
 
     Args:
