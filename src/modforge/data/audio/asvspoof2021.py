@@ -41,10 +41,10 @@ import numpy as np
 
 from ...core.errors import UsageError
 from ...core.registries import register_dataset
-from ...core.safe_files import UnsafePathError, folder_below, inside, relative_name
+from ...core.safe_files import UnsafePathError, inside, relative_name
 from ...core.text_safety import MAX_QUOTED, quoted
 from ..base import DataSplits
-from .datasets import _challenge, spoofing_splits
+from .datasets import challenge_lists, config_path, spoofing_splits
 from .protocols import BONAFIDE, KeyedUtterance, ParseReport, ProtocolError, _collect, _lines, _need, parse_label
 from .protocols import read_asvspoof2019 as _read_2019
 
@@ -168,10 +168,8 @@ def read_asv_trials_2021(metadata: str | Path, scores: str | Path) -> AsvTrials:
 
 
 def _under(base: Path, name: Union[str, Path]) -> Path:
-    """``name`` as the config gives it: absolute as given (the user's own choice), relative below
-    ``base`` and resolving inside it (a link planted below a shared root that leads out is refused)."""
-    path = Path(name)
-    return path if path.is_absolute() else folder_below(base, str(path), "asvspoof2021")
+    """``name`` as the config gives it (as a path: ``keys/`` is ``keys``), below ``base`` (:func:`.datasets.config_path`)."""
+    return config_path(base, Path(name), "asvspoof2021")
 
 
 @register_dataset("asvspoof2021")
@@ -233,7 +231,7 @@ def asvspoof2021(
     dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
     report = ParseReport()
     lists = (
-        _challenge(_read_2019, train_root, {"train": train_protocol, "val": dev_protocol},
+        challenge_lists(_read_2019, train_root, {"train": train_protocol, "val": dev_protocol},
                    {"train": train_audio, "val": dev_audio}, ext, skip_bad, report)
         if train_root is not None else {"train": None, "val": None}
     )  # fmt: skip

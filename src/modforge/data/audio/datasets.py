@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,7 +36,14 @@ from .protocols import (
     read_manifest,
 )
 
-__all__ = ["CLASS_NAMES", "spoofing_splits"]
+__all__ = [
+    "CLASS_NAMES",
+    "SPLITS",
+    "challenge_dataset",
+    "challenge_lists",
+    "config_path",
+    "spoofing_splits",
+]
 
 log = logging.getLogger("modforge.data")
 CLASS_NAMES = ["spoof", "bonafide"]
@@ -97,28 +104,48 @@ def spoofing_splits(
     )
 
 
-def _challenge(
+SPLITS = ("train", "val", "test")
+"""The splits a dataset gives, in the order the challenge layouts list their protocols (train / dev / eval)."""
+
+
+def challenge_lists(
     reader: Callable[..., list[Utterance]], root: str, protocols: dict[str, Optional[str]],
     audio_dirs: dict[str, str], ext: str, skip_bad: bool, report: ParseReport,
 ) -> dict[str, list[Utterance] | None]:
+    """Per split, the utterances ``reader`` reads from its protocol file over its audio folder, both named
+    below ``root`` (:func:`config_path`); a split whose protocol is None is None."""
     base = Path(root)
     if not base.is_dir():
         raise UsageError(f"dataset root not found: {base}")
     return {
         split: (
             None if protocol is None
-            else reader(_below(base, protocol, f"{split} protocol"), _below(base, audio_dirs[split], f"{split} audio"),
+            else reader(config_path(base, protocol, f"{split} protocol"),
+                        config_path(base, audio_dirs[split], f"{split} audio"),
                         ext=ext, skip_bad=skip_bad, report=report)
         )
         for split, protocol in protocols.items()
     }  # fmt: skip
 
 
-def _below(root: Path, name: str, what: str) -> Path:
+def challenge_dataset(
+    name: str, reader: Callable[..., list[Utterance]], root: str, protocols: Sequence[Optional[str]],
+    audio_dirs: Sequence[str], ext: str, *, audio: dict[str, Any] | None, augment: list[Any] | None,
+    skip_bad: bool, seed: int,
+) -> DataSplits:
+    """The splits of a challenge release: one protocol and one audio folder per split (train, dev as val,
+    eval as test), read by ``reader`` below ``root``."""
+    report = ParseReport()
+    lists = challenge_lists(reader, root, dict(zip(SPLITS, protocols, strict=True)),
+                            dict(zip(SPLITS, audio_dirs, strict=True)), ext, skip_bad, report)
+    return spoofing_splits(lists, audio=audio, augment=augment, seed=seed, report=report, skip_bad=skip_bad, name=name)
+
+
+def config_path(root: Path, name: str | Path, what: str) -> Path:
     """A protocol file or audio folder the config names: an absolute path as given (the user's own
     choice), a relative one below ``root`` resolving inside it — a link planted below a shared
     dataset root that leads out is refused (:func:`~modforge.core.safe_files.folder_below`)."""
-    return Path(name) if Path(name).is_absolute() else folder_below(root, name, what)
+    return Path(name) if Path(name).is_absolute() else folder_below(root, str(name), what)
 
 
 @register_dataset("asvspoof2019")
@@ -154,13 +181,9 @@ def asvspoof2019(
         skip_bad: skip malformed lines and missing/unreadable files (counted and logged) instead of failing.
         seed: seeds crops and augmentation (wired from the config's seed).
     """
-    report = ParseReport()
-    lists = _challenge(
-        read_asvspoof2019, root, {"train": train_protocol, "val": dev_protocol, "test": eval_protocol},
-        {"train": train_audio, "val": dev_audio, "test": eval_audio}, ext, skip_bad, report,
-    )
-    return spoofing_splits(lists, audio=audio, augment=augment, seed=seed, report=report, skip_bad=skip_bad,
-                           name="asvspoof2019")
+    return challenge_dataset("asvspoof2019", read_asvspoof2019, root, (train_protocol, dev_protocol, eval_protocol),
+                             (train_audio, dev_audio, eval_audio), ext, audio=audio, augment=augment,
+                             skip_bad=skip_bad, seed=seed)  # fmt: skip
 
 
 @register_dataset("asvspoof5")
@@ -195,13 +218,9 @@ def asvspoof5(
         skip_bad: skip malformed lines and missing/unreadable files instead of failing.
         seed: seeds crops and augmentation (wired from the config's seed).
     """
-    report = ParseReport()
-    lists = _challenge(
-        read_asvspoof5, root, {"train": train_protocol, "val": dev_protocol, "test": eval_protocol},
-        {"train": train_audio, "val": dev_audio, "test": eval_audio}, ext, skip_bad, report,
-    )
-    return spoofing_splits(lists, audio=audio, augment=augment, seed=seed, report=report, skip_bad=skip_bad,
-                           name="asvspoof5")
+    return challenge_dataset("asvspoof5", read_asvspoof5, root, (train_protocol, dev_protocol, eval_protocol),
+                             (train_audio, dev_audio, eval_audio), ext, audio=audio, augment=augment,
+                             skip_bad=skip_bad, seed=seed)  # fmt: skip
 
 
 @register_dataset("spoof_corpus")
@@ -229,7 +248,7 @@ def spoof_corpus(
             f"{root} is not a finished spoofing corpus (no meta.json); make one with "
             f"'modforge data make-spoof-corpus {root}'"
         )
-    lists = _challenge(
+    lists = challenge_lists(
         read_asvspoof2019, root,
         {"train": "protocols/train.txt", "val": "protocols/dev.txt", "test": "protocols/eval.txt"},
         {"train": "wav", "val": "wav", "test": "wav"}, "wav", skip_bad, report,
