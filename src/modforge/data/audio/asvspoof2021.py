@@ -116,26 +116,21 @@ def read_asvspoof2021(
     if subset is not None and subset not in SUBSETS:
         raise UsageError(f"asvspoof2021: subset must be one of {', '.join(SUBSETS)} or null, got {subset!r}")
 
-    def entries():
-        for number, fields in _lines(keys):
-            if subset is not None and len(fields) >= need and fields[7] != subset:
-                continue
+    def parse(fields: list[str], where: str) -> Trial2021:
+        _need(fields, need, " ".join(names[:need]))
+        columns = dict(zip(names, fields, strict=False))
+        if columns["subset"] not in SUBSETS:
+            raise ValueError(f"subset {quoted(columns['subset'])} is not one of {', '.join(SUBSETS)}")
+        label = parse_label(columns["key"])
+        attack = "-" if label == BONAFIDE else columns["attack"]
+        kept = {k: v for k, v in columns.items() if k not in ("speaker", "trial", "key")}
+        utt = columns["trial"]
+        return Trial2021(utt, _find_audio(dirs, utt, ext), label, attack, columns["speaker"], where, conditions=kept)
 
-            def parse(fields=fields, number=number) -> Trial2021:
-                _need(fields, need, " ".join(names[:need]))
-                columns = dict(zip(names, fields, strict=False))
-                if columns["subset"] not in SUBSETS:
-                    raise ValueError(f"subset {quoted(columns['subset'])} is not one of {', '.join(SUBSETS)}")
-                label = parse_label(columns["key"])
-                attack = "-" if label == BONAFIDE else columns["attack"]
-                kept = {k: v for k, v in columns.items() if k not in ("speaker", "trial", "key")}
-                utt = columns["trial"]
-                return Trial2021(utt, _find_audio(dirs, utt, ext), label, attack, columns["speaker"],
-                                 f"{keys}:{number}", conditions=kept)
-
-            yield f"{keys}:{number}", parse
-
-    return _collect(entries(), skip_bad, report)
+    lines = _lines(keys)
+    if subset is not None:  # a line of another subset is left out before it is parsed
+        lines = ((n, f) for n, f in lines if not (len(f) >= need and f[7] != subset))
+    return _collect(keys, lines, parse, skip_bad, report)
 
 
 def read_asv_trials_2021(metadata: str | Path, scores: str | Path) -> AsvTrials:

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from ...core.errors import UsageError
 from ...core.safe_files import UnsafePathError, data_lines, open_bounded_file, open_text_table, relative_name
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 BONAFIDE, SPOOF = 1, 0
+T = TypeVar("T")  # one entry of a protocol or table: a line's fields, a row
+U = TypeVar("U", bound="Utterance")
 _LABELS = {
     "bonafide": BONAFIDE, "bona-fide": BONAFIDE, "bona_fide": BONAFIDE, "bona fide": BONAFIDE, "genuine": BONAFIDE,
     "real": BONAFIDE, "1": BONAFIDE, "spoof": SPOOF, "fake": SPOOF, "deepfake": SPOOF, "0": SPOOF,
@@ -135,13 +138,16 @@ def _audio_path(audio_dir: Path, name: str, ext: str) -> Path:
 
 
 def _collect(
-    entries: Iterator[tuple[str, Callable[[], Utterance]]], skip_bad: bool, report: ParseReport | None
-) -> list[Utterance]:
-    """Run each entry's parser; a failure raises (located) or, with ``skip_bad``, is counted."""
+    path: Path, numbered: Iterable[tuple[int, T]], parse: Callable[[T, str], U], skip_bad: bool,
+    report: ParseReport | None,
+) -> list[U]:
+    """Parse each ``(line number, entry)`` of the file ``path`` with ``parse(entry, "path:line")``; a failure
+    raises (located) or, with ``skip_bad``, is counted."""
     out, seen = [], {}
-    for where, parse in entries:
+    for number, entry in numbered:
+        where = f"{path}:{number}"
         try:
-            utt = parse()
+            utt = parse(entry, where)
             if utt.utt_id in seen:
                 raise ValueError(f"utterance {quoted(utt.utt_id)} already listed at {seen[utt.utt_id]}")
             seen[utt.utt_id] = where
@@ -166,18 +172,14 @@ def read_asvspoof2019(
     """ASVspoof 2019 LA/PA countermeasure protocol: ``speaker utt - attack key``."""
     protocol, audio_dir = Path(protocol), Path(audio_dir)
 
-    def entries():
-        for number, fields in _lines(protocol):
-            def parse(fields=fields, number=number) -> Utterance:
-                _need(fields, 5, "speaker utt - attack key")
-                speaker, utt, _, attack, key = fields[:5]
-                label = parse_label(key)
-                attack = "-" if label == BONAFIDE else (attack if attack != "-" else "spoof")
-                return Utterance(utt, _audio_path(audio_dir, utt, ext), label, attack, speaker, f"{protocol}:{number}")
+    def parse(fields: list[str], where: str) -> Utterance:
+        _need(fields, 5, "speaker utt - attack key")
+        speaker, utt, _, attack, key = fields[:5]
+        label = parse_label(key)
+        attack = "-" if label == BONAFIDE else (attack if attack != "-" else "spoof")
+        return Utterance(utt, _audio_path(audio_dir, utt, ext), label, attack, speaker, where)
 
-            yield f"{protocol}:{number}", parse
-
-    return _collect(entries(), skip_bad, report)
+    return _collect(protocol, _lines(protocol), parse, skip_bad, report)
 
 
 def read_asvspoof5(
@@ -190,18 +192,13 @@ def read_asvspoof5(
     protocol, audio_dir = Path(protocol), Path(audio_dir)
     layout = "speaker file gender codec codec_q codec_seed attack_tag attack_label key"
 
-    def entries():
-        for number, fields in _lines(protocol):
-            def parse(fields=fields, number=number) -> Utterance:
-                _need(fields, 9, layout)
-                label = parse_label(fields[8])
-                attack = "-" if label == BONAFIDE else (fields[7] if fields[7] != "-" else "spoof")
-                path = _audio_path(audio_dir, fields[1], ext)
-                return Utterance(fields[1], path, label, attack, fields[0], f"{protocol}:{number}")
+    def parse(fields: list[str], where: str) -> Utterance:
+        _need(fields, 9, layout)
+        label = parse_label(fields[8])
+        attack = "-" if label == BONAFIDE else (fields[7] if fields[7] != "-" else "spoof")
+        return Utterance(fields[1], _audio_path(audio_dir, fields[1], ext), label, attack, fields[0], where)
 
-            yield f"{protocol}:{number}", parse
-
-    return _collect(entries(), skip_bad, report)
+    return _collect(protocol, _lines(protocol), parse, skip_bad, report)
 
 
 def _table_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -270,21 +267,17 @@ def read_manifest(
     root = Path(audio_root) if audio_root is not None else manifest.parent
     rows = _table_rows(manifest, ("path", "label"))
 
-    def entries():
-        for number, row in rows:
-            def parse(row=row, number=number) -> Utterance:
-                if not row.get("path"):
-                    raise ValueError("empty path")
-                label = parse_label(row.get("label", ""))
-                given = Path(row["path"])
-                path = given if given.is_absolute() else root / given
-                utt = row.get("id") or given.with_suffix("").as_posix()  # unique where file names repeat
-                attack = "-" if label == BONAFIDE else (row.get("attack") or "spoof")
-                return Utterance(utt, path, label, attack, row.get("speaker") or "-", f"{manifest}:{number}")
+    def parse(row: dict[str, str], where: str) -> Utterance:
+        if not row.get("path"):
+            raise ValueError("empty path")
+        label = parse_label(row.get("label", ""))
+        given = Path(row["path"])
+        path = given if given.is_absolute() else root / given
+        utt = row.get("id") or given.with_suffix("").as_posix()  # unique where file names repeat
+        attack = "-" if label == BONAFIDE else (row.get("attack") or "spoof")
+        return Utterance(utt, path, label, attack, row.get("speaker") or "-", where)
 
-            yield f"{manifest}:{number}", parse
-
-    return _collect(entries(), skip_bad, report)
+    return _collect(manifest, rows, parse, skip_bad, report)
 
 
 def read_in_the_wild(
@@ -297,17 +290,12 @@ def read_in_the_wild(
     root = Path(audio_dir) if audio_dir is not None else meta.parent
     rows = _table_rows(meta, ("file", "label"))
 
-    def entries():
-        for number, row in rows:
-            def parse(row=row, number=number) -> Utterance:
-                if not row.get("file"):
-                    raise ValueError("empty file name")
-                label = parse_label(row.get("label", ""))
-                attack = "-" if label == BONAFIDE else "spoof"
-                path = root / _name(row["file"], "file")
-                return Utterance(Path(row["file"]).stem, path, label, attack, row.get("speaker") or "-",
-                                 f"{meta}:{number}")
+    def parse(row: dict[str, str], where: str) -> Utterance:
+        if not row.get("file"):
+            raise ValueError("empty file name")
+        label = parse_label(row.get("label", ""))
+        attack = "-" if label == BONAFIDE else "spoof"
+        path = root / _name(row["file"], "file")
+        return Utterance(Path(row["file"]).stem, path, label, attack, row.get("speaker") or "-", where)
 
-            yield f"{meta}:{number}", parse
-
-    return _collect(entries(), skip_bad, report)
+    return _collect(meta, rows, parse, skip_bad, report)
