@@ -20,6 +20,7 @@ import torch
 from ...core.constraints import PositiveInt
 from ..buffer import Buffer, Policy
 from ..processes import Processes
+from .checks import at_least_one, check
 
 __all__ = ["Algorithm", "ReplayAlgorithm", "Teacher", "joined"]
 
@@ -167,8 +168,7 @@ class ReplayAlgorithm(Algorithm):
         seed: int = 0,
     ):
         super().__init__(model, num_classes)
-        if minibatch_size is not None and minibatch_size < 1:
-            raise ValueError(f"minibatch_size must be at least 1, got {minibatch_size}")
+        check(at_least_one("minibatch_size", minibatch_size))
         self.buffer = Buffer(buffer_size, buffer_policy, seed)
         self.minibatch_size = minibatch_size
 

@@ -49,7 +49,10 @@ import torch.nn.functional as F
 from ...core.constraints import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Probability
 from ...core.registries import register_algorithm
 from ..exemplars import ExemplarMemory
-from .base import Algorithm, Teacher, joined
+from .base import joined
+from .checks import check, non_negative, positive
+from .exemplar_base import ExemplarAlgorithm
+from .passes import in_chunks, loader_batch_size
 
 __all__ = ["BiC", "fit_bias_correction"]
 
@@ -104,7 +107,7 @@ def fit_bias_correction(
 
 
 @register_algorithm("bic")
-class BiC(Algorithm):
+class BiC(ExemplarAlgorithm):
     """Bias Correction (BiC).
 
     Args:
@@ -129,8 +132,7 @@ class BiC(Algorithm):
         "each process would take on its own shard"
     )
 
-    uses_buffer = True
-    settings = ("class-il",)
+    name = "bic"
 
     def __init__(
         self,
@@ -145,29 +147,19 @@ class BiC(Algorithm):
         distill_after_bic: bool = True,
         seed: int = 0,
     ):
-        super().__init__(model, num_classes)
-        problems = []
-        if minibatch_size is not None and minibatch_size < 1:
-            problems.append(f"minibatch_size must be at least 1, got {minibatch_size}")
-        if bic_epochs < 0:
-            problems.append(f"bic_epochs must not be negative, got {bic_epochs}")
-        if not temp > 0:
-            problems.append(f"temp must be positive, got {temp}")
-        if not 0.0 < valset_split < 1.0:
-            problems.append(f"valset_split must be between 0 and 1 (exclusive: the correction needs held-out "
-                            f"exemplars and training needs the rest), got {valset_split}")  # fmt: skip
-        if wd_reg is not None and not wd_reg >= 0:
-            problems.append(f"wd_reg must not be negative, got {wd_reg}")
-        if problems:
-            raise ValueError("; ".join(problems))
-        self.memory = ExemplarMemory(buffer_size, seed)
-        self.minibatch_size = minibatch_size
+        super().__init__(model, num_classes, ExemplarMemory(buffer_size, seed), minibatch_size)
+        check(
+            non_negative("bic_epochs", bic_epochs),
+            positive("temp", temp),
+            None if 0.0 < valset_split < 1.0 else (
+                "valset_split must be between 0 and 1 (exclusive: the correction needs held-out exemplars and "
+                f"training needs the rest), got {valset_split}"
+            ),
+            non_negative("wd_reg", wd_reg),
+        )  # fmt: skip
         self.bic_epochs, self.temp, self.valset_split = int(bic_epochs), float(temp), float(valset_split)
         self.wd_reg, self.distill_after_bic = wd_reg, bool(distill_after_bic)
         self.generator = torch.Generator().manual_seed((int(seed) + 1) % (1 << 63))  # the correction's minibatches
-        self.teacher = Teacher(model)
-        self.old_classes: list[int] = []  # the classes before the current task
-        self.new_classes: list[int] = []  # the current task's classes
         self.bias: torch.Tensor | None = None  # (β, α) fitted at the end of the last task t > 0
         self.bias_classes: list[int] = []  # the classes it corrects (that task's new classes)
         self.bias_active = False  # applied by class_scores (from its task's end until the next task begins)
@@ -230,12 +222,7 @@ class BiC(Algorithm):
 
     # --------------------------------------------------------- task boundaries
     def begin_task(self, task: int, trainer: Any = None, classes: Any = ()) -> None:
-        repeated = sorted({int(c) for c in classes} & set(self.seen_classes))
-        if repeated:
-            raise ValueError(f"bic needs class-incremental tasks; task {task} repeats classes {repeated}")
-        self.old_classes = list(self.seen_classes)
         super().begin_task(task, trainer, classes)
-        self.new_classes = [c for c in self.seen_classes if c not in self.old_classes]
         self.bias_active = False  # Mammoth drops the correction from its forward while a task trains
         self.held_old, self.held_per_class = {}, 0
         self.held_index, self.held_count = torch.zeros(0, dtype=torch.long), {}
@@ -317,16 +304,14 @@ class BiC(Algorithm):
                 log.warning("bic: no held-out samples at the end of task %d: no bias correction fitted", task + 1)
                 self.bias, self.bias_classes = None, []
             else:
-                batches = [{"input": held["input"][i : i + _FORWARD_BATCH]}
-                           for i in range(0, len(held["label"]), _FORWARD_BATCH)]  # fmt: skip
-                logits = trainer.collect(batches, ("logits",))["logits"]
+                logits = trainer.collect(in_chunks({"input": held["input"]}, _FORWARD_BATCH), ("logits",))["logits"]
                 self.bias = fit_bias_correction(
                     logits,
                     held["label"],
                     self.seen_classes,
                     self.new_classes,
                     self.bic_epochs,
-                    self._batch_size(trainer, loader),
+                    loader_batch_size(trainer, loader),
                     self.generator,
                 )
                 self.bias_classes, self.bias_active = list(self.new_classes), True
@@ -336,24 +321,9 @@ class BiC(Algorithm):
         self.held_old, self.held_per_class = {}, 0
         self.held_index, self.held_count = torch.zeros(0, dtype=torch.long), {}
 
-    @staticmethod
-    def _batch_size(trainer: Any, loader: Any) -> int:
-        """Mammoth's ``batch_size``: the training loader's (else the given loader's)."""
-        for source in (getattr(trainer, "train_loader", None), loader):
-            size = getattr(source, "batch_size", None)
-            if size:
-                return int(size)
-        return 32
-
     def update_memory(self, data: dict[str, torch.Tensor]) -> None:
         """Shrink every class to its share of the memory; add the task's classes by herding."""
-        share = self.memory.per_class(len(self.seen_classes))
-        self.memory.shrink(share)
-        features = F.normalize(data["features"], dim=1)
-        for label in data["label"].unique().tolist():
-            if label not in self.memory.exemplars:
-                rows = data["label"] == label
-                self.memory.add_class(label, data["input"][rows], features[rows], share)
+        self.add_exemplars(data, F.normalize(data["features"], dim=1))
 
     # ------------------------------------------------------------- evaluation
     def class_scores(self, trainer: Any, loader: Any) -> dict[str, torch.Tensor]:
@@ -368,11 +338,7 @@ class BiC(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         return {
             **super().state_dict(),
-            "memory": self.memory.state_dict(),
-            "teacher": self.teacher.state_dict(),
             "generator": self.generator.get_state(),
-            "old_classes": list(self.old_classes),
-            "new_classes": list(self.new_classes),
             "bias": None if self.bias is None else self.bias.clone(),
             "bias_classes": list(self.bias_classes),
             "bias_active": self.bias_active,
@@ -384,11 +350,7 @@ class BiC(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.memory.load_state_dict(state["memory"])
-        self.teacher.load_state_dict(state.get("teacher"))
         self.generator.set_state(state["generator"])
-        self.old_classes = [int(c) for c in state.get("old_classes", [])]
-        self.new_classes = [int(c) for c in state.get("new_classes", [])]
         self.bias = None if state.get("bias") is None else state["bias"].clone().cpu()
         self.bias_classes = [int(c) for c in state.get("bias_classes", [])]
         self.bias_active = bool(state.get("bias_active", False))

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from ...core.constraints import NonNegativeFloat, PositiveFloat
 from ...core.registries import register_algorithm
 from .base import Algorithm, Teacher
+from .checks import check, non_negative, positive
 
 __all__ = ["LwF"]
 
@@ -36,10 +37,7 @@ class LwF(Algorithm):
         temperature: PositiveFloat = 2.0,
     ):
         super().__init__(model, num_classes)
-        if alpha < 0:
-            raise ValueError(f"alpha must not be negative, got {alpha}")
-        if temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
+        check(non_negative("alpha", alpha), positive("temperature", temperature))
         self.alpha, self.temperature = alpha, temperature
         self.teacher = Teacher(model)
         self.old_classes: list[int] = []

@@ -40,7 +40,7 @@ from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt
 from ...core.registries import register_algorithm
 from ..buffer import Policy
 from .base import ReplayAlgorithm
-from .gem import _task_batch_size
+from .passes import stepped_batch_size, training_mode
 
 __all__ = ["GDumb", "cutmix"]
 
@@ -154,7 +154,7 @@ class GDumb(ReplayAlgorithm):
             return
         if not self.train_batch and loader is None:
             raise ValueError("gdumb.end_task needs the task's loader (its batch size) when no step has run")
-        self.fit_memory(_task_batch_size(self, loader))
+        self.fit_memory(stepped_batch_size(self, loader))
 
     def fit_memory(self, batch_size: int) -> None:
         """Reset the model to its starting weights and train it on the memory alone."""
@@ -165,22 +165,20 @@ class GDumb(ReplayAlgorithm):
                                     nesterov=self.optim_nesterov)  # fmt: skip
         schedule = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(optimizer, T_0=1, T_mult=2, eta_min=self.minlr)
         memory = self.buffer.all(("input", "label"))
-        was_training = model.training
-        model.train()
         try:
-            for epoch in range(self.fitting_epochs):
-                if epoch < 2:  # a warm-up epoch at a tenth of maxlr, then maxlr
-                    for group in optimizer.param_groups:
-                        group["lr"] = self.maxlr * (0.1 if epoch == 0 else 1.0)
-                else:
-                    schedule.step()
-                order = torch.randperm(len(memory["label"]), generator=self.generator)
-                for start in range(0, len(order), batch_size):
-                    rows = order[start : start + batch_size].to(memory["label"].device)
-                    self._fit_step(optimizer, memory["input"][rows], memory["label"][rows])
+            with training_mode(model):
+                for epoch in range(self.fitting_epochs):
+                    if epoch < 2:  # a warm-up epoch at a tenth of maxlr, then maxlr
+                        for group in optimizer.param_groups:
+                            group["lr"] = self.maxlr * (0.1 if epoch == 0 else 1.0)
+                    else:
+                        schedule.step()
+                    order = torch.randperm(len(memory["label"]), generator=self.generator)
+                    for start in range(0, len(order), batch_size):
+                        rows = order[start : start + batch_size].to(memory["label"].device)
+                        self._fit_step(optimizer, memory["input"][rows], memory["label"][rows])
         finally:
             optimizer.zero_grad(set_to_none=True)
-            model.train(was_training)
 
     def _fit_step(self, optimizer: torch.optim.Optimizer, inputs: torch.Tensor, labels: torch.Tensor) -> None:
         optimizer.zero_grad(set_to_none=True)

@@ -34,6 +34,8 @@ from ...core.errors import UsageError
 from ...core.registries import register_algorithm
 from ..buffer import Policy, stream_subset
 from .base import ReplayAlgorithm
+from .checks import at_least_one, check, non_negative
+from .passes import prepared, stepped_batch_size
 
 __all__ = ["AGEM", "GEM", "project_to_cone"]
 
@@ -80,22 +82,6 @@ def project_to_cone(gradient: torch.Tensor, memories: torch.Tensor, margin: floa
     return torch.from_numpy(v @ m + g).to(gradient)
 
 
-def _task_batch_size(algorithm: Any, loader: Any) -> int:
-    """The training batch size over every process: the largest batch stepped on, else the
-    loader's (× the processes)."""
-    if algorithm.train_batch:
-        return algorithm.train_batch
-    size = getattr(loader, "batch_size", None) or len(next(iter(loader))["label"])
-    return int(size) * algorithm.processes.world_size
-
-
-def _prepared(trainer: Any, loader: Any):
-    """The loader's batches, on the trainer's device."""
-    prepare = getattr(trainer, "prepare_batch", None)
-    for batch in loader:
-        yield prepare(batch) if prepare is not None else batch
-
-
 @register_algorithm("agem")
 class AGEM(ReplayAlgorithm):
     """A-GEM: the step's gradient projected so it does not increase a replayed minibatch's loss.
@@ -129,8 +115,7 @@ class AGEM(ReplayAlgorithm):
         seed: int = 0,
     ):
         super().__init__(model, num_classes, buffer_size, minibatch_size, buffer_policy, seed)
-        if samples_per_task is not None and samples_per_task < 1:
-            raise ValueError(f"samples_per_task must be at least 1, got {samples_per_task}")
+        check(at_least_one("samples_per_task", samples_per_task))
         self.samples_per_task = samples_per_task
         self.train_batch = 0  # the largest training batch stepped on
 
@@ -151,8 +136,8 @@ class AGEM(ReplayAlgorithm):
     def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
         if loader is None:
             raise ValueError("agem.end_task needs the task's training loader (to fill its memory)")
-        count = self.samples_per_task or _task_batch_size(self, loader)
-        drawn = stream_subset(_prepared(trainer, loader), count, self.buffer.generator)
+        count = self.samples_per_task or stepped_batch_size(self, loader)
+        drawn = stream_subset(prepared(trainer, loader), count, self.buffer.generator)
         if len(drawn["label"]):
             self.buffer.add(drawn["label"], input=drawn["input"])
 
@@ -206,8 +191,7 @@ class GEM(ReplayAlgorithm):
         seed: int = 0,
     ):
         super().__init__(model, num_classes, buffer_size, None, "reservoir", seed)
-        if gamma < 0:
-            raise ValueError(f"gamma must not be negative, got {gamma}")
+        check(non_negative("gamma", gamma))
         self.gamma = gamma
         self.solver = _quadprog()
         self.task_classes: dict[int, list[int]] = {}  # each begun task's classes
@@ -240,7 +224,7 @@ class GEM(ReplayAlgorithm):
             for t, c in old:
                 rows = ((held["task"] == t) & (held["label"] == c)).nonzero().reshape(-1)[:share]
                 kept.append({k: v[rows] for k, v in held.items()})
-        drawn = stream_subset(_prepared(trainer, loader), {c: share for c in classes}, self.buffer.generator)
+        drawn = stream_subset(prepared(trainer, loader), {c: share for c in classes}, self.buffer.generator)
         self.buffer.clear()
         for part in kept:
             self.buffer.add(part["label"], input=part["input"], task=part["task"])

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from ...core.constraints import PositiveInt
 from ...core.registries import register_algorithm
 from ..exemplars import ExemplarMemory
-from .base import Algorithm, Teacher, joined
+from .exemplar_base import ExemplarAlgorithm
+from .passes import in_chunks
 
 __all__ = ["ICaRL"]
 
@@ -32,7 +33,7 @@ _FEATURE_BATCH = 256  # exemplars per forward pass when their features are recom
 
 
 @register_algorithm("icarl")
-class ICaRL(Algorithm):
+class ICaRL(ExemplarAlgorithm):
     """iCaRL.
 
     Args:
@@ -47,8 +48,7 @@ class ICaRL(Algorithm):
         "it classifies by exemplar means computed from the trained weights' features"
     )
 
-    uses_buffer = True
-    settings = ("class-il",)
+    name = "icarl"
 
     def __init__(
         self,
@@ -58,54 +58,31 @@ class ICaRL(Algorithm):
         minibatch_size: PositiveInt | None = None,
         seed: int = 0,
     ):
-        super().__init__(model, num_classes)
-        if minibatch_size is not None and minibatch_size < 1:
-            raise ValueError(f"minibatch_size must be at least 1, got {minibatch_size}")
-        self.memory = ExemplarMemory(buffer_size, seed)
-        self.minibatch_size = minibatch_size
-        self.teacher = Teacher(model)
-        self.old_classes: list[int] = []
+        super().__init__(model, num_classes, ExemplarMemory(buffer_size, seed), minibatch_size)
         self.mean_classes: list[int] = []  # the classes of class_means' rows
         self.class_means: torch.Tensor | None = None  # [classes, D], unit rows
 
     # --------------------------------------------------------- task boundaries
-    def begin_task(self, task: int, trainer: Any = None, classes: Any = ()) -> None:
-        repeated = sorted({int(c) for c in classes} & set(self.seen_classes))
-        if repeated:
-            raise ValueError(f"icarl needs class-incremental tasks; task {task} repeats classes {repeated}")
-        super().begin_task(task, trainer, classes)
-
     def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
         if trainer is None or loader is None:
             raise ValueError("icarl.end_task needs the trainer and the task's training loader (to choose exemplars)")
         self.teacher.freeze()
         self.old_classes = list(self.seen_classes)
         data = trainer.collect(loader, ("input", "features", "label"))
-        share = self.memory.per_class(len(self.seen_classes))
-        self.memory.shrink(share)
-        features = F.normalize(data["features"], dim=1)
-        for label in data["label"].unique().tolist():
-            if label not in self.memory.exemplars:
-                rows = data["label"] == label
-                self.memory.add_class(label, data["input"][rows], features[rows], share)
+        self.add_exemplars(data, F.normalize(data["features"], dim=1))
         self.update_class_means(trainer)
 
     def update_class_means(self, trainer: Any) -> None:
         """Each class's mean normalised exemplar feature, re-normalised (the model as it is now)."""
         exemplars = self.memory.all()
-        batches = [
-            {"input": exemplars["input"][i : i + _FEATURE_BATCH], "label": exemplars["label"][i : i + _FEATURE_BATCH]}
-            for i in range(0, len(exemplars["label"]), _FEATURE_BATCH)
-        ]  # fmt: skip
-        features = F.normalize(trainer.collect(batches, ("features",))["features"], dim=1)
+        features = F.normalize(trainer.collect(in_chunks(exemplars, _FEATURE_BATCH), ("features",))["features"], dim=1)
         self.mean_classes = sorted(self.memory.exemplars)
         means = [features[exemplars["label"] == c].mean(0) for c in self.mean_classes]
         self.class_means = F.normalize(torch.stack(means), dim=1)
 
     # ------------------------------------------------------------------- step
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
-        past = self.draw(self.memory, self.minibatch_size or len(batch["label"]), batch["label"].device)
-        data = joined(batch, past)
+        data = self.with_exemplars(batch)
         logits = trainer.forward({"input": data["input"]})["logits"]
         targets = F.one_hot(data["label"], logits.shape[1]).to(logits.dtype)
         if self.teacher and self.old_classes:
@@ -129,19 +106,9 @@ class ICaRL(Algorithm):
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
-        return {
-            **super().state_dict(),
-            "memory": self.memory.state_dict(),
-            "teacher": self.teacher.state_dict(),
-            "old_classes": list(self.old_classes),
-            "mean_classes": list(self.mean_classes),
-            "class_means": self.class_means,
-        }
+        return {**super().state_dict(), "mean_classes": list(self.mean_classes), "class_means": self.class_means}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.memory.load_state_dict(state["memory"])
-        self.teacher.load_state_dict(state.get("teacher"))
-        self.old_classes = [int(c) for c in state.get("old_classes", [])]
         self.mean_classes = [int(c) for c in state.get("mean_classes", [])]
         self.class_means = state.get("class_means")

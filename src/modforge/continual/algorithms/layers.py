@@ -8,21 +8,21 @@ features to transfer are not reproduced: every layer counts equally."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from ...core.constraints import NonNegativeFloat, PositiveInt
 from ...core.registries import register_algorithm
-from ..buffer import Policy
-from .base import ReplayAlgorithm, Teacher, joined
+from .base import Teacher, joined
+from .replay import DistillingReplay
 
 __all__ = ["LayerDistillation"]
 
 
 @register_algorithm("layer_distill")
-class LayerDistillation(ReplayAlgorithm):
+class LayerDistillation(DistillingReplay):
     """Experience replay plus MSE distillation of every layer's output from the model frozen
     at the end of the previous task.
 
@@ -36,21 +36,10 @@ class LayerDistillation(ReplayAlgorithm):
         seed: seeds the buffer's sampling (wired from the config's seed).
     """
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        num_classes: int | None = None,
-        alpha: NonNegativeFloat = 0.3,
-        buffer_size: PositiveInt = 200,
-        minibatch_size: PositiveInt | None = None,
-        buffer_policy: Policy = "reservoir",
-        seed: int = 0,
-    ):
-        super().__init__(model, num_classes, buffer_size, minibatch_size, buffer_policy, seed)
-        if alpha < 0:
-            raise ValueError(f"alpha must not be negative, got {alpha}")
-        self.alpha = alpha
-        self.teacher = Teacher(model)
+    @functools.cached_property
+    def teacher(self) -> Teacher:
+        """The model frozen at the end of the previous task (empty before the first ends)."""
+        return Teacher(self.model)
 
     def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
         self.teacher.freeze()

@@ -58,7 +58,9 @@ from ...components.heads.cosine import CosineHead
 from ...core.constraints import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from ...core.registries import register_algorithm
 from ..exemplars import ExemplarMemory
-from .base import Algorithm, Teacher, joined
+from .checks import at_least_one, check, non_negative, positive
+from .exemplar_base import ExemplarAlgorithm
+from .passes import batchnorm_statistics_frozen, loader_batch_size, training_mode
 
 __all__ = ["LUCIR", "margin_ranking_loss"]
 
@@ -95,7 +97,7 @@ def _cosine_head(model: torch.nn.Module) -> CosineHead:
 
 
 @register_algorithm("lucir")
-class LUCIR(Algorithm):
+class LUCIR(ExemplarAlgorithm):
     """LUCIR (cosine classifier, less-forget distillation, margin ranking, imprinting and
     class-balanced finetuning).
 
@@ -125,8 +127,7 @@ class LUCIR(Algorithm):
         "task's training loader, which a process holds a shard of"
     )
 
-    uses_buffer = True
-    settings = ("class-il",)
+    name = "lucir"
 
     def __init__(
         self,
@@ -143,42 +144,26 @@ class LUCIR(Algorithm):
         imprint_weights: bool = True,
         seed: int = 0,
     ):
-        super().__init__(model, num_classes)
-        problems = []
-        if minibatch_size is not None and minibatch_size < 1:
-            problems.append(f"minibatch_size must be at least 1, got {minibatch_size}")
-        for name, value in (("lamda_base", lamda_base), ("lamda_mr", lamda_mr), ("mr_margin", mr_margin)):
-            if not value >= 0:
-                problems.append(f"{name} must not be negative, got {value}")
-        if k_mr < 1:
-            problems.append(f"k_mr must be at least 1, got {k_mr}")
-        if fitting_epochs < 0:
-            problems.append(f"fitting_epochs must not be negative, got {fitting_epochs}")
-        if not lr_finetune > 0:
-            problems.append(f"lr_finetune must be positive, got {lr_finetune}")
-        if problems:
-            raise ValueError("; ".join(problems))
+        super().__init__(model, num_classes, ExemplarMemory(buffer_size, seed), minibatch_size)
+        check(
+            non_negative("lamda_base", lamda_base),
+            non_negative("lamda_mr", lamda_mr),
+            non_negative("mr_margin", mr_margin),
+            at_least_one("k_mr", k_mr),
+            non_negative("fitting_epochs", fitting_epochs),
+            positive("lr_finetune", lr_finetune),
+        )
         self.head = _cosine_head(model)
-        self.memory = ExemplarMemory(buffer_size, seed)
-        self.minibatch_size = minibatch_size
         self.lamda_base, self.lamda_mr = float(lamda_base), float(lamda_mr)
         self.k_mr, self.mr_margin = int(k_mr), float(mr_margin)
         self.fitting_epochs, self.lr_finetune = int(fitting_epochs), float(lr_finetune)
         self.imprint_weights = bool(imprint_weights)
-        self.teacher = Teacher(model)
-        self.old_classes: list[int] = []  # the classes before the current task
-        self.new_classes: list[int] = []  # the current task's classes
         self.prepared_task = -1  # the task whose rows are imprinted and whose other rows are held
         self.frozen: torch.Tensor | None = None  # the head's weight when the task's rows were prepared
 
     # --------------------------------------------------------- task boundaries
     def begin_task(self, task: int, trainer: Any = None, classes: Any = ()) -> None:
-        repeated = sorted({int(c) for c in classes} & set(self.seen_classes))
-        if repeated:
-            raise ValueError(f"lucir needs class-incremental tasks; task {task} repeats classes {repeated}")
-        self.old_classes = list(self.seen_classes)
         super().begin_task(task, trainer, classes)
-        self.new_classes = [c for c in self.seen_classes if c not in self.old_classes]
         others = self.head.weight.shape[0] - len(self.old_classes)
         if self.old_classes and self.k_mr > others:
             raise ValueError(f"k_mr ({self.k_mr}) exceeds the {others} classes that are not old at task {task}")
@@ -262,8 +247,7 @@ class LUCIR(Algorithm):
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
         if self.prepared_task != self.task:
             self.prepare_task(trainer)
-        past = self.draw(self.memory, self.minibatch_size or len(batch["label"]), batch["label"].device)
-        data = joined(batch, past)
+        data = self.with_exemplars(batch)
         out = trainer.forward({"input": data["input"]})
         return self.lucir_loss(out["logits"], out["features"], data["label"], data["input"])
 
@@ -287,23 +271,9 @@ class LUCIR(Algorithm):
             raise ValueError("lucir.end_task needs the trainer and the task's training loader (to choose exemplars)")
         self.teacher.freeze()  # Mammoth's old_net, taken before the finetuning
         data = trainer.collect(loader, ("input", "features", "label"))
-        share = self.memory.per_class(len(self.seen_classes))
-        self.memory.shrink(share)
-        features = data["features"].reshape(len(data["label"]), -1)
-        for label in data["label"].unique().tolist():
-            if label not in self.memory.exemplars:
-                rows = data["label"] == label
-                self.memory.add_class(label, data["input"][rows], features[rows], share)
+        self.add_exemplars(data, data["features"].reshape(len(data["label"]), -1))
         if self.fitting_epochs > 0:
-            self.finetune(trainer, self._batch_size(trainer, loader))
-
-    @staticmethod
-    def _batch_size(trainer: Any, loader: Any) -> int:
-        for source in (getattr(trainer, "train_loader", None), loader):
-            size = getattr(source, "batch_size", None)
-            if size:
-                return int(size)
-        return 32
+            self.finetune(trainer, loader_batch_size(trainer, loader))
 
     def finetune(self, trainer: Any, batch_size: int) -> None:
         """Class-balanced finetuning of the current task's rows and the scale on the memory."""
@@ -317,51 +287,35 @@ class LUCIR(Algorithm):
         optimizer = torch.optim.SGD(params, lr=self.lr_finetune, momentum=momentum, weight_decay=decay)
         schedule = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=_FINETUNE_MILESTONES, gamma=0.1)
         device = self.head.weight.device
-        norms = [m for m in self.model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-        tracking = [m.track_running_stats for m in norms]
-        was_training = self.model.training
-        self.model.train()
-        for m in norms:
-            m.track_running_stats = False
         try:
-            for _ in range(self.fitting_epochs):
-                everything = self.memory.all()
-                order = torch.randperm(len(everything["label"]), generator=self.memory.generator)
-                for start in range(0, len(order), batch_size):
-                    rows = order[start : start + batch_size]
-                    x, y = everything["input"][rows].to(device), everything["label"][rows].to(device)
-                    with torch.no_grad():
-                        features = self.model({"input": x})["features"]
-                    loss = self.lucir_loss(self.head(features), features, y, None)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    schedule.step()
-                    self.hold_rows()
+            with training_mode(self.model), batchnorm_statistics_frozen(self.model):
+                for _ in range(self.fitting_epochs):
+                    everything = self.memory.all()
+                    order = torch.randperm(len(everything["label"]), generator=self.memory.generator)
+                    for start in range(0, len(order), batch_size):
+                        rows = order[start : start + batch_size]
+                        x, y = everything["input"][rows].to(device), everything["label"][rows].to(device)
+                        with torch.no_grad():
+                            features = self.model({"input": x})["features"]
+                        loss = self.lucir_loss(self.head(features), features, y, None)
+                        optimizer.zero_grad(set_to_none=True)
+                        loss.backward()
+                        optimizer.step()
+                        schedule.step()
+                        self.hold_rows()
         finally:
-            for m, flag in zip(norms, tracking, strict=True):
-                m.track_running_stats = flag
-            self.model.train(was_training)
             optimizer.zero_grad(set_to_none=True)
 
     # -------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
         return {
             **super().state_dict(),
-            "memory": self.memory.state_dict(),
-            "teacher": self.teacher.state_dict(),
-            "old_classes": list(self.old_classes),
-            "new_classes": list(self.new_classes),
             "prepared_task": self.prepared_task,
             "frozen": None if self.frozen is None else self.frozen.clone(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.memory.load_state_dict(state["memory"])
-        self.teacher.load_state_dict(state.get("teacher"))
-        self.old_classes = [int(c) for c in state.get("old_classes", [])]
-        self.new_classes = [int(c) for c in state.get("new_classes", [])]
         self.prepared_task = int(state.get("prepared_task", -1))
         frozen = state.get("frozen")
         self.frozen = None if frozen is None else frozen.to(self.head.weight.device)

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from ...core.constraints import NonNegativeFloat
 from ...core.registries import register_algorithm
 from .base import Algorithm
+from .checks import check, non_negative, unit_interval
+from .passes import training_mode
 
 __all__ = ["EWCOnline", "sgd_stability_margin"]
 
@@ -58,10 +60,7 @@ class EWCOnline(Algorithm):
         gamma: NonNegativeFloat = 1.0,
     ):
         super().__init__(model, num_classes)
-        if e_lambda < 0:
-            raise ValueError(f"e_lambda must not be negative, got {e_lambda}")
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        check(non_negative("e_lambda", e_lambda), unit_interval("gamma", gamma))
         self.e_lambda, self.gamma = e_lambda, gamma
         self.fisher: torch.Tensor | None = None
         self.anchor: torch.Tensor | None = None  # θ* after the last task
@@ -82,24 +81,23 @@ class EWCOnline(Algorithm):
         probability of the true label, as in Mammoth's implementation. ``prepare`` moves a
         batch to the model's device (the trainer's ``prepare_batch``)."""
         model = self.model
-        was_training = model.training
-        model.eval()
         total, count = torch.zeros_like(_flat_params(model).detach()), 0
         try:
-            for batch in loader:
-                batch = prepare(batch) if prepare is not None else batch
-                for x, y in zip(batch["input"], batch["label"], strict=True):
-                    model.zero_grad(set_to_none=True)
-                    log_p = F.log_softmax(model({"input": x.unsqueeze(0)})["logits"], dim=1)[0, y]
-                    log_p.backward()
-                    grads = torch.cat([
-                        (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in model.parameters()
-                    ])  # fmt: skip
-                    total += log_p.detach().exp() * grads**2
-                    count += 1
+            with training_mode(model, False):
+                for batch in loader:
+                    batch = prepare(batch) if prepare is not None else batch
+                    for x, y in zip(batch["input"], batch["label"], strict=True):
+                        model.zero_grad(set_to_none=True)
+                        log_p = F.log_softmax(model({"input": x.unsqueeze(0)})["logits"], dim=1)[0, y]
+                        log_p.backward()
+                        grads = torch.cat([
+                            (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                            for p in model.parameters()
+                        ])  # fmt: skip
+                        total += log_p.detach().exp() * grads**2
+                        count += 1
         finally:
             model.zero_grad(set_to_none=True)
-            model.train(was_training)
         return total / max(count, 1)
 
     def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:

@@ -20,8 +20,9 @@ from ...core.constraints import NonNegativeFloat, PositiveInt
 from ...core.registries import register_algorithm
 from ..buffer import Policy
 from .base import ReplayAlgorithm, joined
+from .checks import check, non_negative
 
-__all__ = ["DER", "DERpp", "ExperienceReplay"]
+__all__ = ["DER", "DERpp", "DistillingReplay", "ExperienceReplay"]
 
 
 @register_algorithm("er")
@@ -43,8 +44,29 @@ class ExperienceReplay(ReplayAlgorithm):
         return loss
 
 
+class DistillingReplay(ReplayAlgorithm):
+    """Base of rehearsal with an ``alpha``-weighted distillation term on the replayed samples
+    (``der`` distils their stored logits, ``layer_distill`` a teacher's layers): the replay
+    buffer's arguments and ``alpha``, checked. Not registered itself; a subclass's docstring
+    says what ``alpha`` weighs."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        num_classes: int | None = None,
+        alpha: NonNegativeFloat = 0.3,
+        buffer_size: PositiveInt = 200,
+        minibatch_size: PositiveInt | None = None,
+        buffer_policy: Policy = "reservoir",
+        seed: int = 0,
+    ):
+        super().__init__(model, num_classes, buffer_size, minibatch_size, buffer_policy, seed)
+        check(non_negative("alpha", alpha))
+        self.alpha = alpha
+
+
 @register_algorithm("der")
-class DER(ReplayAlgorithm):
+class DER(DistillingReplay):
     """Dark Experience Replay: logit distillation on replayed samples.
 
     Args:
@@ -59,21 +81,6 @@ class DER(ReplayAlgorithm):
 
     stored = ("input", "logits")
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        num_classes: int | None = None,
-        alpha: NonNegativeFloat = 0.3,
-        buffer_size: PositiveInt = 200,
-        minibatch_size: PositiveInt | None = None,
-        buffer_policy: Policy = "reservoir",
-        seed: int = 0,
-    ):
-        super().__init__(model, num_classes, buffer_size, minibatch_size, buffer_policy, seed)
-        if alpha < 0:
-            raise ValueError(f"alpha must not be negative, got {alpha}")
-        self.alpha = alpha
-
     def distillation(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor | None:
         """``alpha · MSE(logits now, logits stored)`` on a replayed minibatch (None: empty buffer)."""
         past = self.replay(batch)
@@ -81,12 +88,17 @@ class DER(ReplayAlgorithm):
             return None
         return self.alpha * F.mse_loss(trainer.forward({"input": past["input"]})["logits"], past["logits"])
 
+    def label_term(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor | None:
+        """A loss on the labels of replayed samples, added with the distillation (None: none; DER++'s)."""
+        return None
+
     def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
         out = trainer.forward(batch)
         loss = out["loss"]
         distil = self.distillation(trainer, batch)
         if distil is not None:
-            loss = loss + distil
+            labels = self.label_term(trainer, batch)
+            loss = loss + distil if labels is None else loss + distil + labels
         self.remember(batch, out)
         return loss
 
@@ -118,17 +130,11 @@ class DERpp(DER):
         seed: int = 0,
     ):
         super().__init__(model, num_classes, alpha, buffer_size, minibatch_size, buffer_policy, seed)
-        if beta < 0:
-            raise ValueError(f"beta must not be negative, got {beta}")
+        check(non_negative("beta", beta))
         self.beta = beta
 
-    def training_step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
-        out = trainer.forward(batch)
-        loss = out["loss"]
-        distil = self.distillation(trainer, batch)
-        if distil is not None:
-            past = self.replay(batch)
-            replayed = trainer.forward({"input": past["input"]})["logits"]
-            loss = loss + distil + self.beta * F.cross_entropy(replayed, past["label"])
-        self.remember(batch, out)
-        return loss
+    def label_term(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor | None:
+        """``beta · CE`` on a second replayed minibatch (drawn after the distillation's)."""
+        past = self.replay(batch)
+        replayed = trainer.forward({"input": past["input"]})["logits"]
+        return self.beta * F.cross_entropy(replayed, past["label"])

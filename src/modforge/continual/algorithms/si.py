@@ -29,6 +29,7 @@ import torch
 from ...core.constraints import NonNegativeFloat, PositiveFloat
 from ...core.registries import register_algorithm
 from .base import Algorithm
+from .checks import check, non_negative
 
 __all__ = ["SI"]
 
@@ -61,8 +62,7 @@ class SI(Algorithm):
         clip_value: PositiveFloat | None = 1.0,
     ):
         super().__init__(model, num_classes)
-        if not c >= 0:
-            raise ValueError(f"c must not be negative, got {c}")
+        check(non_negative("c", c))
         if not xi > 0:
             raise ValueError(f"xi must be positive (it keeps Ω finite where a parameter did not move), got {xi}")
         if clip_value is not None and not clip_value > 0:

@@ -48,38 +48,20 @@ must have the same number of classes, as in Mammoth. The buffer is filled only a
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ...core.constraints import FiniteFloat, NonNegativeFloat, PositiveInt
 from ...core.registries import register_algorithm
 from ..buffer import stream_subset
 from .base import ReplayAlgorithm
-from .gem import _prepared, _task_batch_size
+from .checks import check, non_negative, unit_interval
+from .passes import batchnorm_statistics_frozen, in_chunks, prepared, stepped_batch_size, training_mode
 
-__all__ = ["XDER", "batchnorm_statistics_frozen"]
-
-
-@contextlib.contextmanager
-def batchnorm_statistics_frozen(model: nn.Module, frozen: bool = True) -> Iterator[None]:
-    """While inside (when ``frozen``), BatchNorm layers in training mode normalise with the
-    batch's statistics without updating their running ones (Mammoth's ``bn_track_stats``)."""
-    layers = (
-        [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
-        if frozen else []
-    )  # fmt: skip
-    for layer in layers:
-        layer.track_running_stats = False
-    try:
-        yield
-    finally:
-        for layer in layers:
-            layer.track_running_stats = True
+__all__ = ["XDER", "batchnorm_statistics_frozen"]  # batchnorm_statistics_frozen: from .passes, where it lives now
 
 
 @register_algorithm("xder")
@@ -127,11 +109,8 @@ class XDER(ReplayAlgorithm):
         seed: int = 0,
     ):
         super().__init__(model, num_classes, buffer_size, minibatch_size, "reservoir", seed)
-        for name, value in (("alpha", alpha), ("beta", beta), ("constr_eta", constr_eta)):
-            if value < 0:
-                raise ValueError(f"{name} must not be negative, got {value}")
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        check(non_negative("alpha", alpha), non_negative("beta", beta), non_negative("constr_eta", constr_eta))
+        check(unit_interval("gamma", gamma))
         if num_classes is None:
             raise ValueError("xder needs num_classes (its future head is the classes not seen yet)")
         self.alpha, self.beta, self.gamma = alpha, beta, gamma
@@ -290,52 +269,45 @@ class XDER(ReplayAlgorithm):
     # -------------------------------------------------------- task boundaries
     def _logits(self, inputs: torch.Tensor, batch_size: int) -> torch.Tensor:
         """The model's logits for ``inputs``, forwarded ``batch_size`` at a time."""
-        return torch.cat([
-            self.model({"input": inputs[i : i + batch_size]})["logits"] for i in range(0, len(inputs), batch_size)
-        ])  # fmt: skip
+        return torch.cat([self.model(chunk)["logits"] for chunk in in_chunks({"input": inputs}, batch_size)])
 
     def end_task(self, task: int, trainer: Any = None, loader: Any = None) -> None:
         if loader is None:
             raise ValueError("xder.end_task needs the task's training loader (to fill its memory)")
         if not 0 <= task < len(self.task_classes):
             raise ValueError(f"xder.end_task: task {task} was never begun")
-        was_training = self.model.training
-        self.model.train()
-        batch_size = _task_batch_size(self, loader)
+        batch_size = stepped_batch_size(self, loader)
         present = self.task_classes[task]
-        try:
-            with torch.no_grad(), batchnorm_statistics_frozen(self.model):
-                if task > 0:  # the earlier classes keep their first buffer_size // classes-seen samples
-                    share = self.buffer.capacity // len(self.seen_classes)
-                    held = self.buffer.all()
-                    self.buffer.clear()
-                    for label in held["label"].unique().tolist():
-                        rows = (held["label"] == label).nonzero().reshape(-1)[:share]
-                        self.buffer.add(held["label"][rows], **{k: v[rows] for k, v in held.items() if k != "label"})
-                free = self.buffer.capacity - len(self.buffer)
-                quota = torch.full((len(present),), free // len(present), dtype=torch.long)
-                quota[torch.randperm(len(present), generator=self.buffer.generator)[: free % len(present)]] += 1
-                drawn = stream_subset(_prepared(trainer, loader), dict(zip(present, quota.tolist(), strict=True)),
-                                      self.buffer.generator)  # fmt: skip
-                if len(drawn["label"]):
-                    device = drawn["label"].device
-                    cols = self._columns(task, device)
-                    logits = self._logits(drawn["input"], batch_size)
-                    if task > 0:
-                        logits = self.capped(logits, logits, drawn["label"], cols["past"])
-                    self.buffer.add(drawn["label"], input=drawn["input"], logits=logits, task=task)
-                if not self.buffer.is_empty:  # future-past update of every stored sample of an earlier task
-                    held = self.buffer.all()
-                    cols = self._columns(task, held["label"].device)
-                    earlier = cols["task_of"][held["label"]] < task
-                    if bool(earlier.any()):
-                        outputs = self._logits(held["input"], batch_size)
-                        new = self.capped(held["logits"][earlier], outputs[earlier], held["label"][earlier],
-                                          cols["later"])  # fmt: skip
-                        slots = earlier.nonzero().reshape(-1)
-                        self.buffer.update(slots, logits=new, task=torch.full((len(slots),), task, dtype=torch.long))
-        finally:
-            self.model.train(was_training)
+        with training_mode(self.model), torch.no_grad(), batchnorm_statistics_frozen(self.model):
+            if task > 0:  # the earlier classes keep their first buffer_size // classes-seen samples
+                share = self.buffer.capacity // len(self.seen_classes)
+                held = self.buffer.all()
+                self.buffer.clear()
+                for label in held["label"].unique().tolist():
+                    rows = (held["label"] == label).nonzero().reshape(-1)[:share]
+                    self.buffer.add(held["label"][rows], **{k: v[rows] for k, v in held.items() if k != "label"})
+            free = self.buffer.capacity - len(self.buffer)
+            quota = torch.full((len(present),), free // len(present), dtype=torch.long)
+            quota[torch.randperm(len(present), generator=self.buffer.generator)[: free % len(present)]] += 1
+            drawn = stream_subset(prepared(trainer, loader), dict(zip(present, quota.tolist(), strict=True)),
+                                  self.buffer.generator)  # fmt: skip
+            if len(drawn["label"]):
+                device = drawn["label"].device
+                cols = self._columns(task, device)
+                logits = self._logits(drawn["input"], batch_size)
+                if task > 0:
+                    logits = self.capped(logits, logits, drawn["label"], cols["past"])
+                self.buffer.add(drawn["label"], input=drawn["input"], logits=logits, task=task)
+            if not self.buffer.is_empty:  # future-past update of every stored sample of an earlier task
+                held = self.buffer.all()
+                cols = self._columns(task, held["label"].device)
+                earlier = cols["task_of"][held["label"]] < task
+                if bool(earlier.any()):
+                    outputs = self._logits(held["input"], batch_size)
+                    new = self.capped(held["logits"][earlier], outputs[earlier], held["label"][earlier],
+                                      cols["later"])  # fmt: skip
+                    slots = earlier.nonzero().reshape(-1)
+                    self.buffer.update(slots, logits=new, task=torch.full((len(slots),), task, dtype=torch.long))
         self.update_counter.zero_()
 
     # -------------------------------------------------------------- checkpoint
