@@ -18,14 +18,13 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
-import types
 import typing
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 
 from .errors import ConfigValueError
-from .type_names import describe_constrained
+from .type_names import _is_mapping_origin, _is_sequence_origin, _is_union, _non_none_members, _unwrap, describe_type
 
 __all__ = [
     "allows_none",
@@ -53,21 +52,6 @@ def parse_scalar(text: str) -> Any:
         return load_value(text, "a command-line value")  # bounded like a config file: no alias bombs
     except yaml.YAMLError:
         return text
-
-
-def _unwrap(tp: Any) -> Any:
-    """``Annotated[X, ...]`` → ``X`` (the constraints are pydantic's to check); else ``tp``."""
-    while typing.get_origin(tp) is Annotated:
-        tp = typing.get_args(tp)[0]
-    return tp
-
-
-def _is_union(tp: Any) -> bool:
-    return typing.get_origin(_unwrap(tp)) in (Union, types.UnionType)
-
-
-def _non_none_members(tp: Any) -> list[Any]:
-    return [arg for arg in typing.get_args(_unwrap(tp)) if arg is not type(None)]
 
 
 def allows_none(tp: Any) -> bool:
@@ -100,59 +84,6 @@ def choices_of(tp: Any) -> tuple[Any, ...] | None:
     if inspect.isclass(tp) and issubclass(tp, enum.Enum):
         return tuple(member.value for member in tp)
     return None
-
-
-def describe_type(tp: Any) -> str:
-    """A short English name for an annotation, as used in error messages and tables."""
-    if tp is Any or tp is inspect.Parameter.empty:
-        return "any"
-    if tp is type(None) or tp is None:
-        return "None"
-    if typing.get_origin(tp) is Annotated:
-        return describe_constrained(tp)
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if _is_union(tp):
-        members = _non_none_members(tp)
-        text = " or ".join(describe_type(m) for m in members)
-        return f"{text} or None" if len(members) < len(args) else text
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    if inspect.isclass(tp) and issubclass(tp, enum.Enum):
-        return "one of " + ", ".join(repr(m.value) for m in tp)
-    if origin in (list, set, frozenset) or (origin is not None and _is_sequence_origin(origin)):
-        name = {set: "set", frozenset: "set"}.get(origin, "list")
-        return f"{name} of {_element_name(args[0])}" if args else name
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"tuple of {_element_name(args[0])}"
-        if args:
-            return "tuple (" + ", ".join(describe_type(a) for a in args) + ")"
-        return "tuple"
-    if origin is dict or (origin is not None and _is_mapping_origin(origin)):
-        if args:
-            return f"mapping of {describe_type(args[0])} to {describe_type(args[1])}"
-        return "mapping"
-    if inspect.isclass(tp):
-        return {dict: "mapping"}.get(tp, tp.__name__)
-    return str(tp).replace("typing.", "")
-
-
-def _element_name(tp: Any) -> str:
-    """An element type inside ``list of …``: a constrained one in the plural."""
-    return describe_constrained(tp, plural=True) if typing.get_origin(tp) is Annotated else describe_type(tp)
-
-
-def _is_sequence_origin(origin: Any) -> bool:
-    import collections.abc as cabc
-
-    return origin in (cabc.Sequence, cabc.MutableSequence, cabc.Iterable, cabc.Collection)
-
-
-def _is_mapping_origin(origin: Any) -> bool:
-    import collections.abc as cabc
-
-    return origin in (cabc.Mapping, cabc.MutableMapping)
 
 
 def _is_collection(tp: Any) -> bool:

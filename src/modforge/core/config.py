@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from .coercion import parse_scalar
+from .cwd import display_path
 from .errors import (
     ConfigCycleError,
     ConfigFileError,
@@ -45,15 +46,6 @@ _MISSING = object()
 BASE_KEY = "_base_"
 DELETE_KEY = "_delete_"
 PLUGINS_KEY = "plugins"
-
-
-def display_path(path: str | os.PathLike) -> str:
-    """A path as a user would type it: relative to the cwd when inside it."""
-    p = Path(path)
-    try:
-        return os.path.relpath(p) if not os.path.relpath(p).startswith("..") else str(p)
-    except ValueError:  # another drive on Windows
-        return str(p)
 
 
 def _join(prefix: str, key: Any) -> str:

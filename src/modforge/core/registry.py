@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from .arguments import PartSignature, signature_of, summary_of
-from .config import display_path
+from .cwd import display_path
 from .errors import (
     BuildError,
     ConfigError,

@@ -1,4 +1,6 @@
-"""Human names for constrained annotations (``Annotated[float, Field(ge=0, le=1)]``).
+"""Human names for annotations (:func:`describe_type`: ``int or None``, ``list of int``), constrained ones
+(``Annotated[float, Field(ge=0, le=1)]``) included, and the annotation-shape tests they share with
+:mod:`.coercion` (a union, its members, a sequence or mapping origin).
 
 pydantic checks the constraints; this module only says them in words, so an error reads
 ``expected a number in [0, 1], got -0.5`` instead of printing the annotation's repr, and a
@@ -10,10 +12,13 @@ pydantic's ``allow_inf_nan`` and ``Field(...)`` carrying any of them — which c
 
 from __future__ import annotations
 
+import enum
+import inspect
+import types
 import typing
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, Union
 
-__all__ = ["constraints_of", "describe_constrained"]
+__all__ = ["constraints_of", "describe_constrained", "describe_type"]
 
 _KEYS = ("gt", "ge", "lt", "le", "min_length", "max_length", "allow_inf_nan", "multiple_of")
 
@@ -59,8 +64,6 @@ def _range(found: dict[str, Any]) -> str:
 def describe_constrained(tp: Any, *, plural: bool = False) -> str:
     """``a number in [0, 1]``, ``a whole number > 0``, ``a finite number`` (``plural``:
     ``whole numbers > 0``, for ``list of …``); other bases: their name plus the constraints."""
-    from .coercion import describe_type
-
     base, found = constraints_of(tp)
     bounds = _range(found)
     if base in (int, float):
@@ -86,3 +89,73 @@ def describe_constrained(tp: Any, *, plural: bool = False) -> str:
             else f" with at most {high} {unit}"
         )
     return text
+
+
+# ------------------------------------------------------------------ annotation shapes
+def _unwrap(tp: Any) -> Any:
+    """``Annotated[X, ...]`` → ``X`` (the constraints are pydantic's to check); else ``tp``."""
+    while typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    return tp
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(_unwrap(tp)) in (Union, types.UnionType)
+
+
+def _non_none_members(tp: Any) -> list[Any]:
+    return [arg for arg in typing.get_args(_unwrap(tp)) if arg is not type(None)]
+
+
+def _is_sequence_origin(origin: Any) -> bool:
+    import collections.abc as cabc
+
+    return origin in (cabc.Sequence, cabc.MutableSequence, cabc.Iterable, cabc.Collection)
+
+
+def _is_mapping_origin(origin: Any) -> bool:
+    import collections.abc as cabc
+
+    return origin in (cabc.Mapping, cabc.MutableMapping)
+
+
+# ------------------------------------------------------------------ any annotation
+def describe_type(tp: Any) -> str:
+    """A short English name for an annotation, as used in error messages and tables."""
+    if tp is Any or tp is inspect.Parameter.empty:
+        return "any"
+    if tp is type(None) or tp is None:
+        return "None"
+    if typing.get_origin(tp) is Annotated:
+        return describe_constrained(tp)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if _is_union(tp):
+        members = _non_none_members(tp)
+        text = " or ".join(describe_type(m) for m in members)
+        return f"{text} or None" if len(members) < len(args) else text
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if inspect.isclass(tp) and issubclass(tp, enum.Enum):
+        return "one of " + ", ".join(repr(m.value) for m in tp)
+    if origin in (list, set, frozenset) or (origin is not None and _is_sequence_origin(origin)):
+        name = {set: "set", frozenset: "set"}.get(origin, "list")
+        return f"{name} of {_element_name(args[0])}" if args else name
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"tuple of {_element_name(args[0])}"
+        if args:
+            return "tuple (" + ", ".join(describe_type(a) for a in args) + ")"
+        return "tuple"
+    if origin is dict or (origin is not None and _is_mapping_origin(origin)):
+        if args:
+            return f"mapping of {describe_type(args[0])} to {describe_type(args[1])}"
+        return "mapping"
+    if inspect.isclass(tp):
+        return {dict: "mapping"}.get(tp, tp.__name__)
+    return str(tp).replace("typing.", "")
+
+
+def _element_name(tp: Any) -> str:
+    """An element type inside ``list of …``: a constrained one in the plural."""
+    return describe_constrained(tp, plural=True) if typing.get_origin(tp) is Annotated else describe_type(tp)
