@@ -1,4 +1,4 @@
-"""Reading a finished trial's values out of its ``summary.json``."""
+"""Reading a finished trial's values out of its ``summary.json``, in its folder of the sweep (:func:`trial_folder`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..core.safe_files import open_regular
+from ..core.config import display_path
+from ..core.safe_files import inside, open_regular
 from .spec import Collect
 
-__all__ = ["MAX_SUMMARY_BYTES", "collect_metrics", "lookup", "read_summary"]
+__all__ = ["MAX_SUMMARY_BYTES", "collect_metrics", "lookup", "read_summary", "trial_folder"]
 
 MAX_SUMMARY_BYTES = 16 * 1024**2
 """A larger ``summary.json`` is not a run's summary: it is read as missing."""
@@ -69,3 +70,13 @@ def collect_metrics(collect: tuple[Collect, ...], summary: Mapping[str, Any], se
                     ) -> dict[str, float | None]:  # fmt: skip
     """Each collected value of a trial (``None`` where the summary lacks it or it is not a number)."""
     return {c.name: seconds if c.name == "seconds" else _number(lookup(summary, c.name)) for c in collect}
+
+
+def trial_folder(sweep_dir: Path, trial_id: str) -> Path:
+    """``sweep_dir/trials/<trial_id>`` for an id read from ``trials.csv``: a plain name inside
+    the trials folder (no ``..``, no absolute path, no link leading out).
+
+    Raises:
+        UnsafePathError: naming the id and the file it came from.
+    """
+    return inside(sweep_dir / "trials", trial_id, what=f"trial id in {display_path(sweep_dir / 'trials.csv')}:")

@@ -47,8 +47,7 @@ def plot_results(report: Report, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     from ..core.safe_files import write_via_temp
-    from .collect import collect_metrics, read_summary
-    from .report import trial_folder
+    from .collect import collect_metrics, read_summary, trial_folder
     from .table import number, read_rows
 
     metrics = list(report.spec.collect)

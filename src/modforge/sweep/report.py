@@ -23,9 +23,9 @@ from pathlib import Path
 
 from ..core.config import display_path
 from ..core.errors import UsageError
-from ..core.safe_files import inside, open_regular, write_atomic
+from ..core.safe_files import open_regular, write_atomic
 from ..core.text_safety import csv_cell, markdown_cell, plain_text
-from .collect import collect_metrics, read_summary
+from .collect import collect_metrics, read_summary, trial_folder
 from .driver import param_columns
 from .spec import DEFAULT_MAX_TRIALS, Collect, SweepSpec, load_sweep
 from .table import number, read_rows
@@ -118,16 +118,6 @@ class Report:
             n,
             *(self.cell(group, c, bold=bold) for c in self.spec.collect),
         ]
-
-
-def trial_folder(sweep_dir: Path, trial_id: str) -> Path:
-    """``sweep_dir/trials/<trial_id>`` for an id read from ``trials.csv``: a plain name inside
-    the trials folder (no ``..``, no absolute path, no link leading out).
-
-    Raises:
-        UnsafePathError: naming the id and the file it came from.
-    """
-    return inside(sweep_dir / "trials", trial_id, what=f"trial id in {display_path(sweep_dir / 'trials.csv')}:")
 
 
 def build_report(sweep_dir: Path, *, max_trials: int = DEFAULT_MAX_TRIALS) -> Report:
