@@ -168,19 +168,21 @@ def _idx_family(urls: tuple[str, ...], md5s: tuple[str, str, str, str], sizes: t
 
 
 _TORONTO = "https://www.cs.toronto.edu/~kriz/"
-_CIFAR_PAGE = _TORONTO + "cifar.html"
-_CIFAR_LICENCE = "none stated; cite Krizhevsky 2009, 'Learning Multiple Layers of Features from Tiny Images'"
 
 
-def _cifar_family(stem: str, *, python: tuple[str, int, str], binary: tuple[str, int, str]) -> dict[str, Variant]:
-    """CIFAR's two published forms, each one archive on the Toronto page unpacked into its folder:
-    ``{stem}-python.tar.gz`` (pickled batches) and ``{stem}-binary.tar.gz``; each given as (MD5, size, folder)."""
+def _cifar_corpus(name: str, description: str, *, python: tuple[str, int, str], binary: tuple[str, int, str]) -> Corpus:
+    """A CIFAR corpus: two published forms, each one archive on the Toronto page unpacked into its folder —
+    ``cifar-<classes>-python.tar.gz`` (pickled batches, the default) and ``cifar-<classes>-binary.tar.gz``,
+    each given as (MD5, size, folder)."""
     variants = {}
     for kind, (md5, size, folder) in (("python", python), ("binary", binary)):
-        name = f"{stem}-{kind}.tar.gz"
-        archive = CorpusFile(name, md5, (_TORONTO + name,), size, extract=True, members=1_000)
+        filename = f"{name.replace('cifar', 'cifar-')}-{kind}.tar.gz"
+        archive = CorpusFile(filename, md5, (_TORONTO + filename,), size, extract=True, members=1_000)
         variants[kind] = Variant((archive,), folder=folder)
-    return variants
+    return Corpus(name, description, _TORONTO + "cifar.html",
+                  "none stated; cite Krizhevsky 2009, 'Learning Multiple Layers of Features from Tiny Images'",
+                  variants, default_variant="python")  # fmt: skip
+
 
 CORPORA: dict[str, Corpus] = {
     "mnist": Corpus(
@@ -229,26 +231,13 @@ CORPORA: dict[str, Corpus] = {
                         members=1_000),),  # the gzip/ folder, 24 .gz files and 6 mappings
             folder="gzip")},  # fmt: skip
     ),
-    "cifar10": Corpus(
-        "cifar10",
-        "32x32 colour pictures, 10 classes (50k train / 10k test)",
-        _CIFAR_PAGE,
-        _CIFAR_LICENCE,
-        _cifar_family(  # python: torchvision.datasets.CIFAR10.url / .tgz_md5; binary: the table on _CIFAR_PAGE
-            "cifar-10", python=("c58f30108f718f92721af3b95e74349a", 170498071, "cifar-10-batches-py"),
-            binary=("c32a1d4ab5d03f1284b67883e8d87530", 170052171, "cifar-10-batches-bin")),  # fmt: skip
-        default_variant="python",
-    ),
-    "cifar100": Corpus(
-        "cifar100",
-        "32x32 colour pictures, 100 classes in 20 superclasses (50k train / 10k test)",
-        _CIFAR_PAGE,
-        _CIFAR_LICENCE,
-        _cifar_family(  # python: torchvision.datasets.CIFAR100.url / .tgz_md5; binary: the table on _CIFAR_PAGE
-            "cifar-100", python=("eb9058c3a382ffc7106e4002c42a8d85", 169001437, "cifar-100-python"),
-            binary=("03b5dce01913d631647c71ecec9e9cb8", 168513733, "cifar-100-binary")),  # fmt: skip
-        default_variant="python",
-    ),
+    # python archives: torchvision.datasets.CIFAR10/CIFAR100.url / .tgz_md5; binary ones: the table on the CIFAR page
+    "cifar10": _cifar_corpus("cifar10", "32x32 colour pictures, 10 classes (50k train / 10k test)",
+                             python=("c58f30108f718f92721af3b95e74349a", 170498071, "cifar-10-batches-py"),
+                             binary=("c32a1d4ab5d03f1284b67883e8d87530", 170052171, "cifar-10-batches-bin")),
+    "cifar100": _cifar_corpus("cifar100", "32x32 colour pictures, 100 classes in 20 superclasses (50k train / 10k test)",
+                              python=("eb9058c3a382ffc7106e4002c42a8d85", 169001437, "cifar-100-python"),
+                              binary=("03b5dce01913d631647c71ecec9e9cb8", 168513733, "cifar-100-binary")),
     "tiny_imagenet": Corpus(
         "tiny_imagenet",
         "Tiny-ImageNet-200: 64x64 colour pictures, 200 classes (100k train / 10k val / 10k unlabelled test)",

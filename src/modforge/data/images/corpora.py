@@ -285,12 +285,23 @@ def image_folder(root: str, test_root: Optional[str] = None, val_root: Optional[
     if val_root is not None:
         val = _files(list_image_folder(Path(val_root), names)[0], mode, max_pixels)
     train_part = _files(train, mode, max_pixels)
+    return _file_splits(train_part, val, test, names, channels, seed=seed, val_fraction=val_fraction,
+                        test_fraction=test_fraction, transforms=transforms)
+
+
+def _file_splits(
+    train: tuple[FilePictures, torch.Tensor], val: tuple[FilePictures, torch.Tensor] | None,
+    test: tuple[FilePictures, torch.Tensor] | None, names: list[str], channels: int, *, seed: int,
+    val_fraction: float, test_fraction: float, transforms: Any,
+) -> DataSplits:  # fmt: skip
+    """Splits of pictures read from files (a folder or a manifest): a split not given is carved from
+    ``train`` (test by ``test_fraction``, val by ``val_fraction``); ImageNet's statistics for colour."""
     if test is None and test_fraction > 0:
-        train_part, test = _carve(train_part, test_fraction, seed)
+        train, test = _carve(train, test_fraction, seed)
     mean, std = _folder_stats(channels)
-    return picture_splits(train=train_part, val=val, test=test, class_names=names, seed=seed,
+    return picture_splits(train=train, val=val, test=test, class_names=names, seed=seed,
                           val_fraction=val_fraction if val is None else 0.0, transforms=transforms, mean=mean,
-                          std=std, described=f"picture values 0..255 ({mode})")  # fmt: skip
+                          std=std, described=f"picture values 0..255 ({_mode(channels)})")  # fmt: skip
 
 
 def _carve(part: tuple[FilePictures, torch.Tensor], fraction: float, seed: int):
@@ -338,9 +349,5 @@ def image_csv(manifest: str, root: Optional[str] = None, channels: int = 3, seed
     train_part = _files(by_split["train"], mode, max_pixels)
     test = _files(by_split["test"], mode, max_pixels) if by_split["test"] else None
     val = _files(by_split["val"], mode, max_pixels) if by_split["val"] else None
-    if test is None and test_fraction > 0:
-        train_part, test = _carve(train_part, test_fraction, seed)
-    mean, std = _folder_stats(channels)
-    return picture_splits(train=train_part, val=val, test=test, class_names=names, seed=seed,
-                          val_fraction=val_fraction if val is None else 0.0, transforms=transforms, mean=mean,
-                          std=std, described=f"picture values 0..255 ({mode})")  # fmt: skip
+    return _file_splits(train_part, val, test, names, channels, seed=seed, val_fraction=val_fraction,
+                        test_fraction=test_fraction, transforms=transforms)
