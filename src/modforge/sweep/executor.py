@@ -22,6 +22,7 @@ from ..core.optional import import_extra
 from ..core.safe_files import open_regular
 from ..core.threads import available_cpus
 from .command import TrialJob
+from .factories import adds_to
 
 __all__ = [
     "EXECUTORS",
@@ -107,12 +108,7 @@ EXECUTORS: dict[str, ExecutorFactory] = {}
 
 def register_executor(name: str) -> Callable[[ExecutorFactory], ExecutorFactory]:
     """Register an executor under ``name`` (``--backend NAME``)."""
-
-    def decorate(factory: ExecutorFactory) -> ExecutorFactory:
-        EXECUTORS[name] = factory
-        return factory
-
-    return decorate
+    return adds_to(EXECUTORS, name)
 
 
 _NOISE = ("Traceback", "  File ", "During handling", "The above exception", "warning:", "[W ", "[I ")

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from .factories import adds_to
 from .spec import RandomSpace, SweepSpec, is_number
 from .trial import Trial, assign_ids, format_value
 
@@ -69,12 +70,7 @@ SEARCHES: dict[str, SearchFactory] = {}
 
 def register_search(name: str) -> Callable[[SearchFactory], SearchFactory]:
     """Register a search under ``name`` (``search: NAME`` in a sweep file)."""
-
-    def decorate(factory: SearchFactory) -> SearchFactory:
-        SEARCHES[name] = factory
-        return factory
-
-    return decorate
+    return adds_to(SEARCHES, name)
 
 
 def grid_points(spec: SweepSpec) -> list[tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]]:

@@ -18,7 +18,7 @@ A sweep file is held to the rules of a config file, since each trial runs what i
   (:data:`DEFAULT_MAX_TRIALS`, ``--max-trials``) is one error, not an expansion that never ends.
 
 Where things live: :mod:`.spec_types` (the parsed form and the vocabulary), :mod:`.spec_parser`
-(the checks); this module reads the file and re-exports both.
+(the checks, :class:`~.spec_parser.SweepParser`); this module reads the file and re-exports :mod:`.spec_types`.
 """
 
 from __future__ import annotations
@@ -31,57 +31,11 @@ from pathlib import Path
 from ..core.config import Config, load_config
 from ..core.errors import ConfigError
 from .spec_parser import SweepParser
-from .spec_types import (
-    AUTO_KEYS,
-    COMMANDS,
-    DEFAULT_MAX_TRIALS,
-    DISTRIBUTIONS,
-    FORBIDDEN_KEYS,
-    GOALS,
-    PRUNERS,
-    SAMPLERS,
-    SPECIAL_KEYS,
-    TOP_KEYS,
-    Axis,
-    AxisValue,
-    Collect,
-    OptunaSpec,
-    RandomParam,
-    RandomSpace,
-    RaySpec,
-    ReportSpec,
-    SweepSpec,
-    SweepSpecError,
-    default_goal,
-    is_number,
-)
+from .spec_types import *  # noqa: F403 - the parsed form and the vocabulary, as spec_types lists them
+from .spec_types import DEFAULT_MAX_TRIALS, SweepSpec, SweepSpecError
+from .spec_types import __all__ as _type_names
 
-__all__ = [
-    "AUTO_KEYS",
-    "COMMANDS",
-    "DEFAULT_MAX_TRIALS",
-    "DISTRIBUTIONS",
-    "FORBIDDEN_KEYS",
-    "GOALS",
-    "PRUNERS",
-    "SAMPLERS",
-    "SPECIAL_KEYS",
-    "TOP_KEYS",
-    "Axis",
-    "AxisValue",
-    "Collect",
-    "OptunaSpec",
-    "RandomParam",
-    "RandomSpace",
-    "RaySpec",
-    "ReportSpec",
-    "SweepSpec",
-    "SweepSpecError",
-    "default_goal",
-    "is_number",
-    "load_sweep",
-    "parse_sweep",
-]
+__all__ = [*_type_names, "load_sweep", "parse_sweep"]
 
 
 @contextlib.contextmanager
