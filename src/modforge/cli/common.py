@@ -1,9 +1,11 @@
-"""Pieces several sub-commands share: the argument parser class and ``--plugins``."""
+"""Pieces several sub-commands share: the argument parser class, ``--plugins``, ``--checkpoint``,
+``KEY=VALUE`` option lists, ``--run-dir`` and ``--print-config``."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
+from typing import Any
 
 from ..core.plugins import load_plugins
 from .main import CliUsageError
@@ -11,9 +13,13 @@ from .main import CliUsageError
 __all__ = [
     "CommandParser",
     "add_checkpoint_option",
+    "add_key_values_option",
     "add_plugins_option",
+    "add_run_dir_option",
+    "key_values",
     "load_cli_plugins",
     "positive_int",
+    "printed_config",
     "split_plugin_values",
     "suggest_flag",
 ]
@@ -155,3 +161,42 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def add_key_values_option(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """``FLAG KEY=VALUE ...`` (repeatable): a part's or an engine's arguments, read by :func:`key_values`."""
+    parser.add_argument(flag, nargs="+", action="extend", default=[], metavar="KEY=VALUE", help=help)
+
+
+def key_values(texts: Iterable[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` texts given with ``flag`` as a mapping, each value read as YAML.
+
+    Raises:
+        ConfigValueError: a text that is no ``KEY=VALUE``, located at ``flag``.
+    """
+    from ..core.config import parse_override
+    from ..core.errors import ConfigValueError
+
+    values = {}
+    for text in texts:
+        try:
+            key, value = parse_override(text)
+        except ConfigValueError:
+            raise ConfigValueError(f"{flag} {text!r} must look like key=value", path=flag) from None
+        values[key] = value
+    return values
+
+
+def add_run_dir_option(parser: argparse.ArgumentParser) -> None:
+    """``--run-dir DIR``: the run folder a config-taking command makes."""
+    parser.add_argument("--run-dir", metavar="DIR", help="the run folder (default: runs/<config name>/<timestamp>)")
+
+
+def printed_config(cfg: Any, ns: argparse.Namespace) -> bool:
+    """With ``--print-config``: print the resolved config as YAML and say so (the command then stops)."""
+    if not getattr(ns, "print_config", False):
+        return False
+    from ..core.text_safety import display_lines
+
+    print(display_lines(cfg.to_yaml()), end="")
+    return True

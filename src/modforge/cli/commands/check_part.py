@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from ...components.layouts import Layout
 from ...core.coercion import parse_scalar
-from ...core.config import parse_override
-from ...core.errors import ConfigValueError
 from ...core.registries import registry_for
-from ..common import CommandParser, add_plugins_option, load_cli_plugins
+from ..common import CommandParser, add_key_values_option, add_plugins_option, key_values, load_cli_plugins
 from ..output import console, print_table
 
 HELP = "run the conformance checks on a part (registered, or module:Object / file.py:Object)"
@@ -18,14 +16,7 @@ def _parser() -> CommandParser:
     parser = CommandParser("check", description=HELP)
     parser.add_argument("kind", help="frontend, backbone, neck, head or loss")
     parser.add_argument("target", metavar="NAME|module:Object", help="a registered name or an import path")
-    parser.add_argument(
-        "--args",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="constructor arguments beyond the wired ones (values read as YAML)",
-    )
+    add_key_values_option(parser, "--args", "constructor arguments beyond the wired ones (values read as YAML)")
     parser.add_argument(
         "--layout",
         nargs="+",
@@ -45,14 +36,7 @@ def run(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)
     plugins = load_cli_plugins(ns.plugins)
     registry = registry_for(ns.kind)
-    args = {}
-    for text in ns.args:
-        try:
-            key, value = parse_override(text)
-        except ConfigValueError as exc:
-            raise ConfigValueError(f"--args {text!r} must look like key=value", path="--args") from exc
-        args[key] = value
-    results = check_part(registry.kind, ns.target, args, layouts=ns.layout, in_dim=ns.in_dim, plugins=plugins)
+    results = check_part(registry.kind, ns.target, key_values(ns.args, "--args"), layouts=ns.layout, in_dim=ns.in_dim, plugins=plugins)
     print_table(("check", "layout", "result", "detail"), [(r.check, r.layout, r.status, r.detail) for r in results])
     failed = [r for r in results if r.status == "fail"]
     summary = f"{len(results) - len(failed)} passed or skipped, {len(failed)} failed"

@@ -13,6 +13,8 @@ CIFAR, Tiny-ImageNet): resumable, MD5-verified, unpacked safely; ``download --li
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 from ...core.config import display_path
 from ..common import CommandParser, add_plugins_option, load_cli_plugins, positive_int
@@ -27,32 +29,28 @@ def _parser() -> CommandParser:
     parser = CommandParser("data", description=HELP)
     tools = parser.add_subparsers(dest="tool", metavar="TOOL", parser_class=CommandParser)
     tools.required = True
-    corpus = tools.add_parser(
+    corpus = _generator(
+        tools,
         "make-spoof-corpus",
         help="write a synthetic spoofing corpus (wav + ASVspoof-format protocols)",
         description="Write bona fide speech-like audio and spoofs made by several attacks, some of them "
         "only in eval, as wav files with ASVspoof 2019 LA-format protocols for train/dev/eval.",
+        count=("--utts", 2000, "utterances in all"),
     )
-    corpus.add_argument("out", metavar="OUT", help="folder to create (must not exist or be empty)")
-    corpus.add_argument("--utts", type=positive_int, default=2000, metavar="N", help="utterances in all (default 2000)")
-    corpus.add_argument("--seed", type=int, default=0, metavar="S", help="generation seed (default 0)")
     corpus.add_argument("--duration", type=float, default=2.0, metavar="SEC", help="seconds per utterance (default 2)")
     corpus.add_argument("--sample-rate", type=positive_int, default=16000, metavar="HZ", help="default 16000")
     corpus.add_argument("--eval-channels", default="none,telephone,reverb,noise", metavar="A,B,...",
                         help="transmission conditions of the eval split, balanced per class "
                         "(none, telephone, reverb, noise; default all four; 'none' for a clean eval split)")
-    corpus.add_argument("--workers", type=positive_int, default=1, metavar="N", help="processes (same files for any N)")
-    corpus.add_argument("--overwrite", action="store_true", help="replace a corpus made earlier in OUT (only a folder whose meta.json says modforge made it as one, holding nothing else)")
-    add_plugins_option(corpus)  # --plugins works on every command
-    shapes = tools.add_parser(
+    _generator_tail(corpus, "a corpus")
+    shapes = _generator(
+        tools,
         "make-shapes",
         help="write a synthetic detection set as COCO files (PNGs + instances JSON)",
         description="Write pictures of filled shapes — several classes, from small to half the picture, crowded and "
         "partly occluded, on textured noisy backgrounds — with COCO instances files for train/val/test.",
+        count=("--images", 2000, "pictures in all"),
     )
-    shapes.add_argument("out", metavar="OUT", help="folder to create (must not exist or be empty)")
-    shapes.add_argument("--images", type=positive_int, default=2000, metavar="N", help="pictures in all (default 2000)")
-    shapes.add_argument("--seed", type=int, default=0, metavar="S", help="generation seed (default 0)")
     shapes.add_argument("--size", type=positive_int, default=128, metavar="PX", help="picture side (default 128)")
     shapes.add_argument("--classes", type=_names, default=None, metavar="A,B,...",
                         help="shape classes (default circle,square,triangle,star,cross; also hexagon)")  # fmt: skip
@@ -63,11 +61,39 @@ def _parser() -> CommandParser:
                         help="largest shape (default 64, at most half the picture)")  # fmt: skip
     shapes.add_argument("--max-occlusion", type=float, default=0.7, metavar="F",
                         help="largest share of a shape others may hide (default 0.7)")  # fmt: skip
-    shapes.add_argument("--workers", type=positive_int, default=1, metavar="N", help="processes (same files for any N)")
-    shapes.add_argument("--overwrite", action="store_true", help="replace a shapes set made earlier in OUT (only a folder whose meta.json says modforge made it as one, holding nothing else)")
-    add_plugins_option(shapes)
+    _generator_tail(shapes, "a shapes set")
     _add_download(tools)
     return parser
+
+
+def _generator(tools: Any, name: str, *, help: str, description: str, count: tuple[str, int, str]) -> CommandParser:
+    """The sub-command of a data generator: ``OUT``, how many items (``count``: flag, default, what they
+    are) and ``--seed``; its own options follow, then :func:`_generator_tail`."""
+    parser = tools.add_parser(name, help=help, description=description)
+    flag, default, what = count
+    parser.add_argument("out", metavar="OUT", help="folder to create (must not exist or be empty)")
+    parser.add_argument(flag, type=positive_int, default=default, metavar="N", help=f"{what} (default {default})")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="generation seed (default 0)")
+    return parser
+
+
+def _generator_tail(parser: CommandParser, made: str) -> None:
+    """The last options of a data generator: ``--workers``, ``--overwrite`` (of ``made`` earlier), ``--plugins``."""
+    parser.add_argument("--workers", type=positive_int, default=1, metavar="N", help="processes (same files for any N)")
+    parser.add_argument("--overwrite", action="store_true", help=f"replace {made} made earlier in OUT (only a folder "
+                        "whose meta.json says modforge made it as one, holding nothing else)")  # fmt: skip
+    add_plugins_option(parser)  # --plugins works on every command
+
+
+def _generated(tool: str, make: Callable[..., dict], out: str, **options: Any) -> dict:
+    """``make(out, **options)``'s summary; what the generator refuses (bad sizes, unknown classes, an OUT that
+    is not empty...) is one usage error naming the command, in its flags' words."""
+    from ...core.errors import UsageError
+
+    try:
+        return make(out, **options)
+    except ValueError as exc:
+        raise UsageError(f"modforge data {tool}: {str(exc).replace('overwrite=True', '--overwrite')}") from None
 
 
 def _add_download(tools) -> None:
@@ -105,8 +131,6 @@ def _names(text: str) -> list[str]:
     return names
 
 
-
-
 def run(argv: list[str]) -> int:
     if argv[:1] == ["show"]:  # a config-taking command: overrides and part flags as in train
         from . import data_show
@@ -118,22 +142,11 @@ def run(argv: list[str]) -> int:
         return _make_shapes(ns)
     if ns.tool == "download":
         return _download(ns)
-    from ...core.errors import UsageError
     from ...data.audio.spoof_corpus import make_spoof_corpus
 
-    try:
-        summary = make_spoof_corpus(
-            ns.out,
-            utts=ns.utts,
-            seed=ns.seed,
-            duration=ns.duration,
-            sample_rate=ns.sample_rate,
-            eval_channels=ns.eval_channels,
-            workers=ns.workers,
-            overwrite=ns.overwrite,
-        )
-    except ValueError as exc:  # what the generator refuses: bad sizes, an OUT that is not empty...
-        raise UsageError(f"modforge data make-spoof-corpus: {str(exc).replace('overwrite=True', '--overwrite')}") from None
+    summary = _generated("make-spoof-corpus", make_spoof_corpus, ns.out, utts=ns.utts, seed=ns.seed,
+                         duration=ns.duration, sample_rate=ns.sample_rate, eval_channels=ns.eval_channels,
+                         workers=ns.workers, overwrite=ns.overwrite)  # fmt: skip
     counts = summary.get("counts", {})
     rows = [(split, attack, n) for split, by_attack in counts.items() for attack, n in sorted(by_attack.items())]
     print_table(("split", "attack", "files"), rows, title=f"spoofing corpus — {display_path(ns.out)}")
@@ -143,17 +156,14 @@ def run(argv: list[str]) -> int:
 
 
 def _make_shapes(ns: argparse.Namespace) -> int:
-    from ...core.errors import UsageError
     from ...data.detection.shapes import DEFAULT_CLASSES, make_shapes
 
-    try:
-        summary = make_shapes(
-            ns.out, images=ns.images, seed=ns.seed, size=ns.size, classes=ns.classes or DEFAULT_CLASSES,
-            min_objects=ns.min_objects, max_objects=ns.max_objects, min_object=ns.min_object,
-            max_object=ns.max_object if ns.max_object is not None else min(64.0, ns.size / 2), max_occlusion=ns.max_occlusion, workers=ns.workers, overwrite=ns.overwrite,
-        )  # fmt: skip
-    except ValueError as exc:  # what the generator refuses: bad sizes, unknown classes, an OUT that is not empty...
-        raise UsageError(f"modforge data make-shapes: {str(exc).replace('overwrite=True', '--overwrite')}") from None
+    summary = _generated(
+        "make-shapes", make_shapes, ns.out, images=ns.images, seed=ns.seed, size=ns.size,
+        classes=ns.classes or DEFAULT_CLASSES, min_objects=ns.min_objects, max_objects=ns.max_objects,
+        min_object=ns.min_object, max_object=ns.max_object if ns.max_object is not None else min(64.0, ns.size / 2),
+        max_occlusion=ns.max_occlusion, workers=ns.workers, overwrite=ns.overwrite,
+    )  # fmt: skip
     rows = [
         (split, name, count, figures.get("images", ""))
         for split, figures in summary.get("counts", {}).items()

@@ -8,9 +8,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ...core.config import display_path, parse_override
-from ...core.errors import ConfigValueError
-from ..common import CommandParser, add_checkpoint_option, add_plugins_option, load_cli_plugins
+from ...core.config import display_path
+from ..common import (
+    CommandParser,
+    add_checkpoint_option,
+    add_key_values_option,
+    add_plugins_option,
+    key_values,
+    load_cli_plugins,
+)
 from ..output import print_table
 
 HELP = "write a run's model as an engine artifact (model + metadata), checked against eager"
@@ -20,14 +26,8 @@ def _parser() -> CommandParser:
     parser = CommandParser("export", description=HELP)
     parser.add_argument("target", metavar="RUN_DIR|CHECKPOINT")
     parser.add_argument("--engine", required=True, help="onnx, torchscript, eager or compile (any registered engine)")
-    parser.add_argument(
-        "--engine-args",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="the engine's options, values read as YAML (e.g. strategy=trace; see 'modforge describe engine NAME')",
-    )
+    add_key_values_option(parser, "--engine-args", "the engine's options, values read as YAML (e.g. strategy=trace; "
+                          "see 'modforge describe engine NAME')")  # fmt: skip
     parser.add_argument(
         "--out",
         metavar="PATH|DIR",
@@ -89,16 +89,7 @@ def _float_ends(text: str) -> tuple[str, ...]:
 
 def engine_spec(name: str, texts: list[str]) -> Any:
     """``--engine NAME --engine-args k=v ...`` as an engine spec (a name, or ``{type, args}``)."""
-    if not texts:
-        return name
-    args = {}
-    for text in texts:
-        try:
-            key, value = parse_override(text)
-        except ConfigValueError:
-            raise ConfigValueError(f"--engine-args {text!r}: expected KEY=VALUE", path="--engine-args") from None
-        args[key] = value
-    return {"type": name, "args": args}
+    return {"type": name, "args": key_values(texts, "--engine-args")} if texts else name
 
 
 def run(argv: list[str]) -> int:

@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from ...core.config import display_path
-from ...core.text_safety import display_lines
+from ..common import add_run_dir_option, printed_config
 from ..config_args import resolve_config_from_cli
 from ..output import print_table
 
@@ -16,7 +16,7 @@ log = logging.getLogger("modforge.cli")
 
 def _own_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--folds", type=int, default=5, metavar="K", help="number of folds (default 5)")
-    parser.add_argument("--run-dir", metavar="DIR", help="the run folder (default: runs/<config name>/<timestamp>)")
+    add_run_dir_option(parser)
 
 
 def run(argv: list[str]) -> int:
@@ -25,8 +25,7 @@ def run(argv: list[str]) -> int:
 
     resolved = resolve_config_from_cli("kfold", argv, description=HELP, add_arguments=_own_options)
     cfg, ns = resolved.config, resolved.args
-    if ns.print_config:
-        print(display_lines(cfg.to_yaml()), end="")
+    if printed_config(cfg, ns):
         return 0
     check_folds(ns.folds)
     run_dir = plan_run_dir(cfg, ns.run_dir)  # checked now; made by run_kfold once the folds fit the data

@@ -15,8 +15,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...core.config import display_path
-from ...core.text_safety import display_lines
-from ..common import CommandParser, add_checkpoint_option, add_plugins_option, load_cli_plugins
+from ..common import (
+    CommandParser,
+    add_checkpoint_option,
+    add_plugins_option,
+    add_run_dir_option,
+    load_cli_plugins,
+    printed_config,
+)
 from ..output import print_table
 from ..run_options import add_run_options
 
@@ -35,7 +41,7 @@ def _parser() -> CommandParser:
     with_config = parser.add_argument_group(
         "with a CONFIG (.yaml)", "the model it builds, with model.init's weights; part flags work as for train"
     )
-    with_config.add_argument("--run-dir", metavar="DIR", help="the run folder (default: runs/<config name>/<timestamp>)")
+    add_run_dir_option(with_config)
     with_config.add_argument("--print-config", action="store_true", help="print the resolved config and stop")
     add_run_options(with_config)
     return parser
@@ -53,7 +59,7 @@ def _config_target(argv: list[str]) -> bool:
 
 def _config_options(parser) -> None:
     parser.add_argument("--split", choices=("test", "val", "train"), default="test")
-    parser.add_argument("--run-dir", metavar="DIR", help="the run folder (default: runs/<config name>/<timestamp>)")
+    add_run_dir_option(parser)
 
 
 def _print_results(results: dict, split: str, title: str) -> None:
@@ -79,8 +85,7 @@ def _test_config(argv: list[str]) -> int:
 
     resolved = resolve_config_from_cli("test", argv, description=HELP, add_arguments=_config_options)
     cfg, ns = resolved.config, resolved.args
-    if ns.print_config:
-        print(display_lines(cfg.to_yaml()), end="")
+    if printed_config(cfg, ns):
         return 0
     check_signing_key(cfg.plugins)  # a key that cannot sign the copies: one error, no half-made run folder
     run_dir = new_run_dir(cfg, ns.run_dir)

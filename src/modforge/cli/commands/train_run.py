@@ -24,7 +24,7 @@ from ...core.child_process import safe_child_env, safe_module_command
 from ...core.config import display_path
 from ...core.errors import UsageError
 from ...core.safe_files import write_atomic
-from ...core.text_safety import display_lines
+from ..common import add_run_dir_option, printed_config
 from ..config_args import StoredConfig, resolve_config_from_cli
 from ..output import console, print_table
 
@@ -33,7 +33,7 @@ log = logging.getLogger("modforge.cli")
 
 
 def _own_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-dir", metavar="DIR", help="the run folder (default: runs/<config name>/<timestamp>)")
+    add_run_dir_option(parser)
     parser.add_argument(
         "--resume",
         metavar="RUN_DIR|CHECKPOINT",
@@ -293,8 +293,7 @@ def _train(argv: list[str]) -> int:
     finally:
         if resume.temp is not None:
             shutil.rmtree(resume.temp, ignore_errors=True)  # the config is read: leave no temporary folder
-    if ns.print_config:
-        print(display_lines(cfg.to_yaml()), end="")
+    if printed_config(cfg, ns):
         return 0
     main = _join_processes(cfg)
     payload = resume.payload
