@@ -13,22 +13,20 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Literal, Optional
 
 import torch
 
 from ..core.registries import register_engine
-from .artifact import read_torch_artifact, rebuild_model, write_torch_artifact
-from .base import Capabilities, Engine
+from .base import Capabilities
 from .common import MemoryFormat, apply_memory_format, example_from_metadata, isolated, training_mode
-from .detection import for_metadata
+from .weights import WeightsEngine
 
 Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
 @register_engine("compile")
-class Compile(Engine):
+class Compile(WeightsEngine):
     """torch.compile, falling back to eager with a warning when compilation fails.
 
     Args:
@@ -46,16 +44,12 @@ class Compile(Engine):
     """
 
     capabilities = Capabilities(can_train=True, multi_device=True, dynamic_shapes=True, needs_example_input=True)
-    suffix = ".pt"
 
     def __init__(self, mode: Mode = "default", backend: str = "inductor", fullgraph: bool = False,
                  dynamic: Optional[bool] = None, fallback_random: bool = True,
                  memory_format: MemoryFormat = "contiguous"):  # fmt: skip
         self.mode, self.backend, self.fullgraph, self.dynamic = mode, backend, fullgraph, dynamic
         self.fallback_random, self.memory_format = fallback_random, memory_format
-
-    def arrange(self, model: Any) -> None:
-        apply_memory_format(model, self.memory_format)
 
     def prepare(self, model: Any, example: dict[str, Any] | None = None, *, train: bool = False) -> Callable:
         if self.fallback_random:
@@ -84,16 +78,8 @@ class Compile(Engine):
             return model
         return compiled
 
-    def save(self, runnable: Callable, path: str | os.PathLike, metadata: dict[str, Any]) -> Path:
-        model = getattr(runnable, "_orig_mod", runnable)
-        model = getattr(model, "wrapped_model", model)  # a detector's export view: the model's own weights
-        return write_torch_artifact(model.state_dict(), path, metadata)
-
     def load(self, path: str | os.PathLike) -> tuple[Callable, dict[str, Any]]:
-        state, metadata = read_torch_artifact(path)
-        model = rebuild_model(metadata, path)
-        model.load_state_dict(state)
-        model = for_metadata(model.eval(), metadata)  # a detector: its export view, as it was exported
+        model, metadata = super().load(path)  # compiled again, warmed up on an example of the recorded input
         example = {"input": example_from_metadata(metadata)} if metadata.get("input", {}).get("shape") else None
         return self.prepare(model, example), metadata
 
