@@ -14,10 +14,9 @@ from typing import Any, Optional
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-from ...core.optional import import_extra
 from ...core.registries import register_callback
 from ...core.text_safety import plain_text
-from .tracker import Tracker, TrackerError, as_text
+from .tracker import Tracker, TrackerError, as_text, resolves_inside
 
 log = logging.getLogger("modforge.train")
 
@@ -75,8 +74,7 @@ class MLflowLogger(Tracker):
         name: Optional[str] = None,
         tags: Optional[dict[str, str]] = None,
     ):
-        super().__init__()
-        import_extra("mlflow", "the mlflow callback", "mlflow")  # missing: one line, before any run folder exists
+        super().__init__("mlflow")
         self.tracking_uri, self.experiment, self.name = tracking_uri, experiment, name
         self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
         self._uri = tracking_uri or "RUN/mlruns"
@@ -121,12 +119,7 @@ class MLflowLogger(Tracker):
             return
         parsed = urlparse(artifact_uri or "")
         path = Path(url2pathname(parsed.path)) if parsed.scheme in ("", "file") and parsed.path else None
-        root = run_dir.resolve()
-        try:
-            inside = path is not None and path.resolve().is_relative_to(root)
-        except (OSError, RuntimeError):
-            inside = False
-        if not inside:
+        if not resolves_inside(path, run_dir):
             raise TrackerError(f"train.callbacks: the mlflow store in {run_dir / 'mlruns'} puts the run's artifacts at "
                                f"{plain_text(artifact_uri)}, outside the run folder; refused (a store inside a run folder "
                                "keeps its files there: remove its mlruns/ to start a new one)")  # fmt: skip

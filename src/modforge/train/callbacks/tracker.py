@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...core.errors import UsageError
+from ...core.optional import import_extra
 from .base import Callback
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..trainer import Trainer
 
-__all__ = ["Tracker", "TrackerError", "epoch_metrics", "flatten", "run_files", "summary_figures"]
+__all__ = ["Tracker", "TrackerError", "epoch_metrics", "flatten", "resolves_inside", "run_files", "summary_figures"]
 
 log = logging.getLogger("modforge.train")
 
@@ -99,6 +100,17 @@ def run_files(run_dir: Path) -> list[Path]:
     return plots + [run_dir / name for name in RUN_FILES if (run_dir / name).is_file()]
 
 
+def resolves_inside(path: Path | None, run_dir: Path) -> bool:
+    """Whether ``path`` (a link a tracker's library left, the artifact folder its store names) resolves inside
+    the run folder; a path that cannot be resolved (a loop, a name too long) does not."""
+    if path is None:
+        return False
+    try:
+        return path.resolve().is_relative_to(run_dir.resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
 def first_line(exc: BaseException) -> str:
     """An exception's message as one line (libraries' messages run over several)."""
     text = str(exc).strip() or type(exc).__name__
@@ -115,7 +127,11 @@ class Tracker(Callback, metaclass=abc.ABCMeta):
     label: ClassVar[str] = "tracker"
     """The callback's registered name, for messages."""
 
-    def __init__(self) -> None:
+    def __init__(self, library: str | None = None) -> None:
+        """``library``: the optional extra the tracker needs, checked now — a missing one is one line, before
+        any run folder exists."""
+        if library is not None:
+            import_extra(library, f"the {self.label} callback", library)
         self.run_id: str | None = None  # the tracker's run, kept across resumes
         self.logged_epochs = 0  # epochs 1..logged_epochs of the history are in the tracker run
         self._active = False  # the tracker run is open in this process

@@ -7,10 +7,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from ...core.optional import import_extra
 from ...core.registries import register_callback
 from ...core.safe_files import write_via_temp
-from .tracker import Tracker
+from .tracker import Tracker, resolves_inside
 
 WandbMode = Literal["auto", "offline", "online", "disabled"]
 
@@ -60,8 +59,7 @@ class WandbLogger(Tracker):
         group: Optional[str] = None,
         mode: WandbMode = "auto",
     ):
-        super().__init__()
-        import_extra("wandb", "the wandb callback", "wandb")  # missing: one line, before any run folder exists
+        super().__init__("wandb")
         if mode not in ("auto", "offline", "online", "disabled"):
             raise ValueError(f"mode must be 'auto', 'offline', 'online' or 'disabled', got {mode!r}")
         self.project, self.entity, self.name, self.group = project, entity, name, group
@@ -162,14 +160,8 @@ def _unlink_links_out(folder: Path, run_dir: Path) -> None:
     (``logs/debug-core.log`` → its cache folder): a run folder holding such a link is refused
     when it is resumed or tested (a link out of a folder is what a planted one looks like).
     Only links are removed, never what they point to."""
-    root = run_dir.resolve()
     for current, folders, files in os.walk(folder, followlinks=False):
         for name in folders + files:
             path = Path(current) / name
-            if path.is_symlink():
-                try:
-                    inside = path.resolve().is_relative_to(root)
-                except (OSError, RuntimeError):
-                    inside = False
-                if not inside:
-                    path.unlink(missing_ok=True)
+            if path.is_symlink() and not resolves_inside(path, run_dir):
+                path.unlink(missing_ok=True)
