@@ -83,3 +83,10 @@ def publish(section: str, table: str, write: bool) -> int:
     if write:
         update_readme(section, table)
     return 0
+
+
+def slowest(what: str, worst: float, target: float) -> str:
+    """The opening of a paired benchmark's verdict: ``**Slowest WHAT: 1.020×** (meets the ≤ 1.05× target; ``
+    — the caller goes on with its settings and closes the parenthesis."""
+    verdict = "meets" if worst <= target else "misses"
+    return f"**Slowest {what}: {worst:.3f}×** ({verdict} the ≤ {target:.2f}× target; "

@@ -37,9 +37,7 @@ import json
 import math
 import random
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -48,6 +46,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from _report import slowest  # noqa: E402
+from _timing import child_result, interleaved_times  # noqa: E402
 
 SAMPLES = 64_600
 WEIGHTS = Path(__file__).resolve().parents[2] / "shared" / "weights"  # ../shared/weights beside the project
@@ -355,15 +355,7 @@ def _train(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
 def side_by_side(calls: dict[str, object], runs: int) -> tuple[dict[str, float], float]:
     """(median seconds per call of each contender, median over the rounds of modforge's
     time / the reference's in that round); the two alternate which goes first (A B B A …)."""
-    for call in calls.values():
-        call()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    names = list(calls)
-    for r in range(runs):
-        for name in names if r % 2 == 0 else names[::-1]:
-            start = time.perf_counter()
-            calls[name]()
-            times[name].append(time.perf_counter() - start)
+    times = interleaved_times(calls, runs)
     ratios = [ours / ref for ours, ref in zip(times["modforge"], times["reference"], strict=True)]
     return {name: statistics.median(values) for name, values in times.items()}, statistics.median(ratios)
 
@@ -398,9 +390,7 @@ def child_peak(which: str, threads: int) -> dict[str, float]:
 def peak_memory(threads: int) -> dict[str, dict[str, float]]:
     out = {}
     for which in ("reference", "modforge"):
-        done = subprocess.run([sys.executable, __file__, "--threads", str(threads), "--child", which],
-                              check=True, capture_output=True, text=True)
-        out[which] = json.loads(done.stdout.strip().splitlines()[-1])
+        out[which] = child_result(__file__, "--threads", str(threads), "--child", which)
     return out
 
 
@@ -443,10 +433,9 @@ def main() -> int:
         f"| growth from before the first step (MB) | {memory['reference']['growth']:,.0f} | "
         f"{memory['modforge']['growth']:,.0f} |",
     ]
-    verdict = "meets" if worst <= TARGET else "misses"
     table = (
         "\n".join(lines)
-        + f"\n\n**Slowest row, modforge / reference: {worst:.3f}×** ({verdict} the ≤ {TARGET:.2f}× target; "
+        + "\n\n" + slowest("row, modforge / reference", worst, TARGET)
         + f"{ns.threads} thread(s), medians); peak RSS {'≤' if mem_ok else '>'} the reference's. Same weights in "
         + f"both: eval logits differ by ≤ {d_logits:.1e}, the train-mode loss by {d_loss:.1e}, gradients by ≤ "
         + f"{d_grad:.1e} of their scale; the rebuild with the authors' AASIST.pth vs their recorded logits: "

@@ -155,18 +155,9 @@ def mammoth_kit(mammoth: Path) -> types.SimpleNamespace:
 
     import torch
     import torch.nn.functional as F
+    from _mammoth import enter_mammoth
 
-    sys.path.insert(0, str(mammoth))
-    # Mammoth's datasets/__init__.py imports every dataset module (some fetch CLIP weights): enter the package
-    # without it; the models import only get_dataset, unused here (the dataset is given to them)
-    package = types.ModuleType("datasets")
-    package.__path__ = [str(mammoth / "datasets")]
-
-    def _no_dataset(*args, **kwargs):
-        raise RuntimeError("this script gives Mammoth's models their dataset")
-
-    package.get_dataset = package.get_dataset_names = package.get_dataset_config_names = _no_dataset
-    sys.modules["datasets"] = package
+    enter_mammoth(mammoth, "this script gives Mammoth's models their dataset")
 
     from backbone.MNISTMLP import BaseMNISTMLP
     from datasets.utils.continual_dataset import ContinualDataset

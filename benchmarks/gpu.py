@@ -37,6 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _timing import epoch_runner, interleaved_times  # noqa: E402
+
 TARGET = 1.00
 SETTINGS = {  # name: (precision, memory format, compiled)
     "fp32": ("32", "contiguous", False),
@@ -99,15 +101,7 @@ def modforge_epoch(splits, setting: tuple, device, batch: int, workers: int):
                               pin_memory=device.type == "cuda")  # fmt: skip
     loader = make_loader(splits.train, settings, train=True, generator=torch.Generator().manual_seed(0))
     trainer = Trainer(model, optimizer, max_epochs=1, device=device, precision=precision, engine=engine)
-    epochs = [0]
-
-    def run() -> None:
-        epochs[0] += 1
-        trainer.max_epochs = epochs[0]
-        trainer.fit(loader)
-        _sync(device)
-
-    return run
+    return epoch_runner(trainer, loader, lambda: _sync(device))
 
 
 def loop_epoch(splits, setting: tuple, device, batch: int, workers: int):
@@ -174,15 +168,7 @@ def loop_epoch(splits, setting: tuple, device, batch: int, workers: int):
 
 def alternate(calls: dict, runs: int, warm: bool = True) -> dict[str, float]:
     """Median seconds per call; one untimed warm-up call each (``warm``), then A B C C B A … order."""
-    for call in calls.values() if warm else ():
-        call()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    names = list(calls)
-    for r in range(runs):
-        for name in names if r % 2 == 0 else names[::-1]:
-            start = time.perf_counter()
-            calls[name]()
-            times[name].append(time.perf_counter() - start)
+    times = interleaved_times(calls, runs, warm)
     return {name: statistics.median(values) for name, values in times.items()}
 
 

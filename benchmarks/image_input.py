@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import pickle
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _report import median, paired_run_arguments, publish  # noqa: E402
+from _timing import child_result  # noqa: E402
 
 TARGET = 1.00
 BATCH = 128
@@ -130,9 +130,7 @@ def child(spec: str) -> None:
 
 
 def measure(which: str, case: str, root: Path, workers: int) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", f"{which},{case},{root},{workers}"], check=True,
-                         capture_output=True, text=True)  # fmt: skip
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child_result(__file__, "--child", f"{which},{case},{root},{workers}")
 
 
 def main() -> int:

@@ -54,6 +54,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _report import publish  # noqa: E402
+from _timing import epoch_runner  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 AUGMENT_TARGET, TRAIN_TARGET, BOUND_TARGET = 5.0, 0.90, 0.95
@@ -217,13 +218,7 @@ def epoch_and_bound(split, device_name: str, batch: int, width: float, precision
                          generator=torch.Generator().manual_seed(0))  # fmt: skip
     engine = build_engine({"type": "eager", "args": {"memory_format": memory_format}})
     trainer = Trainer(model, optimizer, max_epochs=1, device=device, precision=precision, engine=engine)
-    epochs = [0]
-
-    def ours() -> None:
-        epochs[0] += 1
-        trainer.max_epochs = epochs[0]
-        trainer.fit(loader)
-        sync()
+    ours = epoch_runner(trainer, loader, sync)
 
     x = next(iter(loader))["input"].to(device)
     y = torch.randint(0, 10, (len(x),), device=device)

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from _timing import child_result  # noqa: E402
 
 EPOCHS, BATCH, LR, SEED = 10, 32, 0.05, 0
 TARGET = 1.05
@@ -172,10 +173,7 @@ def _child(contender: str) -> None:
 
 
 def _measure(contender: str) -> dict[str, list[float]]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", contender], capture_output=True, text=True, check=True
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child_result(__file__, "--child", contender)
 
 
 def main() -> int:
