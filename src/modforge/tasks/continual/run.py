@@ -46,7 +46,7 @@ from ...core.registries import ALGORITHMS
 from ...data.loader import make_loader
 from ...train import distributed
 from ..base import RunRoutines
-from .task import ContinualSettings, continual_settings
+from .settings import ContinualSettings, continual_settings
 
 __all__ = ["continual_run", "evaluate_continual"]
 
