@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Literal, Optional, TypeVar
 
 from ...core.registries import register_checkpoint_format
 from ...core.weight_formats import CheckpointFormat, WeightFormatError, tensors_of
+from ..weight_files import HUB_WEIGHT_FILES, hub_weights_file
 from .aasist import official_aasist_state_dict
 from .rawnet2 import reference_state_dict as rawnet2_state_dict
 from .resnet import torchvision_resnet_state_dict
@@ -169,9 +170,6 @@ def _library_state(
     return converted
 
 
-_HUB_FILES = ("model.safetensors", "pytorch_model.bin")
-
-
 @register_checkpoint_format("timm")
 class TimmWeights(CheckpointFormat):
     """A timm model's own ``state_dict`` into the ``timm`` backbone built with the same ``name``:
@@ -203,7 +201,7 @@ class TimmWeights(CheckpointFormat):
         self.classifier = tuple(classifier) if classifier is not None else None
 
     def locate(self, path: Path) -> Path:
-        return _hub_file(path)
+        return hub_weights_file(path, f"is a folder without {' or '.join(HUB_WEIGHT_FILES)}")
 
     def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
         return _library_state(loaded, path, timm_state_dict, "timm", self.backbone, self.head, self.classifier)
@@ -237,13 +235,3 @@ class TorchvisionWeights(CheckpointFormat):
     def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
         return _library_state(loaded, path, torchvision_state_dict, "torchvision", self.backbone, self.head,
                               self.classifier)  # fmt: skip
-
-
-def _hub_file(path: Path) -> Path:
-    """A file as it is; in a folder (a hub download), its ``model.safetensors`` or ``pytorch_model.bin``."""
-    if not path.is_dir():
-        return path
-    found = next((path / name for name in _HUB_FILES if (path / name).is_file()), None)
-    if found is None:
-        raise WeightFormatError(f"{path} is a folder without {' or '.join(_HUB_FILES)}")
-    return found

@@ -32,9 +32,10 @@ import torch.nn as nn
 from ...core.constraints import PositiveInt, Probability
 from ...core.registries import register_checkpoint_format, register_frontend
 from ...core.safe_files import write_atomic
-from ...core.weight_formats import CheckpointFormat, WeightFormatError, tensors_of
+from ...core.weight_formats import CheckpointFormat, tensors_of
 from ..base import Frontend
 from ..layouts import Layout
+from ..weight_files import HUB_WEIGHT_FILES, hub_weights_file
 from .waveform import check_waveform
 
 __all__ = ["HuggingFaceSSL", "SSLFrontend"]
@@ -321,7 +322,6 @@ def _receptive_field(kernels: Any, strides: Any) -> int:
 
 # ------------------------------------------------------------ checkpoint format
 _PRETRAINING_HEADS = ("quantizer.", "project_q.", "project_hid.", "lm_head.", "final_proj.", "label_embeddings_concat")
-_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
 @register_checkpoint_format("hf_wav2vec2")
@@ -344,16 +344,11 @@ class HuggingFaceSSL(CheckpointFormat):
         self.stage = stage
 
     def locate(self, path: Path) -> Path:
-        if not path.is_dir():
-            return path
-        found = next((path / name for name in _WEIGHT_FILES if (path / name).is_file()), None)
-        if found is None:
-            raise WeightFormatError(f"{path} holds no {' or '.join(_WEIGHT_FILES)}: not a Hugging Face model folder")
-        return found
+        return hub_weights_file(path, f"holds no {' or '.join(HUB_WEIGHT_FILES)}: not a Hugging Face model folder")
 
     @classmethod
     def recognises_folder(cls, path: Path) -> bool:
-        return (path / "config.json").is_file() and any((path / name).is_file() for name in _WEIGHT_FILES)
+        return (path / "config.json").is_file() and any((path / name).is_file() for name in HUB_WEIGHT_FILES)
 
     @classmethod
     def recognises(cls, loaded: Any, path: Path) -> bool:
