@@ -202,6 +202,7 @@ def test_global_registries_and_public_decorators():
         "checkpoint_format",
         "trainer",
         "task",
+        "extension",
     }
     for kind, registry in mf.REGISTRIES.items():
         decorator = getattr(mf, f"register_{kind}")

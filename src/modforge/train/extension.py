@@ -167,8 +167,6 @@ def refusal(extensions: Iterable[type[RunExtension] | RunExtension], *, names: I
     ``names`` are the extensions' config names (defaults: their ``name``); ``engine`` the training
     engine's name; ``trainer_class`` the Trainer class that runs the steps (checked when given).
     """
-    from .trainer import Trainer
-
     classes = [e if isinstance(e, type) else type(e) for e in extensions]
     named = list(names) or [getattr(e, "name", "") for e in extensions]
     present = set(named)
@@ -180,7 +178,7 @@ def refusal(extensions: Iterable[type[RunExtension] | RunExtension], *, names: I
             allowed = " or ".join(cls.engines)
             why = f": {cls.engine_reason}" if cls.engine_reason else ""
             return f"train.{name} trains with the {allowed} engine, not '{engine}'{why}", f"train.{name}"
-        if trainer_class is not None and cls.adds_loss() and trainer_class.training_step is not Trainer.training_step:
+        if trainer_class is not None and cls.adds_loss() and not getattr(trainer_class.training_step, "standard", False):
             return (f"train.{name} needs the standard training step ({cls.standard_step_reason}); this run's trainer "
                     f"{trainer_class.__name__} replaces it (a continual method or train.trainer)"), f"train.{name}"
     return None

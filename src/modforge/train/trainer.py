@@ -273,6 +273,7 @@ class Trainer(TrainerExecution, EpochLosses, TrainerEvaluation, TrainerCheckpoin
         self.note_loss_parts({**out, **terms})
         return loss
 
+    training_step.standard = True  # a subclass's own step has not: the run extensions' loss hooks need this one
     def backward(self, loss: torch.Tensor) -> None:
         """Back-propagate (scaled for accumulation and fp16)."""
         if self.accumulate > 1:
