@@ -23,6 +23,7 @@ from ..model.formats import inference_weights
 from ..tasks.base import RunRoutines, Task
 from ..train import distributed
 from ..train.checkpoint import CorruptCheckpointError, load_checkpoint
+from ..train.trainer import Trainer
 from .experiment import Experiment, build_splits, configured_task, require_a_loss
 from .plots import plot_curves
 from .runs import continue_run_folder, start_run_folder, write_json
@@ -90,24 +91,43 @@ def fit_and_test(
     exp = Experiment.build(cfg, splits, init_weights=resume is None)  # a resumed run's weights are its checkpoint's
     if dispatch and type(exp.task).run is not Task.run:
         return exp.task.run(ROUTINES, cfg, run_dir, resume=resume, splits=exp.splits, restart=restart)
-    if len(exp.splits.train) == 0:
-        raise ConfigError("the dataset's training split is empty: nothing to train on", path="data")
-    train_loader, val_loader, test_loader = exp.loaders()
-    if len(train_loader) == 0:
-        raise ConfigError(f"data.batch_size ({exp.loader.batch_size}) with drop_last leaves no batch of the "
-                          f"{len(exp.splits.train)} training samples", path="data.batch_size",
-                          source=cfg.where("data.batch_size"))  # fmt: skip
+    train_loader, val_loader, test_loader = _loaders(exp)
     require_a_loss(exp, cfg)
     trainer = exp.trainer(train_loader, run_dir, trainer_class=exp.trainer_class, resume=resume)
     main = distributed.is_main_process()
-    if main:
-        if resume is None:
-            start_run_folder(cfg, run_dir, restart=restart)
-        else:
-            continue_run_folder(cfg, run_dir)
+    if main and resume is None:  # only now: a config that fails to build leaves nothing on disk
+        start_run_folder(cfg, run_dir, restart=restart)
+    elif main:
+        continue_run_folder(cfg, run_dir)
     trainer.fit(train_loader, val_loader, resume=resume)
+    summary = _summary(exp, trainer)
+    if test_loader is not None:
+        summary.update(_test(exp, trainer, test_loader, run_dir, main))
+    if distributed.is_distributed():
+        summary["processes"] = distributed.world_size()
+    if main:
+        write_json(run_dir / "summary.json", summary)
+        plot_curves(trainer.history, run_dir / "curves.png", title=cfg.name)
+    trainer.end_run(summary)  # after the files: trackers keep them
+    return summary
+
+
+def _loaders(exp: Experiment) -> tuple[Any, Any, Any]:
+    """Train, val and test loaders; a training split that gives no batch is one clear error."""
+    if len(exp.splits.train) == 0:
+        raise ConfigError("the dataset's training split is empty: nothing to train on", path="data")
+    loaders = exp.loaders()
+    if len(loaders[0]) == 0:
+        raise ConfigError(f"data.batch_size ({exp.loader.batch_size}) with drop_last leaves no batch of the "
+                          f"{len(exp.splits.train)} training samples", path="data.batch_size",
+                          source=exp.cfg.where("data.batch_size"))  # fmt: skip
+    return loaders
+
+
+def _summary(exp: Experiment, trainer: Trainer) -> dict[str, Any]:
+    """What ``summary.json`` says of the training: its length, size, time, last row and best epoch."""
     summary: dict[str, Any] = {
-        "config": cfg.name,
+        "config": exp.cfg.name,
         "epochs": len(trainer.history),
         "steps": trainer.global_step,
         "params": sum(p.numel() for p in exp.model.parameters()),
@@ -117,35 +137,37 @@ def fit_and_test(
         "train_seconds": round(trainer.extra_results.get("train_seconds", 0.0), 3),
         "last": trainer.history[-1] if trainer.history else {},
     }
+    checkpoint = _checkpoint_callback(trainer)
+    if checkpoint is not None and checkpoint.best is not None:
+        summary["best"] = {"epoch": checkpoint.best_epoch, exp.monitor: checkpoint.best}
+    return summary
+
+
+def _checkpoint_callback(trainer: Trainer) -> Any:
+    return next((cb for cb in trainer.callbacks if type(cb).__name__ == "Checkpoint"), None)
+
+
+def _test(exp: Experiment, trainer: Trainer, test_loader: Any, run_dir: Path, main: bool) -> dict[str, Any]:
+    """The task's test of ``best.pt`` (rank 0 reads it and hands the weights to the other processes,
+    which may not see its disk); without one, of the final weights as evaluation sees them (the
+    run extensions' evaluation weights: ``train.ema``'s average)."""
     best_path = run_dir / "checkpoints" / "best.pt"
-    checkpoint_cb = next((cb for cb in trainer.callbacks if type(cb).__name__ == "Checkpoint"), None)
-    earlier = getattr(checkpoint_cb, "best_file", None)
+    earlier = getattr(_checkpoint_callback(trainer), "best_file", None)
     if not best_path.exists() and earlier and Path(earlier).exists():  # resumed into a new folder, no better
         best_path = Path(earlier)  # epoch since: the best weights are the resumed run's best.pt
-    if checkpoint_cb is not None and checkpoint_cb.best is not None:
-        summary["best"] = {"epoch": checkpoint_cb.best_epoch, exp.monitor: checkpoint_cb.best}
-    if test_loader is not None:
-        # rank 0 reads best.pt and hands the weights to the other processes (which may not see its disk)
-        best = _best_weights(best_path) if main else None
-        best = distributed.broadcast_object(best, what="sharing best.pt for the test")
-        if best is not None:
-            exp.model.load_state_dict(best)
-            evaluated = "checkpoints/best.pt" if best_path.parent.parent == run_dir else display_path(best_path)
-            weights = contextlib.nullcontext()
-        else:  # the final weights, as evaluation sees them (train.ema: their average)
-            evaluated = f"final weights ({trainer.evaluated_as})" if trainer.evaluated_as else "final weights"
-            weights = trainer.evaluation_weights()
-        with weights:
-            summary.update(exp.task.test(trainer, test_loader, exp.splits.test, split="test",
-                                         out_dir=run_dir if main else None, stem=""))  # fmt: skip
-        summary["evaluated"] = evaluated
-    if distributed.is_distributed():
-        summary["processes"] = distributed.world_size()
-    if main:
-        write_json(run_dir / "summary.json", summary)
-        plot_curves(trainer.history, run_dir / "curves.png", title=cfg.name)
-    trainer.end_run(summary)  # after the files: trackers keep them
-    return summary
+    best = _best_weights(best_path) if main else None
+    best = distributed.broadcast_object(best, what="sharing best.pt for the test")
+    if best is not None:
+        exp.model.load_state_dict(best)
+        evaluated = "checkpoints/best.pt" if best_path.parent.parent == run_dir else display_path(best_path)
+        weights = contextlib.nullcontext()
+    else:
+        evaluated = f"final weights ({trainer.evaluated_as})" if trainer.evaluated_as else "final weights"
+        weights = trainer.evaluation_weights()
+    with weights:
+        report = exp.task.test(trainer, test_loader, exp.splits.test, split="test", out_dir=run_dir if main else None,
+                               stem="")  # fmt: skip
+    return {**report, "evaluated": evaluated}
 
 
 def _best_weights(path: Path) -> dict[str, Any] | None:
