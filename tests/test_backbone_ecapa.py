@@ -13,7 +13,7 @@ import modforge as mf
 from modforge.components.backbones.ecapa_tdnn import ECAPATDNN, SERes2Block
 from modforge.components.layouts import Layout
 from modforge.components.necks.attentive_stats_pool import AttentiveStatsPool
-from modforge.engines import build_engine
+from part_checks import assert_embeds, assert_engines_follow_the_frame_count, assert_layouts_agree
 
 
 def n_params(module: torch.nn.Module) -> int:
@@ -113,33 +113,19 @@ def test_blocks_receive_the_sum_of_all_earlier_outputs():
 
 @pytest.mark.parametrize("frames", [100, 400, 1000])  # 1 s, 4 s, 10 s of 80-band features at 100 frames/s
 def test_one_to_ten_seconds_of_features(frames):
-    net = mf.BACKBONES.build("ecapa_tdnn", in_dim=80).eval()
-    with torch.no_grad():
-        out = net(torch.randn(1, frames, 80))
-    assert out.shape == (1, 192) and torch.isfinite(out).all()
+    assert_embeds("ecapa_tdnn", 80, frames, 192)
 
 
 def test_sequence_and_channels_layouts_agree():
     seq = ECAPATDNN(12, channels=32, mfa_dim=48, se_bottleneck=8, attention_dim=8).eval()
     chan = ECAPATDNN(12, in_layout=Layout.CHANNELS, channels=32, mfa_dim=48, se_bottleneck=8, attention_dim=8).eval()
-    chan.load_state_dict(seq.state_dict())
-    x = torch.randn(3, 50, 12)
-    with torch.no_grad():
-        assert torch.allclose(seq(x), chan(x.transpose(1, 2)), atol=1e-6)
+    assert_layouts_agree(seq, chan, torch.randn(3, 50, 12))
 
 
 @pytest.mark.parametrize("engine", ["torchscript", "onnx"])
 def test_engines_follow_the_frame_count(engine):
     net = ECAPATDNN(12, channels=32, mfa_dim=48, embed_dim=16, se_bottleneck=8, attention_dim=8).eval()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runnable = build_engine(engine, path=engine).prepare(net, {"input": torch.randn(2, 16, 12)})
-    for frames in (7, 50):
-        x = torch.randn(3, frames, 12)
-        with torch.no_grad():
-            out = runnable(x)
-            out = torch.as_tensor(out["logits"] if isinstance(out, dict) else out)  # as the conformance suite reads it
-            assert torch.allclose(out, net(x), atol=1e-5)
+    assert_engines_follow_the_frame_count(net, engine)
 
 
 def test_bad_arguments_and_inputs_raise_one_clear_error():

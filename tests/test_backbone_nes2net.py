@@ -3,16 +3,14 @@ feature size, 1-10 s inputs, bad arguments."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
 import modforge as mf
 from modforge.components.backbones.nes2net import InnerRes2Net, Nes2NetX
 from modforge.components.layouts import Layout
-from modforge.engines import build_engine
 from modforge.testing import check_part
+from part_checks import assert_contract, assert_embeds, assert_engines_follow_the_frame_count, assert_layouts_agree
 
 
 def n_params(module: torch.nn.Module) -> int:
@@ -23,8 +21,7 @@ def n_params(module: torch.nn.Module) -> int:
 @pytest.mark.parametrize("pool", ["attentive"])  # the default (mean) is checked by tests/test_conformance.py, like every part
 def test_passes_the_conformance_suite(pool):
     results = check_part("backbone", "nes2net", {"pool": pool})
-    failures = [f"{r.check} [{r.layout}]: {r.detail}" for r in results if r.status == "fail"]
-    assert not failures, "\n".join(failures)
+    assert_contract(results, layouts=True)
     engines = [r.detail for r in results if r.check == "engines"]
     assert len(engines) == 2 and all("torchscript ≤" in d and "onnx" in d for d in engines)  # scripted, not traced
 
@@ -114,33 +111,18 @@ def test_feature_sizes_not_divisible_by_the_outer_scale_are_zero_padded(in_dim, 
 
 @pytest.mark.parametrize("frames", [50, 200, 500, 1000])  # 1 s, 4 s, 10 s of SSL features at 50 frames/s (and 1000)
 def test_one_to_ten_seconds_of_features(frames):
-    net = mf.BACKBONES.build("nes2net", in_dim=1024).eval()
-    with torch.no_grad():
-        out = net(torch.randn(1, frames, 1024))
-    assert out.shape == (1, 1024) and torch.isfinite(out).all()
+    assert_embeds("nes2net", 1024, frames, 1024)
 
 
 def test_sequence_and_channels_layouts_agree():
     seq = Nes2NetX(24, pool="attentive").eval()
     chan = Nes2NetX(24, in_layout=Layout.CHANNELS, pool="attentive").eval()
-    chan.load_state_dict(seq.state_dict())
-    x = torch.randn(3, 40, 24)
-    with torch.no_grad():
-        assert torch.allclose(seq(x), chan(x.transpose(1, 2)), atol=1e-6)
+    assert_layouts_agree(seq, chan, torch.randn(3, 40, 24))
 
 
 @pytest.mark.parametrize("engine", ["torchscript", "onnx"])
 def test_engines_follow_the_frame_count(engine):
-    net = Nes2NetX(12, pool="attentive").eval()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runnable = build_engine(engine, path=engine).prepare(net, {"input": torch.randn(2, 16, 12)})
-    for frames in (7, 50):
-        x = torch.randn(3, frames, 12)
-        with torch.no_grad():
-            out = runnable(x)
-            out = torch.as_tensor(out["logits"] if isinstance(out, dict) else out)  # as the conformance suite reads it
-            assert torch.allclose(out, net(x), atol=1e-5)
+    assert_engines_follow_the_frame_count(Nes2NetX(12, pool="attentive").eval(), engine)
 
 
 def test_bad_arguments_and_inputs_raise_one_clear_error():

@@ -4,7 +4,6 @@ dynamic lengths under the engines, bad arguments."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ import torch.nn.functional as F
 
 import modforge as mf
 from modforge.components.backbones.tcm_conformer import ConformerBlock, TCMAttention, TCMConformer
-from modforge.engines import build_engine
+from part_checks import assert_embeds, assert_engines_follow_the_frame_count
 
 
 def n_params(module: torch.nn.Module) -> int:
@@ -143,24 +142,12 @@ def test_block_order_is_half_ffn_attention_conv_half_ffn_norm():
 
 @pytest.mark.parametrize("frames", [50, 200, 500, 1000])  # 1 s, 4 s, 10 s of XLS-R features at 50 frames/s (and 1000)
 def test_one_to_ten_seconds_of_features(frames):
-    net = mf.BACKBONES.build("tcm_conformer", in_dim=1024).eval()
-    with torch.no_grad():
-        out = net(torch.randn(1, frames, 1024))
-    assert out.shape == (1, 144) and torch.isfinite(out).all()
+    assert_embeds("tcm_conformer", 1024, frames, 144)
 
 
 @pytest.mark.parametrize("engine", ["torchscript", "onnx"])
 def test_engines_follow_the_frame_count(engine):
-    net = small().eval()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runnable = build_engine(engine, path=engine).prepare(net, {"input": torch.randn(2, 16, 12)})
-    for frames in (7, 50):
-        x = torch.randn(3, frames, 12)
-        with torch.no_grad():
-            out = runnable(x)
-            out = torch.as_tensor(out["logits"] if isinstance(out, dict) else out)  # as the conformance suite reads it
-            assert torch.allclose(out, net(x), atol=1e-5)
+    assert_engines_follow_the_frame_count(small().eval(), engine)
 
 
 def test_bad_arguments_and_inputs_raise_one_clear_error():

@@ -6,7 +6,6 @@ timm's feature maps and drives ``fpn`` + ``fcos`` on the shapes set; nothing rea
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import modforge as mf
 from modforge.components.backbones.timm_models import timm_state_dict
 from modforge.core.errors import ConfigError
 from modforge.testing import check_part
+from part_checks import assert_contract, refuse_network, with_random_bn_statistics
 
 timm = pytest.importorskip("timm")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -29,25 +29,14 @@ FCOS_TIMM = ROOT / "configs" / "detection" / "shapes_fcos_timm.yaml"
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch):
     """Every test here runs offline: any connection attempt fails at once."""
-
-    def refuse(*_args, **_kwargs):
-        raise OSError("network access attempted in an offline test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    refuse_network(monkeypatch)
 
 
 def timm_reference(name: str, seed: int = 0, **kwargs) -> torch.nn.Module:
     """A timm model with random weights and, for BatchNorm, random running statistics (eval mode)."""
     torch.manual_seed(seed)
     model = timm.create_model(name, **kwargs)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.running_mean.normal_(0, 0.1)
-                module.running_var.uniform_(0.5, 1.5)
-    return model.eval()
+    return with_random_bn_statistics(model)
 
 
 def params(module: torch.nn.Module) -> int:
@@ -214,8 +203,7 @@ def test_other_input_channels_and_flags_come_from_the_signature(cli):
                                             ("resnet18", {"features_only": True, "out_indices": [1, 2, 3, 4]})])  # fmt: skip
 def test_conformance_sample(name, args):
     results = check_part("backbone", "timm", {"name": name, **args})
-    failures = [f"{r.check}: {r.detail}" for r in results if r.status == "fail"]
-    assert not failures, "\n".join(failures)
+    assert_contract(results)
     engines = [r for r in results if r.check == "engines"]
     assert engines[0].status == ("skip" if args else "pass"), engines  # a list of maps: checked by the tests above
 

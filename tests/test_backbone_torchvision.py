@@ -5,8 +5,6 @@ torchvision's outputs, ``features_only`` gives the stage maps torchvision's feat
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 
@@ -14,6 +12,7 @@ import modforge as mf
 from modforge.components.backbones.torchvision_models import torchvision_classifier, torchvision_state_dict
 from modforge.core.errors import ConfigError
 from modforge.testing import check_part
+from part_checks import assert_contract, refuse_network, with_random_bn_statistics
 
 models = pytest.importorskip("torchvision.models")
 feature_extraction = pytest.importorskip("torchvision.models.feature_extraction")
@@ -22,25 +21,14 @@ feature_extraction = pytest.importorskip("torchvision.models.feature_extraction"
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch):
     """Every test here runs offline: any connection attempt fails at once."""
-
-    def refuse(*_args, **_kwargs):
-        raise OSError("network access attempted in an offline test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    refuse_network(monkeypatch)
 
 
 def reference(name: str, seed: int = 0) -> torch.nn.Module:
     """A torchvision model with random weights and random BatchNorm statistics (eval mode)."""
     torch.manual_seed(seed)
     model = models.get_model(name, weights=None)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.running_mean.normal_(0, 0.1)
-                module.running_var.uniform_(0.5, 1.5)
-    return model.eval()
+    return with_random_bn_statistics(model)
 
 
 def params(module: torch.nn.Module) -> int:
@@ -166,5 +154,4 @@ def test_torchvision_resnet_still_loads_a_real_torchvision_resnet_into_modforges
 @pytest.mark.parametrize(("name", "args"), [("mobilenet_v3_small", {}), ("resnet18", {"features_only": True})])
 def test_conformance_sample(name, args):
     results = check_part("backbone", "torchvision", {"name": name, **args})
-    failures = [f"{r.check}: {r.detail}" for r in results if r.status == "fail"]
-    assert not failures, "\n".join(failures)
+    assert_contract(results)

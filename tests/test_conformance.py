@@ -9,6 +9,7 @@ import torch.nn as nn
 import modforge as mf
 from modforge.components import Backbone, Layout
 from modforge.testing import PART_KINDS, check_part
+from part_checks import CORE_CHECKS, assert_contract
 
 ALL_PARTS = [(kind, name) for kind in PART_KINDS for name in mf.REGISTRIES[kind].list()]
 SCRIPTED = {  # compiled by TorchScript (not traced) under every declared layout
@@ -20,17 +21,7 @@ SCRIPTED = {  # compiled by TorchScript (not traced) under every declared layout
 @pytest.mark.parametrize(("kind", "name"), ALL_PARTS, ids=[f"{k}-{n}" for k, n in ALL_PARTS])
 def test_every_registered_part_passes_the_contract(kind, name):
     results = check_part(kind, name)
-    failures = [f"{r.check} [{r.layout}]: {r.detail}" for r in results if r.status == "fail"]
-    assert not failures, "\n".join(failures)
-    assert {r.check for r in results if r.status == "pass"} >= {
-        "builds",
-        "forward",
-        "out_dim",
-        "finite",
-        "gradients",
-        "deterministic",
-        "state_dict",
-    }
+    assert_contract(results, CORE_CHECKS, layouts=True)
     if name in SCRIPTED.get(kind, ()):
         engines = [r.detail for r in results if r.check == "engines"]
         assert engines and all("torchscript ≤" in d and "onnx ≤" in d for d in engines), engines

@@ -19,6 +19,7 @@ import modforge as mf
 from image_fixtures import write_cifar_python, write_mnist_family
 from modforge.continual.benchmarks import ContinualSplits, concat_splits
 from modforge.data.images.dataset import ImageDataset, JoinedImageDataset
+from run_configs import SGD, mlp, run_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MAMMOTH_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "continual" / "mammoth"
@@ -191,20 +192,10 @@ def test_joined_tasks_serve_every_sample_as_its_task_does(mnist_root):
     assert isinstance(joint, ImageDataset) and joint.ids.tolist() == sum((t.train.ids.tolist() for t in classes.tasks[:3]), [])
 
 
-RUN = """
-seed: 0
-data: {type: seq, args: {dataset: {type: mnist, args: {root: ROOT, val_fraction: 0.0}}, classes_per_task: 2,
-                         flatten: true}, batch_size: 16}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [32]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  optimizer: {type: sgd, args: {lr: 0.05}}
-  num_threads: 1
-  progress: never
-continual: {algorithm: joint, epochs_per_task: 1}
-"""
+RUN = run_config("{type: seq, args: {dataset: {type: mnist, args: {root: ROOT, val_fraction: 0.0}}, "
+                 "classes_per_task: 2, flatten: true}, batch_size: 16}", mlp(32),
+                 train=dict(optimizer=SGD, num_threads=1, progress="never"),
+                 after="continual: {algorithm: joint, epochs_per_task: 1}\n")
 
 
 def test_a_continual_run_over_pictures(cli, write, mnist_root, tmp_path):

@@ -16,6 +16,7 @@ import modforge as mf
 from modforge.continual.trainer import ContinualTrainer
 from modforge.data.base import ArrayDataset, collate
 from modforge.train.checkpoint import load_checkpoint
+from run_configs import SGD, flat_seq_digits, mlp, run_config
 
 NUM_CLASSES = 4
 
@@ -372,19 +373,9 @@ def test_lucir_state_survives_a_checkpoint_and_bad_values_fail(tmp_path):
 
 
 # ------------------------------------------------------------------------------------- short runs
-RUN = """
-seed: 0
-data: {type: seq_digits, args: {as_image: false}, batch_size: 32}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [64]}}
-  head: {type: cosine, args: {scale: 1.0}}
-  losses: [cross_entropy]
-train:
-  optimizer: {type: sgd, args: {lr: 0.05}}
-  num_threads: 1
-  progress: never
-continual: {algorithm: sgd, epochs_per_task: 2}
-"""
+RUN = run_config(flat_seq_digits(batch_size=32), mlp(64), head="{type: cosine, args: {scale: 1.0}}",
+                 train=dict(optimizer=SGD, num_threads=1, progress="never"),
+                 after="continual: {algorithm: sgd, epochs_per_task: 2}\n")
 
 
 @pytest.mark.filterwarnings("ignore:torchscript. stage 'backbone':UserWarning")

@@ -17,6 +17,7 @@ import modforge as mf
 from modforge.continual.buffer import Buffer, stream_subset
 from modforge.continual.trainer import ContinualTrainer
 from modforge.train.checkpoint import load_checkpoint
+from run_configs import SGD, flat_seq_digits, mlp, run_config
 
 
 def _model(num_classes: int = 4) -> torch.nn.Module:
@@ -503,19 +504,8 @@ def test_hyper_parameters_are_mammoths_names():
     assert all("seed" not in n for n in names.values())
 
 
-RUN = """
-seed: 0
-data: {type: seq_digits, args: {as_image: false}, batch_size: 10}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [64]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  optimizer: {type: sgd, args: {lr: 0.05}}
-  num_threads: 1
-  progress: never
-continual: {algorithm: sgd, epochs_per_task: 1}
-"""
+RUN = run_config(flat_seq_digits(batch_size=10), mlp(64), train=dict(optimizer=SGD, num_threads=1, progress="never"),
+                 after="continual: {algorithm: sgd, epochs_per_task: 1}\n")
 
 
 RUNS = {

@@ -10,22 +10,11 @@ import pytest
 import torch
 import yaml
 
+from run_configs import continual_digits
 from train_processes import kill_and_resume
 
-CONTINUAL = """
-seed: 0
-data: {type: seq_digits, args: {as_image: false}, batch_size: 32}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [64]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  optimizer: {type: sgd, args: {lr: 0.05}}
-  checkpoint: {every_n_steps: 4, keep_last: 2}
-  num_threads: 1
-  progress: never
-continual: {algorithm: {type: derpp, args: {buffer_size: 100}}, epochs_per_task: 2}
-"""
+CONTINUAL = continual_digits(keep_last=2,
+                             continual="{algorithm: {type: derpp, args: {buffer_size: 100}}, epochs_per_task: 2}")
 
 
 @pytest.fixture

@@ -11,21 +11,9 @@ import torch
 from modforge.continual.benchmarks import seq_digits
 from modforge.continual.blurry import blurry_assignment, blurry_tasks
 from modforge.continual.evaluation import forward_transfer
+from run_configs import continual_digits
 
-CONTINUAL = """
-seed: 0
-data: {type: seq_digits, args: {as_image: false}, batch_size: 32}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [64]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  optimizer: {type: sgd, args: {lr: 0.05}}
-  checkpoint: {every_n_steps: 4, keep_last: 50}
-  num_threads: 1
-  progress: never
-continual: {algorithm: sgd, epochs_per_task: 1, eval_every: 4}
-"""
+CONTINUAL = continual_digits(keep_last=50, continual="{algorithm: sgd, epochs_per_task: 1, eval_every: 4}")
 
 
 @pytest.fixture

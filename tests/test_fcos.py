@@ -17,6 +17,7 @@ from modforge.components.boxes import box_iou
 from modforge.components.heads.fcos import FCOSHead, fcos_decode, fcos_postprocess, fcos_targets, level_points
 from modforge.components.losses.detection import SigmoidFocal, giou_loss, quality_bce_loss, sigmoid_focal_loss
 from modforge.testing import check_part
+from part_checks import CORE_CHECKS, assert_contract
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.(script|trace).* is deprecated:DeprecationWarning")
 
@@ -286,11 +287,7 @@ def test_wrong_strides_and_bad_labels_are_clear_errors():
 
 # ------------------------------------------------------------- contract and export
 def test_the_head_passes_the_conformance_suite():
-    results = check_part("head", FCOSHead)
-    assert [f"{r.check}: {r.detail}" for r in results if r.status == "fail"] == []
-    passed = {r.check for r in results if r.status == "pass"}
-    assert passed >= {"builds", "forward", "out_dim", "finite", "gradients", "deterministic", "state_dict",
-                      "batch_independence"}  # fmt: skip
+    assert_contract(check_part("head", FCOSHead), CORE_CHECKS | {"batch_independence"})
 
 
 def test_unequal_level_widths_get_projections_and_equal_ones_do_not():

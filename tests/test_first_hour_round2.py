@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from run_configs import SGD, flat_seq_digits, mlp, run_config
+
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "configs" / "digits.yaml")
 TINY = ["--backbone.channels", "4,8", "data.batch_size=128", "train.progress=never"]
@@ -51,16 +53,9 @@ def test_a_switched_dataset_does_not_claim_to_keep_what_the_command_line_replace
 
 @pytest.mark.filterwarnings("ignore:torchscript. stage 'backbone':UserWarning")
 def test_a_continual_run_names_the_task_and_its_epoch(cli, write) -> None:
-    config = write("seq.yaml", """
-        seed: 0
-        data: {type: seq_digits, args: {as_image: false}, batch_size: 64}
-        model:
-          backbone: {type: mlp, args: {hidden_dims: [16]}}
-          head: linear
-          losses: [cross_entropy]
-        train: {optimizer: {type: sgd, args: {lr: 0.05}}, progress: never}
-        continual: {algorithm: sgd, epochs_per_task: 1}
-    """)  # fmt: skip
+    text = run_config(flat_seq_digits(batch_size=64), mlp(16), train=dict(optimizer=SGD, progress="never"),
+                      after="continual: {algorithm: sgd, epochs_per_task: 1}\n")
+    config = write("seq.yaml", text)
     res = cli("train", str(config), "--run-dir", "run")
     assert res.code == 0, res.err
     epochs = [line.split(" · ")[:2] for line in res.err.splitlines() if " · epoch " in line]

@@ -17,6 +17,7 @@ from modforge.components.frontends.cepstral import Deltas, dct_matrix
 from modforge.components.frontends.filterbanks import hz_to_mel, linear_filterbank, mel_filterbank, mel_to_hz
 from modforge.components.frontends.stft import STFT
 from modforge.testing import check_part
+from part_checks import CORE_CHECKS, assert_contract
 
 SR = 16000
 NAMES = ["raw", "spectrogram", "log_mel", "lfcc", "mfcc", "sinc", "ssl"]
@@ -78,21 +79,7 @@ CONFORMANCE = [  # the defaults are checked by tests/test_conformance.py, like e
 )
 def test_frontend_passes_the_contract_under_every_engine(name, args):
     results = check_part("frontend", name, args)
-    failures = [f"{r.check}: {r.detail}" for r in results if r.status == "fail"]
-    assert not failures, "\n".join(failures)
-    passed = {r.check for r in results if r.status == "pass"}
-    assert {
-        "builds",
-        "forward",
-        "out_dim",
-        "finite",
-        "gradients",
-        "deterministic",
-        "state_dict",
-        "batch_independence",
-        "device",
-        "engines",
-    } <= passed
+    assert_contract(results, CORE_CHECKS | {"batch_independence", "device", "engines"})
     engines = next(r.detail for r in results if r.check == "engines")
     assert "unsupported" not in engines and "torchscript" in engines and "onnx" in engines
 

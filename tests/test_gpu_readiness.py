@@ -17,26 +17,16 @@ import modforge as mf
 from modforge.experiment.runner import train_run
 from modforge.experiment.schema import validate_config
 from modforge.train.checkpoint import load_checkpoint
+from run_configs import cnn, run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFIG = """
-seed: 2
-data: {type: digits, args: {as_image: true}, batch_size: 64}
-model:
-  backbone: {type: cnn, args: {channels: [8, 16]}}
-  neck: global_avg_pool
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 2
-  precision: "PRECISION"
-  engine: {type: eager, args: {memory_format: MEMORY}}
-  optimizer: {type: sgd, args: {lr: 0.05, momentum: 0.9}}
-  checkpoint: {every_n_steps: 7, keep_last: 100}
-  num_threads: 1
-  progress: never
-"""
+CONFIG = run_config("{type: digits, args: {as_image: true}, batch_size: 64}", cnn(8, 16), neck="global_avg_pool",
+                    seed=2, train=dict(max_epochs=2, precision='"PRECISION"',
+                                       engine="{type: eager, args: {memory_format: MEMORY}}",
+                                       optimizer="{type: sgd, args: {lr: 0.05, momentum: 0.9}}",
+                                       checkpoint="{every_n_steps: 7, keep_last: 100}", num_threads=1,
+                                       progress="never"))
 
 
 @pytest.mark.slow

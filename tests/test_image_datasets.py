@@ -18,6 +18,8 @@ pytest.importorskip("torchvision")
 from torchvision import datasets  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
+from run_configs import cnn, run_config
+
 VISION = Path(__file__).resolve().parents[1] / "configs" / "vision"
 
 
@@ -131,9 +133,7 @@ def test_mixing_needs_a_loss_that_takes_class_probabilities(cli, write, tmp_path
     assert result.code == 2 and "data.transforms.mix" in result.err and "cross_entropy" in result.err
 
 
-RESUMABLE = """
-seed: 3
-data:
+RESUMABLE = run_config("""
   type: cifar10
   args: {root: cifar, val_fraction: 0.25}
   batch_size: 8
@@ -143,18 +143,9 @@ data:
     train: [{type: random_crop, args: {size: 32, padding: 4}}, random_horizontal_flip,
             {type: random_erasing, args: {p: 0.5}}]
     mix: {mixup_alpha: 0.4, cutmix_alpha: 1.0}
-model:
-  backbone: {type: cnn, args: {channels: [8, 16]}}
-  neck: global_avg_pool
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 4
-  optimizer: {type: adamw, args: {lr: 3.0e-3}}
-  checkpoint: {every_n_steps: 3, keep_last: 2}
-  num_threads: 1
-  progress: never
-"""
+""", cnn(8, 16), neck="global_avg_pool", seed=3, train=dict(
+    max_epochs=4, optimizer="{type: adamw, args: {lr: 3.0e-3}}", checkpoint="{every_n_steps: 3, keep_last: 2}",
+    num_threads=1, progress="never"))
 
 
 @pytest.mark.slow

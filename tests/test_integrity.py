@@ -27,22 +27,11 @@ from modforge.train.checkpoint import (
     load_checkpoint,
     serialize,
 )
+from run_configs import ADAM, mlp, run_config
 
-TINY = """
-seed: 0
-data: {type: digits, args: {as_image: false}, batch_size: 64}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [32]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 1
-  optimizer: {type: adam, args: {lr: 0.01}}
-  monitor: val_accuracy
-  checkpoint: {every_n_steps: 5, keep_last: 3}
-  num_threads: 1
-  progress: never
-"""
+TINY = run_config("{type: digits, args: {as_image: false}, batch_size: 64}", mlp(32), train=dict(
+    max_epochs=1, optimizer=ADAM, monitor="val_accuracy", checkpoint="{every_n_steps: 5, keep_last: 3}", num_threads=1,
+    progress="never"))
 
 
 def train_tiny(folder: Path) -> Path:

@@ -13,19 +13,10 @@ import pytest
 from modforge.core.config import load_config
 from modforge.core.errors import ConfigError, UnknownKeyError
 from modforge.experiment.schema import apply_overrides, validate_config
+from run_configs import cnn, run_config
 
-CONFIG = """
-seed: 0
-data: {type: digits, args: {as_image: true}, batch_size: 32}
-model:
-  backbone: {type: cnn, args: {channels: [8, 16]}}
-  neck: global_avg_pool
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 2
-  optimizer: {type: adamw, args: {lr: 3.0e-3}}
-"""
+CONFIG = run_config("{type: digits, args: {as_image: true}, batch_size: 32}", cnn(8, 16), neck="global_avg_pool",
+                    train=dict(max_epochs=2, optimizer="{type: adamw, args: {lr: 3.0e-3}}"))
 
 
 def _error(write, override: str) -> ConfigError:

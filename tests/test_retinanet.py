@@ -24,6 +24,7 @@ from modforge.components.heads.retinanet import (
     retinanet_targets,
 )
 from modforge.testing import check_part
+from part_checks import CORE_CHECKS, assert_contract
 
 torchvision = pytest.importorskip("torchvision")
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.(script|trace).* is deprecated:DeprecationWarning")
@@ -257,11 +258,7 @@ def test_network_scripts_and_decoding_exports_to_onnx():
 
 # ------------------------------------------------------------- contract and training
 def test_the_head_passes_the_conformance_suite():
-    results = check_part("head", RetinaNetHead)
-    assert [f"{r.check}: {r.detail}" for r in results if r.status == "fail"] == []
-    passed = {r.check for r in results if r.status == "pass"}
-    assert passed >= {"builds", "forward", "out_dim", "finite", "gradients", "deterministic", "state_dict",
-                      "batch_independence"}  # fmt: skip
+    assert_contract(check_part("head", RetinaNetHead), CORE_CHECKS | {"batch_independence"})
 
 
 def test_settings_are_checked():

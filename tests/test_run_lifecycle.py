@@ -16,23 +16,12 @@ import pytest
 import torch
 
 from modforge.train.checkpoint import atomic_save, load_checkpoint
+from run_configs import ADAM, mlp, run_config, synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = """
-seed: 1
-data: {type: synthetic_classification, args: {num_samples: 240, num_features: 8, num_classes: 3}, batch_size: 32}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [16]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 2
-  optimizer: {type: adam, args: {lr: 0.01}}
-  metrics: [accuracy, loss, confusion_matrix]
-  num_threads: 1
-  progress: never
-"""
+TINY = run_config(synthetic(240, batch_size=32), mlp(16), seed=1, train=dict(
+    max_epochs=2, optimizer=ADAM, metrics="[accuracy, loss, confusion_matrix]", num_threads=1, progress="never"))
 
 
 @pytest.fixture

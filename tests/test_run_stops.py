@@ -20,21 +20,11 @@ import pytest
 from exec_prelude import wrapped
 from modforge.cli.stops import RunStopped, Terminated, kept_lines, sigterm_interrupts, stopped
 from modforge.train.checkpoint import load_checkpoint
+from run_configs import cnn, run_config
 
-CONFIG = """
-seed: 0
-data: {type: digits, args: {as_image: true}, batch_size: 128}
-model:
-  backbone: {type: cnn, args: {channels: [4, 8]}}
-  neck: global_avg_pool
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 10000
-  optimizer: {type: adamw, args: {lr: 1.0e-3}}
-  metrics: [accuracy]
-  progress: never
-"""
+CONFIG = run_config("{type: digits, args: {as_image: true}, batch_size: 128}", cnn(4, 8), neck="global_avg_pool",
+                    train=dict(max_epochs=10000, optimizer="{type: adamw, args: {lr: 1.0e-3}}", metrics="[accuracy]",
+                               progress="never"))
 
 
 def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from run_configs import ADAM, mlp, run_config
+
 SEGMENTATION_PLUGIN = '''
 """Toy segmentation: find the bright square, pixel by pixel."""
 import torch
@@ -156,20 +158,9 @@ class Seeded(Task):
         return {"test_accuracy": runs}
 '''
 
-SEEDS_CONFIG = """
-plugins: [seeds.py]
-seeds: [0, 1]
-data: {type: digits, batch_size: 64}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [32]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 1
-  optimizer: {type: adam, args: {lr: 0.01}}
-  num_threads: 1
-  progress: never
-"""
+SEEDS_CONFIG = run_config("{type: digits, batch_size: 64}", mlp(32), seed=None,
+                          before="plugins: [seeds.py]\nseeds: [0, 1]\n",
+                          train=dict(max_epochs=1, optimizer=ADAM, num_threads=1, progress="never"))
 
 
 def test_a_plug_in_task_can_own_a_config_section_and_its_run(cli, tmp_path):

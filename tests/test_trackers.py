@@ -22,23 +22,12 @@ from modforge.cli.main import main
 from modforge.train.callbacks.tracker import flatten, summary_figures
 from modforge.train.checkpoint import load_checkpoint
 from registry_state import registries_restored
+from run_configs import ADAM, mlp, run_config, synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = """
-seed: 1
-data: {type: synthetic_classification, args: {num_samples: 120, num_features: 8, num_classes: 3}, batch_size: 40}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [8]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 1
-  optimizer: {type: adam, args: {lr: 0.01}}
-  metrics: [accuracy, loss]
-  num_threads: 1
-  progress: never
-"""
+TINY = run_config(synthetic(120, batch_size=40), mlp(8), seed=1, train=dict(
+    max_epochs=1, optimizer=ADAM, metrics="[accuracy, loss]", num_threads=1, progress="never"))
 
 BOTH = "train.callbacks=[wandb, mlflow]"
 CONTINUAL = "continual: {algorithm: der, epochs_per_task: 1}\n"

@@ -6,22 +6,10 @@ from pathlib import Path
 
 from modforge.cli.main import main
 from registry_state import registries_restored
+from run_configs import ADAM, mlp, run_config, synthetic
 
-TINY = """\
-seed: 1
-data: {type: synthetic_classification, args: {num_samples: 60, num_features: 8, num_classes: 3}, batch_size: 30}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [4]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 1
-  optimizer: {type: adam, args: {lr: 0.01}}
-  metrics: [accuracy, loss]
-  num_threads: 1
-  progress: never
-  async_checkpoints: false
-"""
+TINY = run_config(synthetic(60, batch_size=30), mlp(4), seed=1, train=dict(
+    max_epochs=1, optimizer=ADAM, metrics="[accuracy, loss]", num_threads=1, progress="never", async_checkpoints=False))
 
 
 def train_tiny(base: Path) -> Path:
