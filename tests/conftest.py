@@ -1,4 +1,5 @@
-"""Shared fixtures: registries restored after each test, a CLI runner, file helpers."""
+"""Shared fixtures: registries restored after each test, a CLI runner, file helpers, the sweep tests' digits
+config; the long files ordered first for the two workers."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ import pytest
 # busy, ``benchmarks/gpu.py --smoke`` 143 s instead of 38 s. Results are the same either way.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from loopback_http import direct_and_quick  # noqa: E402
 from modforge.cli.main import main  # noqa: E402
 from registry_state import registries_restored  # noqa: E402
+from sweep_helpers import digits_beside  # noqa: E402
 
 # run folders sign their plug-in manifests with the user's key: tests use a key of their own
 os.environ.setdefault("MODFORGE_HOME", tempfile.mkdtemp(prefix="modforge-home-"))
@@ -53,6 +56,23 @@ def write(tmp_path: Path):
         return path
 
     return _write
+
+
+@pytest.fixture
+def sweep_digits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Path:
+    """A copy of ``configs/digits.yaml`` in the test's tmp dir, also set as its module's ``DIGITS``: the
+    sweep tests' files lie in tmp_path and name that copy (a sweep file may only name configs beside it).
+    The sweep test modules use it for every test (``pytestmark = pytest.mark.usefixtures("sweep_digits")``)."""
+    copy = digits_beside(tmp_path)
+    monkeypatch.setattr(request.module, "DIGITS", copy)
+    return copy
+
+
+@pytest.fixture
+def no_proxy_no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests to a loopback server skip the environment's proxies, and download retries do not sleep
+    (:func:`loopback_http.direct_and_quick`)."""
+    direct_and_quick(monkeypatch)
 
 
 class CliResult:

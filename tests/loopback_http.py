@@ -1,8 +1,9 @@
 """An HTTP server on 127.0.0.1 for the download tests: what a test serves, and nothing leaves the machine.
 
 :class:`LoopbackServer` starts a threaded server on a free loopback port; a subclass says how a
-``GET`` is answered (:meth:`LoopbackServer.answer`). :func:`direct_and_quick` makes requests to it
-skip any proxy the environment names and the downloader's retries skip their back-off sleeps.
+``GET`` is answered (:meth:`LoopbackServer.answer`); ``with`` closes it. :func:`direct_and_quick` makes
+requests to it skip any proxy the environment names and the downloader's retries skip their back-off
+sleeps (conftest's ``no_proxy_no_wait`` fixture applies it to a test).
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ class LoopbackServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def __enter__(self) -> LoopbackServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def direct_and_quick(monkeypatch: pytest.MonkeyPatch) -> None:

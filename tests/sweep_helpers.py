@@ -1,10 +1,14 @@
-"""What the sweep tests share: running ``modforge sweep`` in a fresh process, reading ``trials.csv``."""
+"""What the sweep tests share: running ``modforge sweep`` in a fresh process, reading ``trials.csv``,
+the digits config copied beside a test's sweep files (conftest's ``sweep_digits`` fixture uses it)."""
 
 from __future__ import annotations
 
 import csv
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 TIMEOUT_S = 300  # against hangs only
@@ -16,10 +20,39 @@ def sweep_cli(cwd: Path, *args: str, timeout: float = TIMEOUT_S) -> subprocess.C
                           text=True, timeout=timeout)  # fmt: skip
 
 
+@contextmanager
+def running_sweep(cwd: Path, *args: str) -> Iterator[subprocess.Popen]:
+    """``modforge sweep ARGS`` started in ``cwd``, its stdout and stderr together in ``stdout`` (text);
+    killed on the way out if it still runs (a failed test leaves no sweep behind)."""
+    process = subprocess.Popen([sys.executable, "-m", "modforge", "sweep", *args], cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()  # type: ignore[union-attr]
+
+
+def wait_for(ready: Callable[[], bool], process: subprocess.Popen, what: str, poll_s: float = 0.01) -> None:
+    """Return once ``ready()``; the sweep ``process`` ending first, or ``TIMEOUT_S`` passing, fails the test
+    naming ``what`` it waited for."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while not ready():
+        if process.poll() is not None:
+            raise AssertionError(f"the sweep ended before {what}: {process.stdout.read()}")  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(poll_s)
+
+
 def trial_rows(sweep_dir: Path) -> dict[str, dict[str, str]]:
     """``trials.csv`` of ``sweep_dir`` by trial id."""
     with (sweep_dir / "trials.csv").open(newline="") as fh:
         return {row["trial"]: row for row in csv.DictReader(fh)}
+
+
+SHIPPED_DIGITS = Path(__file__).resolve().parents[1] / "configs" / "digits.yaml"
 
 
 def digits_beside(folder: Path) -> Path:
@@ -28,5 +61,5 @@ def digits_beside(folder: Path) -> Path:
     import shutil
 
     copy = folder / "digits.yaml"
-    shutil.copyfile(Path(__file__).resolve().parents[1] / "configs" / "digits.yaml", copy)
+    shutil.copyfile(SHIPPED_DIGITS, copy)
     return copy

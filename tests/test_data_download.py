@@ -17,13 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from loopback_http import LoopbackServer, direct_and_quick
+from loopback_http import LoopbackServer
 from modforge.core.errors import UsageError
 from modforge.core.safe_files import UnsafePathError
 from modforge.data.download import DownloadError, download_file
 from modforge.data.extract import UnsafeArchiveError, extract_archive, marker_path
 from modforge.data.images import catalog
 from modforge.data.images.catalog import Corpus, CorpusFile, Variant, download_corpus, offline_message
+
+pytestmark = pytest.mark.usefixtures("no_proxy_no_wait")
 
 PAYLOAD = bytes((i * 7 + i // 251) % 256 for i in range(700_000))  # several download chunks
 MD5 = hashlib.md5(PAYLOAD).hexdigest()
@@ -84,17 +86,11 @@ class Loopback(LoopbackServer):
         handler.wfile.write(chunk)
 
 
-@pytest.fixture(autouse=True)
-def no_proxy_no_wait(monkeypatch):
-    direct_and_quick(monkeypatch)
-
-
 @pytest.fixture
 def server():
-    srv = Loopback()
-    srv.files["/f.bin"] = PAYLOAD
-    yield srv
-    srv.close()
+    with Loopback() as srv:
+        srv.files["/f.bin"] = PAYLOAD
+        yield srv
 
 
 def _closed_port() -> int:

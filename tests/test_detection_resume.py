@@ -16,10 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
-import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +26,7 @@ from distributed_helpers import modforge
 from modforge.data.detection.coco import CocoDetection
 from modforge.data.detection.shapes import make_shapes
 from modforge.train.checkpoint import load_checkpoint
-from train_processes import start_training
+from train_processes import kill_at_steps
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "detection" / "shapes_fcos.yaml"
 SMALL = [
@@ -109,43 +105,13 @@ def test_resuming_a_detector_from_its_checkpoints_is_bitwise_identical(cli, shap
         assert sample_log == stream[-len(sample_log) :], name  # the rest of the straight run's data, unchanged
 
 
-def _newest_step(run: Path) -> int:
-    """The highest optimizer step among the run's complete periodic checkpoints (-1: none yet)."""
-    steps = [int(m.group(1)) for p in (run / "checkpoints").glob("epoch*-step*.pt")
-             if (m := re.fullmatch(r"epoch\d+-step(\d+)\.pt", p.name))]  # fmt: skip
-    return max(steps, default=-1)
-
-
-def _kill_while_training(args: list[str], run: Path, moments: tuple[tuple[int, float], ...], cwd: Path) -> int:
-    """Train into ``run``; for each ``(step, pause)`` wait until the step's checkpoint exists, wait ``pause``
-    seconds more and SIGKILL the process (mid-step, mid-save or mid-validation), then ``--resume``. Unlike
-    :func:`train_processes.kill_and_resume`, each kill waits for progress of the resumed process itself, so no
-    kill lands while the interpreter is still importing. Returns how many times it was killed."""
-    proc = start_training([*args, "--run-dir", str(run)], cwd)
-    kills = 0
-    for step, pause in moments:
-        deadline = time.monotonic() + 300  # against a hang only
-        while _newest_step(run) < step and proc.poll() is None:
-            assert time.monotonic() < deadline, f"no checkpoint of step {step} appeared"
-            time.sleep(0.005)
-        time.sleep(pause)
-        if proc.poll() is not None:
-            break
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        kills += 1
-        proc = start_training(["--resume", str(run)], cwd)
-    assert proc.wait(timeout=300) == 0, proc.stderr.read()
-    return kills
-
-
 @pytest.mark.slow
 def test_a_detector_sigkilled_mid_training_and_resumed_is_bitwise_identical(cli, shapes, tmp_path):
     args = [str(CONFIG), f"data.args.root={shapes}", *SMALL, *EVERY_STEP, "train.max_epochs=3"]  # 12 steps
     reference = cli("train", *args, "--run-dir", "reference")  # in this process: no 4 s of imports
     assert reference.code == 0, reference.err
     run = tmp_path / "killed"
-    kills = _kill_while_training(args, run, ((1, 0.0), (3, 0.05), (4, 0.2), (6, 0.01), (9, 0.1)), tmp_path)
+    kills = kill_at_steps(args, run, ((1, 0.0), (3, 0.05), (4, 0.2), (6, 0.01), (9, 0.1)), tmp_path)
     assert kills >= 3
     assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # killed saves cleaned up
     _assert_same_run(run, tmp_path / "reference")

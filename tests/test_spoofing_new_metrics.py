@@ -25,26 +25,16 @@ CASES = FIXTURE["cases"]
 TOL = 1e-12
 
 
-def _tdcf_costs(model: dict) -> dict:
-    return dict(
-        p_target=model["Ptar"],
-        p_nontarget=model["Pnon"],
-        p_spoof=model["Pspoof"],
-        c_miss=model["Cmiss"],
-        c_fa=model["Cfa"],
-        c_fa_spoof=model["Cfa_spoof"],
-    )
+TDCF_NAMES = {"p_target": "Ptar", "p_nontarget": "Pnon", "p_spoof": "Pspoof", "c_miss": "Cmiss", "c_fa": "Cfa",
+              "c_fa_spoof": "Cfa_spoof"}  # fmt: skip
+ADCF_NAMES = {"p_target": "Ptrg", "p_nontarget": "Pnontrg", "p_spoof": "Pspf", "c_miss": "Cmiss", "c_fa_asv": "Cfa_asv",
+              "c_fa_cm": "Cfa_cm"}  # fmt: skip
+"""Our keyword for each cost of a recorded cost model, by the name the reference implementation gives it."""
 
 
-def _adcf_costs(model: dict) -> dict:
-    return dict(
-        p_target=model["Ptrg"],
-        p_nontarget=model["Pnontrg"],
-        p_spoof=model["Pspf"],
-        c_miss=model["Cmiss"],
-        c_fa_asv=model["Cfa_asv"],
-        c_fa_cm=model["Cfa_cm"],
-    )
+def _costs(model: dict, names: dict[str, str]) -> dict:
+    """The recorded cost ``model`` as our keyword arguments."""
+    return {ours: model[theirs] for ours, theirs in names.items()}
 
 
 def _arrays(case: dict):
@@ -67,7 +57,7 @@ def test_fixture_names_its_sources():
 def test_revised_tdcf_equals_2021_and_asvspoof5_scripts(index, cost_tag):
     keys, cm, asv, _ = _arrays(CASES[index])
     reference = CASES[index]["reference"]
-    costs = _tdcf_costs(FIXTURE["costs"][f"tdcf_{cost_tag}"])
+    costs = _costs(FIXTURE["costs"][f"tdcf_{cost_tag}"], TDCF_NAMES)
     for source in ("2021", "asv5"):
         expected = reference[f"min_tdcf_2021_{cost_tag}_{source}"]
         if expected == "error":
@@ -81,7 +71,7 @@ def test_revised_tdcf_equals_2021_and_asvspoof5_scripts(index, cost_tag):
 @pytest.mark.parametrize("cost_tag", ["asv5", "paper"])
 def test_a_dcf_equals_asvspoof5_and_authors_code(index, cost_tag):
     keys, _, _, sasv = _arrays(CASES[index])
-    value, threshold = sv.a_dcf(sasv, keys, **_adcf_costs(FIXTURE["costs"][f"adcf_{cost_tag}"]))
+    value, threshold = sv.a_dcf(sasv, keys, **_costs(FIXTURE["costs"][f"adcf_{cost_tag}"], ADCF_NAMES))
     for source in ("asv5", "shimhz"):
         ref_value, ref_threshold = CASES[index]["reference"][f"a_dcf_{cost_tag}_{source}"]
         assert value == pytest.approx(ref_value, abs=TOL, rel=0)

@@ -10,26 +10,18 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from modforge.sweep import SEARCHES, TrialResult, build_job, load_sweep
 from modforge.sweep.spec import SweepSpecError
-from sweep_helpers import TIMEOUT_S, digits_beside, sweep_cli, trial_rows
+from sweep_helpers import SHIPPED_DIGITS, TIMEOUT_S, running_sweep, sweep_cli, trial_rows, wait_for
 
 optuna = pytest.importorskip("optuna")
 
-ROOT = Path(__file__).resolve().parents[1]
-DIGITS = ROOT / "configs" / "digits.yaml"
-
-
-@pytest.fixture(autouse=True)
-def _digits_beside_the_sweep_files(tmp_path, monkeypatch):
-    """Each test's sweep files lie in tmp_path and name the copy of digits.yaml there (a sweep
-    file may only name configs beside it)."""
-    monkeypatch.setattr(sys.modules[__name__], "DIGITS", digits_beside(tmp_path))
+DIGITS = SHIPPED_DIGITS  # each test's copy beside its sweep files, once its fixture `sweep_digits` ran
+pytestmark = pytest.mark.usefixtures("sweep_digits")
 
 SPACE = """
 optuna:
@@ -250,20 +242,10 @@ seeds: [0]
 collect: [test.accuracy, best.val_accuracy]
 """)
     sweep_dir, trials = tmp_path / "sw", tmp_path / "sw" / "trials"
-    process = subprocess.Popen([sys.executable, "-m", "modforge", "sweep", str(sweep), "--sweep-dir", str(sweep_dir)],
-                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not list(trials.glob("t000-*/checkpoints/*.pt")):
-            assert process.poll() is None, process.stdout.read()  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "timed out waiting for the first checkpoint"
-            time.sleep(0.01)
+    with running_sweep(tmp_path, str(sweep), "--sweep-dir", str(sweep_dir)) as process:
+        wait_for(lambda: any(trials.glob("t000-*/checkpoints/*.pt")), process, "the first checkpoint")
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=TIMEOUT_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.stdout.close()  # type: ignore[union-attr]
     (first,) = [p for p in trials.iterdir() if p.is_dir()]
     assert not (first / "summary.json").exists(), "the trial finished before the kill"
     assert [t.state.name for t in _study(sweep_dir, "k").trials] == ["RUNNING"]

@@ -8,28 +8,18 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from sweep_helpers import TIMEOUT_S, digits_beside, sweep_cli, trial_rows
+from sweep_helpers import SHIPPED_DIGITS, TIMEOUT_S, running_sweep, sweep_cli, trial_rows, wait_for
 
 ray = pytest.importorskip("ray")
 
 from modforge.sweep.ray_executor import init_local_ray  # noqa: E402 - after the skip without ray
 
-ROOT = Path(__file__).resolve().parents[1]
-DIGITS = ROOT / "configs" / "digits.yaml"
-
-
-@pytest.fixture(autouse=True)
-def _digits_beside_the_sweep_files(tmp_path, monkeypatch):
-    """Each test's sweep files lie in tmp_path and name the copy of digits.yaml there (a sweep
-    file may only name configs beside it)."""
-    monkeypatch.setattr(sys.modules[__name__], "DIGITS", digits_beside(tmp_path))
+DIGITS = SHIPPED_DIGITS  # each test's copy beside its sweep files, once its fixture `sweep_digits` ran
+pytestmark = pytest.mark.usefixtures("sweep_digits")
 METRICS = ("test.accuracy", "test.loss", "best.val_accuracy")
 
 
@@ -93,24 +83,15 @@ ray: {{max_retries: 2}}
 """)
     sweep_dir, trials = tmp_path / "killed", tmp_path / "killed" / "trials"
     # only --backend ray switches Ray on (the sweep file's ray: section holds its resource settings)
-    command = [sys.executable, "-m", "modforge", "sweep", str(sweep), "--backend", "ray", "--ray-address", ray_address,
-               "--sweep-dir", str(sweep_dir)]  # fmt: skip
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = trials / "seed0.log"
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not list((trials / "seed0" / "checkpoints").glob("*.pt")) or not log.exists():
-            assert process.poll() is None, process.stdout.read()  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "timed out waiting for the trial's first checkpoint"
-            time.sleep(0.01)
+    command = [str(sweep), "--backend", "ray", "--ray-address", ray_address, "--sweep-dir", str(sweep_dir)]
+    with running_sweep(tmp_path, *command) as process:
+        wait_for(lambda: any((trials / "seed0" / "checkpoints").glob("*.pt")) and log.exists(), process,
+                 "the trial's first checkpoint")  # fmt: skip
         worker = int(re.match(r"# \S+ \[ray worker (\d+) on ", log.read_text()).group(1))  # type: ignore[union-attr]
         assert not (trials / "seed0" / "summary.json").exists(), "the trial finished before the kill"
         os.kill(worker, signal.SIGKILL)
         out, _ = process.communicate(timeout=TIMEOUT_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 0, out
     text = log.read_text()
     headers = [line for line in text.splitlines() if line.startswith("# ")]
@@ -136,21 +117,12 @@ seeds: [0]
 collect: [test.accuracy]
 """)
     trials = tmp_path / "sw" / "trials"
-    command = [sys.executable, "-m", "modforge", "sweep", str(sweep), "--backend", "ray", "--ray-address",
-               ray_address, "--sweep-dir", "sw"]  # fmt: skip
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not list((trials / "seed0" / "checkpoints").glob("*.pt")):
-            assert process.poll() is None, process.stdout.read()  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "timed out waiting for the trial's first checkpoint"
-            time.sleep(0.05)
+    command = [str(sweep), "--backend", "ray", "--ray-address", ray_address, "--sweep-dir", "sw"]
+    with running_sweep(tmp_path, *command) as process:
+        wait_for(lambda: any((trials / "seed0" / "checkpoints").glob("*.pt")), process, "the trial's first checkpoint",
+                 poll_s=0.05)  # fmt: skip
         process.send_signal(signal.SIGTERM)
         out, _ = process.communicate(timeout=120)  # cancelled at once: not after the trial's 200 epochs
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 130, out
     assert trial_rows(tmp_path / "sw")["seed0"]["status"] == "interrupted"
     assert not (trials / "seed0" / "summary.json").exists()

@@ -7,24 +7,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from sweep_helpers import TIMEOUT_S, digits_beside, sweep_cli, trial_rows
+from sweep_helpers import SHIPPED_DIGITS, TIMEOUT_S, running_sweep, sweep_cli, trial_rows, wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
-DIGITS = ROOT / "configs" / "digits.yaml"
-
-
-@pytest.fixture(autouse=True)
-def _digits_beside_the_sweep_files(tmp_path, monkeypatch):
-    """Each test's sweep files lie in tmp_path and name the copy of digits.yaml there (a sweep
-    file may only name configs beside it)."""
-    monkeypatch.setattr(sys.modules[__name__], "DIGITS", digits_beside(tmp_path))
+DIGITS = SHIPPED_DIGITS  # each test's copy beside its sweep files, once its fixture `sweep_digits` ran
+pytestmark = pytest.mark.usefixtures("sweep_digits")
 
 
 @pytest.mark.slow
@@ -67,33 +56,16 @@ collect: [test.accuracy, test.loss, best.val_accuracy]
 """
 
 
-def _wait_for(predicate, process: subprocess.Popen, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not predicate():
-        if process.poll() is not None:
-            raise AssertionError(f"the sweep ended before {what}: {process.stdout.read()}")  # type: ignore[union-attr]
-        if time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
 @pytest.mark.slow
 def test_a_sweep_killed_part_way_continues_without_rerunning_finished_trials(tmp_path):
     sweep = tmp_path / "kill.yaml"
     sweep.write_text(KILL_SWEEP)
     killed, trials = tmp_path / "killed", tmp_path / "killed" / "trials"
-    process = subprocess.Popen([sys.executable, "-m", "modforge", "sweep", str(sweep), "--sweep-dir", str(killed)],
-                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    try:
-        _wait_for(lambda: (trials / "seed0" / "summary.json").exists(), process, "the first trial finished")
-        _wait_for(lambda: (trials / "seed1" / "checkpoints" / "last.pt").exists(), process, "the second one saved")
+    with running_sweep(tmp_path, str(sweep), "--sweep-dir", str(killed)) as process:
+        wait_for(lambda: (trials / "seed0" / "summary.json").exists(), process, "the first trial finished")
+        wait_for(lambda: (trials / "seed1" / "checkpoints" / "last.pt").exists(), process, "the second one saved")
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=TIMEOUT_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.stdout.close()  # type: ignore[union-attr]
     assert not (trials / "seed1" / "summary.json").exists(), "the second trial finished before the kill"
     first = (trials / "seed0" / "summary.json").stat()
 

@@ -20,17 +20,10 @@ from modforge.sweep.report import keep_notes, markdown
 from modforge.sweep.search import draw_random
 from modforge.sweep.spec import SweepSpecError
 from modforge.sweep.table import TrialsTable, read_rows
-from sweep_helpers import digits_beside
+from sweep_helpers import SHIPPED_DIGITS
 
-ROOT = Path(__file__).resolve().parents[1]
-DIGITS = ROOT / "configs" / "digits.yaml"
-
-
-@pytest.fixture(autouse=True)
-def _digits_beside_the_sweep_files(tmp_path, monkeypatch):
-    """Each test's sweep files lie in tmp_path and name the copy of digits.yaml there (a sweep
-    file may only name configs beside it)."""
-    monkeypatch.setattr(sys.modules[__name__], "DIGITS", digits_beside(tmp_path))
+DIGITS = SHIPPED_DIGITS  # each test's copy beside its sweep files, once its fixture `sweep_digits` ran
+pytestmark = pytest.mark.usefixtures("sweep_digits")
 
 
 def _trials(spec):
@@ -276,7 +269,6 @@ def test_a_second_sweep_on_a_held_folder_is_refused(tmp_path):
 
 def test_the_sweep_package_does_not_import_torch():
     import subprocess
-    import sys
 
     code = "import sys, modforge.sweep, modforge.cli.commands.sweep_run; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)

@@ -209,12 +209,18 @@ def modforge(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=600)  # fmt: skip
 
 
-def train_here(cwd: Path, monkeypatch, capsys, *args: str) -> tuple[int, str]:
-    """``modforge train ARGS`` in this process from ``cwd`` (the run the checks below read, made without a
-    child's seconds of imports; what a run then loads is checked in fresh processes), and its stderr."""
-    monkeypatch.chdir(cwd)
-    code = main(["train", *args])
-    return code, capsys.readouterr().err
+def train_project(project: Path, monkeypatch, capsys, config: dict) -> Path:
+    """``config`` for one quiet epoch on one thread (two workers share the cores) and no scheduler, written
+    to ``project/configs/c.yaml`` and trained into ``project/run`` by ``modforge train`` in this process
+    from ``project`` (the run the checks below read, made without a child's seconds of imports; what a
+    run then loads is checked in fresh processes). Returns the run folder."""
+    config["train"].update({"max_epochs": 1, "progress": "never", "num_threads": 1})
+    config["train"].pop("scheduler", None)
+    (project / "configs" / "c.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(project)
+    code = main(["train", "configs/c.yaml", "--run-dir", str(project / "run")])
+    assert code == 0, capsys.readouterr().err
+    return project / "run"
 
 
 @pytest.mark.slow
@@ -225,12 +231,7 @@ def test_a_run_imports_its_own_copy_of_its_plugins_only_while_the_copy_is_unchan
     config = yaml.safe_load(CONFIG.read_text())
     config.update({"plugins": ["head.py"]})
     config["model"]["head"] = "trust_head"
-    config["train"].update({"max_epochs": 1, "progress": "never", "num_threads": 1})  # two workers share the cores
-    config["train"].pop("scheduler", None)
-    (project / "configs" / "c.yaml").write_text(yaml.safe_dump(config))
-    run = project / "run"
-    code, err = train_here(project, monkeypatch, capsys, "configs/c.yaml", "--run-dir", str(run))
-    assert code == 0, err
+    run = train_project(project, monkeypatch, capsys, config)
     manifest = json.loads((run / "plugins" / "manifest.json").read_text())
     (entry, record), = manifest["entries"].items()
     assert len(manifest["hmac"]) == 64  # signed with this user's key
@@ -380,12 +381,7 @@ def test_runs_with_packages_file_type_paths_and_the_users_own_plugins_test_and_r
     config["data"]["args"] = {"as_image": False}
     config["model"] = {"backbone": {"type": "tiny.py:Tiny", "args": {"width": 6}}, "head": "pkg_head",
                        "losses": ["cross_entropy"]}
-    config["train"].update({"max_epochs": 1, "progress": "never", "num_threads": 1})  # two workers share the cores
-    config["train"].pop("scheduler", None)
-    (project / "configs" / "c.yaml").write_text(yaml.safe_dump(config))
-    run = project / "run"
-    code, err = train_here(project, monkeypatch, capsys, "configs/c.yaml", "--run-dir", str(run))
-    assert code == 0, err
+    run = train_project(project, monkeypatch, capsys, config)
     manifest = json.loads((run / "plugins" / "manifest.json").read_text())["entries"]
     assert len({record["copy"] for record in manifest.values()}) == 2  # the package copied once, the file once
     elsewhere = tmp_path / "elsewhere"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from bounded_child import assert_clean_exit, files_under, run_bounded_python
-from loopback_http import LoopbackServer, direct_and_quick
+from loopback_http import LoopbackServer
 from modforge.core.safe_files import UnsafePathError
 from modforge.data import download as dl
 from modforge.data.download import DownloadError, download_file
@@ -28,7 +28,7 @@ from modforge.data.extract import ArchiveError, UnsafeArchiveError, extract_arch
 from modforge.data.images import catalog
 from modforge.data.images.catalog import Corpus, CorpusFile, Variant, download_corpus
 
-pytestmark = pytest.mark.hostile
+pytestmark = [pytest.mark.hostile, pytest.mark.usefixtures("no_proxy_no_wait")]
 
 VICTIM = b"the victim's own bytes\n"
 
@@ -87,16 +87,10 @@ class Server(LoopbackServer):
         handler.end_headers()
         handler.wfile.write(body)
 
-@pytest.fixture(autouse=True)
-def no_proxy_no_wait(monkeypatch):
-    direct_and_quick(monkeypatch)
-
-
 @pytest.fixture
 def server():
-    srv = Server()
-    yield srv
-    srv.close()
+    with Server() as srv:
+        yield srv
 
 
 # ----------------------------------------------------------------------------- archive builders

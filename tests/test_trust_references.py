@@ -44,11 +44,8 @@ class Counting(LoopbackServer):
 
 @pytest.fixture
 def loopback() -> Iterator[Counting]:
-    server = Counting()
-    try:
+    with Counting() as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
