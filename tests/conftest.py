@@ -102,14 +102,15 @@ def cli(capsys, monkeypatch, tmp_path):
 # at the end (a long file started late can be the last thing running while the other worker sits idle).
 # Only the order changes; a file missing from the list, or a stale list, costs balance, never a test.
 LONG_FILES_FIRST = (
-    "test_distributed_runs.py", "test_detection_resume.py", "test_sweep_run.py", "test_sweep_ray.py",
-    "test_conformance.py", "test_trust.py", "test_continual_run.py", "test_docs.py", "test_reader_properties.py",
-    "test_trust_sockets.py", "test_sweep_optuna.py", "test_experiment.py", "test_continual_processes.py",
-    "test_image_datasets.py", "test_gpu_readiness.py", "test_engines.py", "test_audio_zoo.py", "test_trackers.py",
-    "test_trust_references.py", "test_trust_run_folders.py", "test_trust_sweeps.py", "test_backbone_timm.py",
-    "test_distributed.py", "test_detection_export.py", "test_aasist_reference.py", "test_archive_properties.py",
-    "test_backbone_torchvision.py", "test_trust_folder_properties.py", "test_backbone_aasist.py",
-    "test_backbone_nes2net.py", "test_run_lifecycle.py",
+    "test_distributed_runs.py", "test_detection_resume.py", "test_sweep_ray.py", "test_sweep_optuna.py",
+    "test_sweep_run.py", "test_conformance.py", "test_docs.py", "test_continual_processes.py", "test_continual_run.py",
+    "test_engines.py", "test_image_datasets.py", "test_experiment.py", "test_audio_zoo.py", "test_trust.py",
+    "test_trust_sockets.py", "test_gpu_readiness.py", "test_trackers.py", "test_trust_sweeps.py", "test_backbone_timm.py",
+    "test_trust_run_folders.py", "test_distributed.py", "test_detection_export.py", "test_trust_references.py",
+    "test_quantize.py", "test_spoofing_task.py", "test_backbone_aasist.py", "test_trust_folder_properties.py",
+    "test_continual_methods_replay.py", "test_reader_properties.py", "test_backbone_torchvision.py",
+    "test_aasist_reference.py", "test_trust_hf_folders.py", "test_run_stops.py", "test_run_lifecycle.py",
+    "test_backbone_nes2net.py", "test_first_hour.py", "test_distill.py", "test_cli.py", "test_part_door.py",
 )  # fmt: skip
 
 

@@ -81,6 +81,7 @@ def sample_log(monkeypatch) -> list[tuple[int, int, tuple[int, ...], str]]:
     return log
 
 
+@pytest.mark.slow
 def test_resuming_a_detector_from_its_checkpoints_is_bitwise_identical(cli, shapes, tmp_path, sample_log):
     """Deterministic companion of the SIGKILL test: checkpoints mid-epoch 0, after epoch 0's last batch (before
     its validation), at epoch 0's end and mid-epoch 1, each resumed in a run of its own, end like the straight

@@ -27,6 +27,7 @@ CONFIG = run_config("{type: digits, args: {as_image: true}, batch_size: 128}", c
                                progress="never"))
 
 
+@pytest.mark.slow
 def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text(CONFIG)
     env = {**os.environ, "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": "1"}

@@ -303,6 +303,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.slow
 def test_trackers_are_not_imported_when_unused(write, tmp_path):
     config = write("tiny.yaml", TINY)
     env = _tracker_env(tmp_path / "home")

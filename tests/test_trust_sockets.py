@@ -260,6 +260,7 @@ def _wandb_env(home: Path, listener: CountingListener) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_a_wandb_offline_run_connects_nowhere(tmp_path):
     pytest.importorskip("wandb")
     (tmp_path / "tiny.yaml").write_text(TINY + "  callbacks: [{type: wandb, args: {mode: offline}}]\n")
