@@ -67,7 +67,7 @@ def test_evaluation_shards_read_every_sample_once():
 
 
 def test_collected_shards_are_put_back_in_data_order():
-    from modforge.train.trainer import _interleave
+    from modforge.train.trainer_evaluation import _interleave
 
     data = torch.arange(10)
     assert torch.equal(_interleave([data[r::3] for r in range(3)]), data)
@@ -195,7 +195,7 @@ def test_a_step_schedule_refuses_another_number_of_processes():
 
 
 def test_outputs_with_several_rows_per_sample_are_joined_in_rank_order():
-    from modforge.train.trainer import _merge_shards
+    from modforge.train.trainer_evaluation import _merge_shards
 
     one_row_each = [torch.tensor([0, 2, 4]), torch.tensor([1, 3])]
     assert _merge_shards(one_row_each, [3, 2]).tolist() == [0, 1, 2, 3, 4]  # back in data order
