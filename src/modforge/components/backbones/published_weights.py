@@ -27,6 +27,7 @@ file makes them ``model.init`` formats.
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -70,7 +71,7 @@ def _converted(loaded: Any, path: Path, convert: Callable[[dict[str, Any]], T]) 
         raise WeightFormatError(f"{path}: {exc}") from None
 
 
-class _ReferenceWeights(CheckpointFormat):
+class _ReferenceWeights(CheckpointFormat, metaclass=abc.ABCMeta):
     """A family's released weights, told by ``required`` keys and renamed by a fixed key map
     (:meth:`reference_state_dict`) into a backbone stage and, unless ``head`` is None, a
     ``linear`` head stage."""
@@ -85,9 +86,9 @@ class _ReferenceWeights(CheckpointFormat):
         return isinstance(loaded, dict) and cls.required <= set(loaded)
 
     @staticmethod
-    def reference_state_dict(state: dict[str, Any]) -> dict[str, Any]:  # pragma: no cover - abstract
-        """The file's tensors named ``parts.backbone.…``/``parts.head.…``."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def reference_state_dict(state: dict[str, Any]) -> dict[str, Any]:
+        """The file's tensors named ``parts.backbone.…``/``parts.head.…`` (each family's key map)."""
 
     def convert(self, loaded: Any, path: Path) -> dict[str, Any]:
         return _restaged(_converted(loaded, path, self.reference_state_dict), self.backbone, self.head)

@@ -11,6 +11,7 @@ holds what they share — the argument and input checks with their messages, the
 
 from __future__ import annotations
 
+import abc
 from typing import ClassVar, Optional
 
 import torch
@@ -61,7 +62,7 @@ def cosines(embedding: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return F.linear(F.normalize(embedding, dim=1), F.normalize(rows, dim=1))
 
 
-class CosineMarginLoss(Loss):
+class CosineMarginLoss(Loss, metaclass=abc.ABCMeta):
     """A loss that reads the embedding and scores it by its cosines to learnt rows (the base of
     the margin losses). Subclasses set ``loss_name`` (their registered name, which starts every
     error message), create their rows and define :meth:`margin_loss`.
@@ -111,9 +112,10 @@ class CosineMarginLoss(Loss):
         """``[B]`` cosine to the bona fide class's weight (higher = more bona fide)."""
         return self.logits(embedding)[:, self.bonafide_label]
 
+    @abc.abstractmethod
     def margin_loss(self, cos: torch.Tensor, label: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
-        """The scalar loss from the cosines ``[B, R]``, the long labels ``[B]`` and the embeddings."""
-        raise NotImplementedError
+        """The scalar loss from the cosines ``[B, R]``, the long labels ``[B]`` and the embeddings
+        (each registered loss says how its margin enters)."""
 
     def forward(self, embedding: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
         cos = self.cosines(embedding, label)
