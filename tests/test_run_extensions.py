@@ -197,6 +197,8 @@ def test_the_builtins_are_listed_and_a_users_extension_is_configured_under_train
     assert bad.code == 2 and "train.counting" in bad.err and "every must be at least 1" in bad.err, bad.err
     typo = cli(*base, "train.counting={evry: 2}", "--run-dir", "typo")
     assert typo.code == 2 and "train.counting" in typo.err and "evry" in typo.err, typo.err
+    near = cli(*base, "train.countng={every: 2}", "--run-dir", "near")
+    assert near.code == 2 and "did you mean 'counting'" in near.err, near.err  # extensions are train keys too
     both = cli(*base, "train.counting={every: 2}", "train.ema={decay: 0.9}", "--run-dir", "both")
     assert both.code == 2 and "train.counting cannot be combined with train.ema" in both.err, both.err
     assert not Path("both").exists()  # refused before anything was written

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import Field
 
 from ..core.arguments import signature_of
-from ..core.config import Config
+from ..core.config import Config, check_keys
 from ..core.constraints import NonNegativeInt, PositiveFloat, PositiveInt
 from ..core.errors import ConfigError, ConfigValueError
 from ..core.origins import typed_here
@@ -137,6 +137,11 @@ def validate_train_section(cfg: Config) -> dict[str, Any]:
     section = cfg.data.get("train") or {}
     common = dict(origin_of=where, allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir))
     names = extension_names(section)  # the run extensions' sections are checked by their own signatures
+    if isinstance(section, dict):  # a typo is told the closest key, a run extension's name included
+        from ..core.registries import EXTENSIONS
+
+        check_keys(section, [*(a.name for a in signature_of(TrainSettings).args), *EXTENSIONS.list()],
+                   path="train", what="argument", origin_of=where)  # fmt: skip
     values = signature_of(TrainSettings).validate({k: v for k, v in section.items() if k not in names}, path="train",
                                                   origin_of=where, plain=True)  # fmt: skip
     check_ranges(TrainSettings, values, path="train", origin_of=where)
