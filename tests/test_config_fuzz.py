@@ -91,19 +91,21 @@ context = st.dictionaries(st.sampled_from(sorted(VALID)), st.none(), max_size=3)
 )
 
 
-def run_train(config_text: str) -> tuple[int, str, Path]:
-    """``modforge train`` in a fresh folder; (exit status, stderr, the would-be run folder)."""
-    folder = Path(tempfile.mkdtemp(prefix="mf-fuzz-"))
-    (folder / "fuzz.yaml").write_text(config_text)
+def run_train(config_text: str) -> tuple[int, str, bool]:
+    """``modforge train`` in a fresh folder, removed afterwards; (exit status, stderr, whether a run
+    folder was left behind)."""
     err = io.StringIO()
     cwd = os.getcwd()
-    try:
-        os.chdir(folder)
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            code = main(["train", "fuzz.yaml", "--run-dir", "run"])
-    finally:
-        os.chdir(cwd)
-    return code, err.getvalue(), folder / "run"
+    with tempfile.TemporaryDirectory(prefix="mf-fuzz-") as name:
+        folder = Path(name)
+        (folder / "fuzz.yaml").write_text(config_text)
+        try:
+            os.chdir(folder)
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                code = main(["train", "fuzz.yaml", "--run-dir", "run"])
+        finally:
+            os.chdir(cwd)
+        return code, err.getvalue(), (folder / "run").exists()
 
 
 def _named(key: str, message: str) -> bool:
@@ -122,12 +124,12 @@ def test_every_refused_mutation_is_one_line_naming_the_key_and_leaves_nothing(mu
             _set(config, key, value)
     for key, value in mutations:
         _set(config, key, value)
-    code, err, run_dir = run_train(yaml.safe_dump(config))
+    code, err, left_behind = run_train(yaml.safe_dump(config))
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2, f"{mutations}: exit {code}\n{err}"
     assert len(lines) == 1 and "unexpected" not in lines[0], f"{mutations}:\n{err}"
     assert any(_named(key, lines[0]) for key, _ in mutations), f"{mutations}: the error does not name the key:\n{err}"
-    assert not run_dir.exists(), f"{mutations}: a run folder was left behind"
+    assert not left_behind, f"{mutations}: a run folder was left behind"
 
 
 @settings(max_examples=15, deadline=None)
@@ -141,7 +143,7 @@ def test_yaml_the_safe_loader_refuses_is_one_line_naming_the_file(tag, key):
     index = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{leaf}:"))
     indent = lines[index][: len(lines[index]) - len(lines[index].lstrip())]
     lines[index] = f"{indent}{leaf}: {tag}"
-    code, err, run_dir = run_train("\n".join(lines) + "\n")
+    code, err, left_behind = run_train("\n".join(lines) + "\n")
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "fuzz.yaml" in errors[0], err
-    assert not run_dir.exists()
+    assert not left_behind
