@@ -9,13 +9,14 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from distributed_helpers import DIGITS, alive, modforge, rank_pid, torchrun
+from distributed_helpers import DIGITS, ENV, alive, modforge, rank_pid, torchrun
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +137,31 @@ def test_only_train_runs_under_torchrun_and_nproc_is_checked(cli, monkeypatch, w
     assert res.code == 2 and "this process already runs under torchrun" in res.err
     res = cli("kfold", str(config))
     assert res.code == 2 and "'modforge kfold' runs in one process" in res.err
+
+
+# `modforge ARGS` in a fresh interpreter whose os.execve, instead of becoming the program, prints
+# what it was given and whether torch was imported by then, and ends the process
+_EXEC_SEEN = """
+import json, os, runpy, sys
+def execve(path, argv, env):
+    print("EXECVE " + json.dumps({"torch": "torch" in sys.modules, "argv": list(argv)}), flush=True)
+    os._exit(0)
+os.execve = execve
+sys.argv = ["modforge", *sys.argv[1:]]
+runpy.run_module("modforge", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_nproc_becomes_torchrun_without_importing_torch(tmp_path):
+    """``--nproc N`` only builds torchrun's command line and becomes it (torchrun and its workers
+    import torch themselves): the launching process never imports torch, which would cost seconds
+    and memory for nothing. A fresh interpreter (this one has torch loaded), stopped at its execve."""
+    (tmp_path / "digits.yaml").write_text(DIGITS)
+    res = subprocess.run([sys.executable, "-c", _EXEC_SEEN, "train", "digits.yaml", "--run-dir", "run", "--nproc",
+                          "2"], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    seen = json.loads(next(line for line in res.stdout.splitlines() if line.startswith("EXECVE "))[len("EXECVE "):])
+    assert "modforge.train.distributed" in seen["argv"] and "--nproc-per-node=2" in seen["argv"]
+    assert seen["argv"][-4:] == ["train", "digits.yaml", "--run-dir", "run"]  # the workers' command: no --nproc
+    assert seen["torch"] is False  # nothing on the way to torchrun imported it
+    assert not (tmp_path / "run").exists()

@@ -30,14 +30,13 @@ import ipaddress
 import logging
 import os
 import socket
-import sys
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ..core.errors import ModforgeError
+from .one_machine import LOOPBACK, env_world_size, one_machine_args, one_machine_env
 
 __all__ = [
     "DistributedSettings",
@@ -95,14 +94,6 @@ class DistributedSettings:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.timeout <= 0:
             raise ValueError(f"timeout must be positive (seconds), got {self.timeout}")
-
-
-def env_world_size() -> int:
-    """``WORLD_SIZE`` from the environment (1 when not launched by torchrun)."""
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
-    except ValueError:
-        return 1
 
 
 def is_distributed() -> bool:
@@ -378,32 +369,8 @@ def barrier(what: str = "a barrier") -> None:
 
 
 # ----------------------------------------------------------------------------- one machine: loopback only
-LOOPBACK = "127.0.0.1"
-"""The address every socket of a one-machine run (``--nproc N``) listens on."""
-
-
-def _loopback_interface() -> str | None:
-    """The loopback interface's name (None where it has none gloo could be given: Windows)."""
-    return {"linux": "lo", "darwin": "lo0"}.get(sys.platform)
-
-
-def one_machine_args(nproc: int) -> list[str]:
-    """torchrun's arguments for ``nproc`` processes on this machine: a standalone rendezvous whose
-    address (the workers' ``MASTER_ADDR``) is 127.0.0.1, not the host name's address."""
-    return ["--standalone", f"--nproc-per-node={nproc}", f"--local-addr={LOOPBACK}"]
-
-
-def one_machine_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``base`` (this process's environment) for a one-machine run: gloo's and NCCL's sockets on
-    the loopback interface, whatever the environment said (a cluster's ``GLOO_SOCKET_IFNAME=eth0``
-    would expose them), and the store torchrun hosts on 127.0.0.1 shared with the workers
-    (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` would make rank 0 host one on every address)."""
-    env = dict(os.environ if base is None else base)
-    env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
-    interface = _loopback_interface()
-    if interface is not None:
-        env.update(GLOO_SOCKET_IFNAME=interface, NCCL_SOCKET_IFNAME=interface)
-    return env
+# LOOPBACK, one_machine_args and one_machine_env live in .one_machine (no torch: --nproc reaches torchrun
+# without importing it) and are re-exported above.
 
 
 def _is_loopback(host: str) -> bool:

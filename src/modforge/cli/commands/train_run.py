@@ -25,7 +25,6 @@ from ...core.config import display_path
 from ...core.errors import UsageError
 from ...core.safe_files import write_atomic
 from ..common import add_run_dir_option, printed_config
-from ..config_args import StoredConfig, resolve_config_from_cli
 from ..output import console, print_table
 
 HELP = "train a model from a config (Mammoth-style part flags work); writes a run folder"
@@ -69,7 +68,7 @@ def launch_command(argv: list[str], nproc: int) -> list[str]:
     runs the workers' command as given, ``--no-python``: :func:`safe_module_command`), and
     torchrun's stores listen on 127.0.0.1 only
     (:func:`~modforge.train.distributed.torchrun_on_loopback`)."""
-    from ...train.distributed import one_machine_args
+    from ...train.one_machine import one_machine_args
 
     return [*safe_module_command("modforge.train.distributed", unbuffered=True), *one_machine_args(nproc),
             "--no-python", *safe_module_command("modforge", unbuffered=True), "train", *argv]  # fmt: skip
@@ -77,7 +76,7 @@ def launch_command(argv: list[str], nproc: int) -> list[str]:
 
 def _launch(argv: list[str], nproc: int) -> int:
     """Run this command in ``nproc`` processes under torchrun (standalone: one machine)."""
-    from ...train.distributed import env_world_size, one_machine_env
+    from ...train.one_machine import env_world_size, one_machine_env  # no torch: torchrun imports it
 
     if env_world_size() > 1:
         raise UsageError("--nproc starts torchrun itself; this process already runs under torchrun")
@@ -345,6 +344,8 @@ def _train(argv: list[str]) -> int:
 def _resolved(resume: _Resume):
     """The config (the run's own when resuming, its plug-ins from the run's copies or
     --plugins) with the command's flags applied and validated; and the parsed options."""
+    from ..config_args import StoredConfig, resolve_config_from_cli  # imports torch (the model's parts)
+
     stored = None
     if resume.run_dir is not None or resume.payload is not None:  # the run's own config is data
         stored = StoredConfig(resume.run_dir, f"the config of {display_path(resume.run_dir or resume.path)}")
