@@ -18,7 +18,7 @@ model:
   head: linear
   losses: [cross_entropy]
 train:
-  max_epochs: 3
+  max_epochs: 2
   optimizer: {type: sgd, args: {lr: 0.1, momentum: 0.9}}
   metrics: [accuracy, loss, macro_f1]
   checkpoint: {every_n_steps: 10, keep_last: 50}

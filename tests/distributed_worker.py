@@ -4,7 +4,8 @@
 
 Each MODE runs after the one before it in the same process group (one launch for every check,
 so the tests pay torchrun's start once); each builds its own model and data from fixed seeds.
-Without torchrun it runs as the single process the checks compare with.
+Without torchrun it runs in one process; the one-process results the checks compare with are its
+functions called in the test's own process.
 
 ``step``: one training step of the Trainer (which wraps the model in DDP) on this rank's
 half of a fixed batch of 32; rank 0 saves the weights after the step.

@@ -6,13 +6,11 @@ runs are in test_distributed_runs.py."""
 from __future__ import annotations
 
 import collections
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from distributed_helpers import ENV, WORKER, torchrun
+from distributed_helpers import WORKER, torchrun
 from modforge.data.loader import ResumableRandomSampler, ShardedSequentialSampler
 
 
@@ -92,16 +90,17 @@ def _write_wavs(wavs) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The worker's results: every mode in one torchrun launch of 2 processes (``MODE-two.pt``), and
-    the modes compared with one process in one plain process (``MODE-one.pt``); each launch's
-    result, for the tests to check its exit status. A launch costs seconds of imports per process."""
+    """The worker's results: every mode in one torchrun launch of 2 processes (``MODE-two.pt``; the
+    launch's result, for the tests to check its exit status), and the modes compared with one process
+    computed here, in this process, by the worker's own functions, as its run without torchrun computes
+    them (a plain process would only add seconds of imports: one process is no multi-process check)."""
     folder = tmp_path_factory.mktemp("distributed")
     _write_wavs(folder / "wavs")  # the buckets mode reads them beside its output
     two = torchrun(2, str(WORKER), *[a for m in TWO_PROCESS_MODES for a in (m, str(folder / f"{m}-two.pt"))],
                    cwd=folder)  # fmt: skip
-    one = subprocess.run([sys.executable, str(WORKER), *[a for m in ONE_PROCESS_MODES
-                                                         for a in (m, str(folder / f"{m}-one.pt"))]],
-                         env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    worker = _worker()
+    alone = {"step": worker.one_step, "accumulate": lambda: worker.one_step(2), "metrics": worker.synced_metrics}
+    one = {mode: alone[mode]() for mode in ONE_PROCESS_MODES}
     return folder, two, one
 
 
@@ -110,8 +109,7 @@ def _results(runs, mode: str, *, single: bool = False):
     assert two.returncode == 0, two.stderr
     if not single:
         return torch.load(folder / f"{mode}-two.pt")
-    assert one.returncode == 0, one.stderr
-    return torch.load(folder / f"{mode}-two.pt"), torch.load(folder / f"{mode}-one.pt")
+    return torch.load(folder / f"{mode}-two.pt"), one[mode]
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from distributed_helpers import DIGITS, ENV, alive, modforge, rank_pid, torchrun
 
 @pytest.fixture(scope="module")
 def two_process_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """One 3-epoch digits run of 2 processes (``modforge train --nproc 2``) and its command's result,
+    """One 2-epoch digits run of 2 processes (``modforge train --nproc 2``) and its command's result,
     trained once for the tests below: the first checks the run itself, the kill test compares its
     resumed run with it, the mid-epoch test resumes its checkpoint of step 30 into folders of its own."""
     folder = tmp_path_factory.mktemp("two-processes")
@@ -35,11 +35,11 @@ def test_a_two_process_run_writes_once_and_tests_like_one_process(cli, two_proce
     run, res = two_process_run
     assert res.returncode == 0, res.stderr
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["processes"] == 2 and summary["epochs"] == 3
-    assert summary["steps"] == 3 * 40  # 1,257 training samples / (16 × 2) per step
-    assert res.stderr.count("run folder:") == 1 and res.stderr.count("epoch 3/3") == 1  # rank 0 speaks
+    assert summary["processes"] == 2 and summary["epochs"] == 2
+    assert summary["steps"] == 2 * 40  # 1,257 training samples / (16 × 2) per step
+    assert res.stderr.count("run folder:") == 1 and res.stderr.count("epoch 2/2") == 1  # rank 0 speaks
     lines = (run / "metrics.csv").read_text().splitlines()
-    assert len(lines) == 4  # a header and three epochs, written once
+    assert len(lines) == 3  # a header and two epochs, written once
     # the test split evaluated in two shards, combined: what one process computes on all of it
     single = cli("test", str(run))  # one process: this one (the same command; a child would import for seconds first)
     assert single.code == 0, single.err
@@ -58,7 +58,9 @@ def test_killing_one_process_ends_the_run_and_resume_continues_exactly(two_proce
     launcher = torchrun(2, *train, "--run-dir", "killed", cwd=tmp_path, wait=False)
     checkpoints = tmp_path / "killed" / "checkpoints"
     deadline = time.monotonic() + 120
-    while not any(checkpoints.glob("epoch*-step0000030.pt")) and launcher.poll() is None:
+    # killed after its checkpoint of step 10: 70 of its 80 steps still to go (with 3 epochs it waited for
+    # step 30, 90 to go), so the run is surely still training when its process is killed
+    while not any(checkpoints.glob("epoch*-step0000010.pt")) and launcher.poll() is None:
         assert time.monotonic() < deadline, "no checkpoint appeared"
         time.sleep(0.01)
     victim = rank_pid(launcher.pid, 1)
@@ -85,23 +87,25 @@ def test_a_checkpoint_resumes_mid_epoch_with_another_number_of_processes(cli, tw
     assert res.returncode == 0, res.stderr
     middle = run / "checkpoints" / "epoch0000-step0000030.pt"  # 30 of the first epoch's 40 steps, 2 processes
     assert middle.exists()
-    # 2 → 1 mid-epoch: the epoch's other 1,257 − 30 × 32 = 297 samples in 19 steps of 16, then a whole epoch
-    one = cli("train", "--resume", str(middle), "--run-dir", "one", "--epochs", "2")  # one process: this one
+    # 2 → 1 mid-epoch: the epoch's other 1,257 − 30 × 32 = 297 samples in 19 steps of 16 (--epochs 1: the
+    # first epoch is finished, which is all the mid-epoch resume is about)
+    one = cli("train", "--resume", str(middle), "--run-dir", "one", "--epochs", "1")  # one process: this one
     assert one.code == 0, one.err
     assert "resuming a 2-process checkpoint with 1 process" in one.err
-    assert json.loads((tmp_path / "one" / "summary.json").read_text())["steps"] == 30 + 19 + 79
-    # 2 → 3 mid-epoch: 297 samples over 3 processes (99 each, equal shards: 7 steps), then 27 steps an epoch
-    three = modforge("train", "--resume", str(middle), "--run-dir", "three", "--epochs", "2", "--nproc", "3",
+    assert json.loads((tmp_path / "one" / "summary.json").read_text())["steps"] == 30 + 19
+    # 2 → 3 mid-epoch: 297 samples over 3 processes (99 each, equal shards: 7 steps), ending the first epoch
+    three = modforge("train", "--resume", str(middle), "--run-dir", "three", "--epochs", "1", "--nproc", "3",
                       cwd=tmp_path)
     assert three.returncode == 0, three.stderr
     assert "resuming a 2-process checkpoint with 3 processes" in three.stderr
-    assert json.loads((tmp_path / "three" / "summary.json").read_text())["steps"] == 30 + 7 + 27
-    # and back from 1 to 2 processes at an epoch boundary
-    back = modforge("train", "--resume", "one", "--epochs", "3", "--nproc", "2", cwd=tmp_path)
+    assert json.loads((tmp_path / "three" / "summary.json").read_text())["steps"] == 30 + 7
+    # and back from 1 to 2 processes at an epoch boundary: the second epoch in 40 steps of 16 × 2
+    back = modforge("train", "--resume", "one", "--epochs", "2", "--nproc", "2", cwd=tmp_path)
     assert back.returncode == 0, back.stderr
     assert "resuming a 1-process checkpoint with 2 processes" in back.stderr
     summary = json.loads((tmp_path / "one" / "summary.json").read_text())
-    assert summary["processes"] == 2 and summary["epochs"] == 3 and summary["test"]["accuracy"] > 0.8
+    assert summary["processes"] == 2 and summary["epochs"] == 2 and summary["steps"] == 30 + 19 + 40
+    assert summary["test"]["accuracy"] > 0.8
 
 
 @pytest.mark.slow
@@ -109,7 +113,7 @@ def test_a_silent_process_ends_the_run_after_the_configured_timeout(tmp_path):
     (tmp_path / "digits.yaml").write_text(DIGITS.replace("distributed: {timeout: 60}", "distributed: {timeout: 4}"))
     launcher = torchrun(2, "-m", "modforge", "train", "digits.yaml", "--run-dir", "run", cwd=tmp_path, wait=False)
     deadline = time.monotonic() + 120
-    while not any((tmp_path / "run" / "checkpoints").glob("epoch*-step0000030.pt")):
+    while not any((tmp_path / "run" / "checkpoints").glob("epoch*-step0000010.pt")):  # 70 of 80 steps to go
         assert time.monotonic() < deadline and launcher.poll() is None, "no checkpoint appeared"
         time.sleep(0.01)
     first, silent = rank_pid(launcher.pid, 0), rank_pid(launcher.pid, 1)
