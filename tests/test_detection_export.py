@@ -6,6 +6,8 @@ prints them as JSON lines and draws them."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -194,11 +196,22 @@ def test_numpy_postprocessing_is_fcos_postprocess(threshold, topk, nms, most):
     assert np.allclose(got[:, 5], expected[:, 5], rtol=3e-7, atol=0)
 
 
+@pytest.fixture(scope="module")
+def onnx_export(run_dir) -> tuple[Path, str]:
+    """``modforge export RUN --engine onnx --out d.onnx`` of the detector, once for the two tests below
+    (one reads the report, both predict with the artifact, which neither changes): the artifact and
+    what the command printed."""
+    artifact = run_dir.parent / "d.onnx"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # the report's table is printed to sys.stdout as it is then
+        code = main(["export", str(run_dir), "--engine", "onnx", "--out", str(artifact)])
+    assert code == 0
+    return artifact, printed.getvalue()
+
+
 @pytest.mark.slow
-def test_export_reports_the_detections_and_onnx_prediction_needs_no_torch(run_dir, pictures, capsys, tmp_path):
-    artifact = tmp_path / "d.onnx"
-    assert main(["export", str(run_dir), "--engine", "onnx", "--out", str(artifact)]) == 0
-    report = capsys.readouterr().out
+def test_export_reports_the_detections_and_onnx_prediction_needs_no_torch(onnx_export, pictures, tmp_path):
+    artifact, report = onnx_export
     assert "equal to eager's" in report and "NMS" in report
     proc = predict_without_torch(str(artifact), str(pictures[0]), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
@@ -208,10 +221,8 @@ def test_export_reports_the_detections_and_onnx_prediction_needs_no_torch(run_di
 
 
 @pytest.mark.slow
-def test_bad_inputs_to_a_detector_get_one_clear_error(run_dir, pictures, capsys, tmp_path):
-    artifact = tmp_path / "d.onnx"
-    assert main(["export", str(run_dir), "--engine", "onnx", "--out", str(artifact)]) == 0
-    capsys.readouterr()
+def test_bad_inputs_to_a_detector_get_one_clear_error(onnx_export, pictures, capsys, tmp_path):
+    artifact, _ = onnx_export
     notes = tmp_path / "notes.txt"
     notes.write_text("hello")
     assert main(["predict", str(artifact), str(pictures[0]), str(notes)]) == 2

@@ -414,10 +414,15 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def fit_squares(head: dict, loss_keys: set[str], steps: int = 150) -> tuple[list[float], torch.Tensor, list[dict]]:
+def fit_squares(head: dict, loss_keys: set[str], steps: int = 75) -> tuple[list[float], torch.Tensor, list[dict]]:
     """Build :class:`SquaresNet` → ``head`` with ``build_model``, train it on :func:`squares` with
     Adam, checking each step that the model sums ``loss_keys``; the loss history, the eval-mode
-    ``dt_bboxes`` and the targets."""
+    ``dt_bboxes`` and the targets.
+
+    75 steps: both heads have converged by then. Measured at 75 and at the former 150 steps, the
+    worst square's best detection has IoU 0.93 and 0.92 (fcos), 0.95 and 0.96 (retinanet) against the
+    tests' 0.5, score 0.85 both (fcos) and 0.89 and 0.94 (retinanet) against 0.2, and the last
+    losses are 0.234 and 0.229 of the first (fcos, bar 0.5), 0.032 and 0.019 (retinanet, bar 0.3)."""
     name = "_test_dense_head_squares_net"
     mf.BACKBONES.add(SquaresNet, name)
     try:
