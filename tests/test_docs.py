@@ -8,6 +8,7 @@ runs as written: its plug-in file and its tour commands."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
 import subprocess
@@ -43,13 +44,20 @@ def _blocks(language: str) -> list[tuple[Path, str]]:
 
 @pytest.fixture(scope="module")
 def built_site(tmp_path_factory) -> Path:
-    """The site, built once with ``--strict`` and offline (a bare PATH and HOME), for the tests that read it."""
+    """The site, built once with ``--strict`` and offline (a bare PATH and HOME), for the tests that read it.
+
+    Of this process's environment only what says how to share the cores goes along (the hook
+    trains the demo for the getting-started curves): ``OMP_WAIT_POLICY`` (tests/conftest.py's
+    PASSIVE — without it the build's two torch threads spin while the other test worker holds a
+    core: measured 25 CPU-s instead of 6 for the hook's run) and xdist's worker count (the
+    product's thread default divides the cores by it). Neither touches what the site shows."""
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
     home = tmp_path_factory.mktemp("site-build")
+    sharing = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "PYTEST_XDIST_WORKER_COUNT") if k in os.environ}
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(home / "site")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(home)})  # fmt: skip
+                          env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(home), **sharing})  # fmt: skip
     if done.returncode != 0:
         pytest.fail(f"mkdocs build --strict failed:\n{done.stderr[-3000:]}")
     return home / "site"
@@ -278,8 +286,6 @@ def workspace(tmp_path_factory) -> Path:
     (home / "configs").symlink_to(ROOT / "configs")
     parts = next(body for page, body in _blocks("python") if page.name == "parts.md")
     (home / "my_parts.py").write_text(parts)
-    import os
-
     cwd = os.getcwd()
     os.chdir(home)
     try:
