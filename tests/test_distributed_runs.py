@@ -156,16 +156,20 @@ runpy.run_module("modforge", run_name="__main__", alter_sys=True)
 """
 
 
-def test_nproc_becomes_torchrun_without_importing_torch(tmp_path):
+@pytest.mark.parametrize("command", [["train", "digits.yaml", "--run-dir", "run"], ["train", "--resume", "old"]],
+                         ids=["train", "resume"])
+def test_nproc_becomes_torchrun_without_importing_torch(tmp_path, command):
     """``--nproc N`` only builds torchrun's command line and becomes it (torchrun and its workers
     import torch themselves): the launching process never imports torch, which would cost seconds
-    and memory for nothing. A fresh interpreter (this one has torch loaded), stopped at its execve."""
+    and memory for nothing — nor does ``--resume``'s check of the run folder before it. A fresh
+    interpreter (this one has torch loaded), stopped at its execve."""
     (tmp_path / "digits.yaml").write_text(DIGITS)
-    res = subprocess.run([sys.executable, "-c", _EXEC_SEEN, "train", "digits.yaml", "--run-dir", "run", "--nproc",
-                          "2"], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
+    (tmp_path / "old").mkdir()  # the folder --resume names: checked (links, odd entries) before the launch
+    res = subprocess.run([sys.executable, "-c", _EXEC_SEEN, *command, "--nproc", "2"], cwd=tmp_path, env=ENV,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stderr
     seen = json.loads(next(line for line in res.stdout.splitlines() if line.startswith("EXECVE "))[len("EXECVE "):])
     assert "modforge.train.distributed" in seen["argv"] and "--nproc-per-node=2" in seen["argv"]
-    assert seen["argv"][-4:] == ["train", "digits.yaml", "--run-dir", "run"]  # the workers' command: no --nproc
+    assert seen["argv"][-len(command):] == command  # the workers' command: no --nproc
     assert seen["torch"] is False  # nothing on the way to torchrun imported it
     assert not (tmp_path / "run").exists()

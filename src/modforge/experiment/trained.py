@@ -5,7 +5,6 @@ run's own signed copies), the experiment it builds and the checkpoint's weights 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import torch
 
 from ..core.config import Config, display_path
 from ..core.errors import ConfigError
-from ..core.safe_files import check_folder
+from ..core.run_folders import check_run_folder, run_folder_of
 from ..data.base import DataSplits
 from ..model.formats import inference_weights
 from ..train.checkpoint import find_resumable, load_checkpoint, load_weights
@@ -23,31 +22,6 @@ from .run_plugins import load_stored_plugins
 
 __all__ = ["check_run_folder", "checkpoint_digest", "evaluate_checkpoint", "evaluate_split", "evaluation_stem",
            "load_trained", "run_folder_of", "trained_checkpoint", "trained_config", "trained_experiment"]
-
-
-def run_folder_of(target: Path) -> Path | None:
-    """The run folder a command's target belongs to: the folder itself, or the one whose
-    ``checkpoints/`` holds the checkpoint file; ``None`` for a checkpoint elsewhere."""
-    target = Path(target)
-    if target.is_dir():
-        return target
-    if target.parent.name == "checkpoints":
-        return target.parent.parent
-    return None
-
-
-def check_run_folder(target: Path) -> Path | None:
-    """Check, once and before anything in it is read or written, the run folder a command
-    reuses (``test``, ``train --resume``, ``export``): a link in it that leads outside it
-    (or dangles, or loops), or an entry that is neither a file nor a folder, is one
-    :class:`~modforge.core.safe_files.UnsafePathError` naming it. Returns the run folder.
-
-    A run folder may come from someone else; a link planted at a name modforge writes
-    (``curves.png``, ``evaluations/``) would otherwise make it write through to any file."""
-    folder = run_folder_of(target)
-    if folder is not None and os.path.lexists(folder):
-        check_folder(folder, "run folder")
-    return folder
 
 
 def load_trained(target: Path, which: str = "best", overrides: Sequence[str] = ()) -> tuple[Experiment, Path]:

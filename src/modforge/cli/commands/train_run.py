@@ -145,10 +145,10 @@ def _resume_target(argv: list[str]) -> tuple[int, str | None] | None:
 
 def _check_resume_target(argv: list[str]) -> None:
     """The run folder ``--resume`` reuses is checked once, before anything in it is read
-    (:func:`~modforge.experiment.runner.check_run_folder`)."""
+    (:func:`~modforge.core.run_folders.check_run_folder`)."""
     found = _resume_target(argv)
     if found is not None and found[1]:
-        from ...experiment.runner import check_run_folder
+        from ...core.run_folders import check_run_folder  # torch-free: --nproc then execs without torch
 
         check_run_folder(Path(found[1]))
 
