@@ -131,7 +131,9 @@ def test_sigkill_at_random_moments_then_resume_is_bitwise_identical(cli, write, 
     assert reference.code == 0, reference.err
     ref_model, ref_metrics = _final(tmp_path / "reference")
     run = tmp_path / "killed"
-    kills = kill_and_resume([str(cfg)], run, (0.05, 0.37, 0.11, 0.23, 0.6), tmp_path)
+    # cold: fresh `python -m modforge train` interpreters, the path every other kill test takes warm
+    # (train_processes): this test keeps the real command's start, killed and resumed, covered
+    kills = kill_and_resume([str(cfg)], run, (0.05, 0.37, 0.11, 0.23, 0.6), tmp_path, cold=True)
     assert kills >= 2  # the run really was interrupted (and resumed) more than once
     assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # killed saves cleaned up
     model, metrics = _final(run)

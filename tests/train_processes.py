@@ -1,54 +1,230 @@
 """Training in child processes for the kill-and-resume tests: start `modforge train`, and kill
-it with SIGKILL at chosen moments, resuming each time, until it finishes."""
+it with SIGKILL at chosen moments, resuming each time, until it finishes.
+
+A child is either *cold* — ``python -m modforge train ARGS``, a fresh interpreter that imports torch,
+scikit-learn, matplotlib and modforge (about 6 CPU-seconds) before it trains — or *warm* (the
+default): a fork of a server process that imported all that once (:mod:`multiprocessing`'s
+``forkserver`` with :data:`PRELOAD`). A warm child is still a real, separate process with its own pid,
+that SIGKILL kills wherever it is (mid-step, mid-save); it runs the same ``modforge.cli.main.main``
+as ``python -m modforge`` does, in the test's cwd and environment, with its output where a cold
+child's goes, and exits with the command's status after the interpreter's exit handlers. It is
+forked from the server, never from the (multi-threaded, monkeypatched) test process, and the server
+runs nothing after its imports, so no state passes from one child, or one test, to the next. (What
+the server's imports read of the environment — OpenMP's ``OMP_*`` — is the test process's environment
+when the server started, at the first warm child of a test worker: a test that needs other such
+variables in its child wants a cold one.)
+``cold=True`` keeps the ``python -m modforge`` path covered (one kill test uses it);
+``MODFORGE_TEST_COLD_CHILDREN=1`` makes every child cold.
+"""
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
+from functools import cache
 from pathlib import Path
 
 HANG_S = 300  # against a hang only
 
+PRELOAD = ["torch", "torch._dynamo", "torch.utils.data", "numpy", "pydantic", "sklearn.datasets",
+           "sklearn.model_selection", "matplotlib.pyplot", "matplotlib.backends.backend_agg", "torchvision",
+           "modforge.cli.main", "modforge.cli.commands.train_run", "modforge.cli.config_args", "modforge.cli.stops",
+           "modforge.experiment.runner", "modforge.model.wiring", "modforge.train.distributed"]  # fmt: skip
+"""What the warm server imports: what a ``modforge train`` child imports before its first step (torch's
+optimizers import torch._dynamo, the digits loader scikit-learn, the curves matplotlib: about 6 of a cold
+child's CPU-seconds), and the modules that register modforge's built-in parts (:func:`_registry_providers`,
+added when the server starts). A module missing here is imported by the child itself, as a cold one
+would: only slower."""
+
 
 def start_training(args: list[str], cwd: Path) -> subprocess.Popen:
-    """``modforge train ARGS`` in a child process (stderr kept for the failure message)."""
+    """``modforge train ARGS`` in a fresh ``python -m modforge`` child process (stderr kept for the
+    failure message)."""
     return subprocess.Popen([sys.executable, "-m", "modforge", "train", *args], cwd=cwd, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
 
-def kill_when(args: list[str], run: Path, moments: Iterable[tuple[Callable[[], bool], float]], cwd: Path) -> int:
+def _registry_providers() -> list[str]:
+    """The modules whose import registers modforge's built-in parts (each registry imports its own on
+    first use)."""
+    from modforge.core import registries
+
+    return [module for registry in vars(registries).values() for module in getattr(registry, "_providers", ())]
+
+
+@cache
+def _plain_sys_path() -> tuple[str, ...]:
+    """``sys.path`` of ``python -m modforge`` in this environment, less its first entry (the cwd): the
+    test process's own path has pytest's additions (the tests folder)."""
+    out = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"], check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    return tuple(json.loads(out))
+
+
+def _forkserver() -> multiprocessing.context.BaseContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD + _registry_providers())  # read when the server starts (once)
+    return context
+
+
+def _exit_status(exc: SystemExit) -> int:
+    """The exit status of an interpreter ended by ``exc``, as Python computes it."""
+    if exc.code is None or isinstance(exc.code, int):
+        return exc.code or 0
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _train_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path: tuple[str, ...], stderr: str) -> None:
+    """A warm child's body: what ``python -m modforge train ARGS`` in ``cwd`` with ``env`` does, and
+    the interpreter's exit — threads joined, exit handlers run, output flushed — with its status."""
+    import atexit
+    import threading
+    import traceback
+
+    for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter sets it
+    # multiprocessing made "forkserver" this process's default start method (the one that started it):
+    # back to a fresh interpreter's, or its DataLoader workers would come from a forkserver of its own
+    # instead of a fork — and, once it is killed, would wait forever for their dead parent's data
+    multiprocessing.set_start_method(None, force=True)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    import modforge.__main__ as entry
+
+    sys.path[:] = [cwd, *sys_path]
+    sys.argv = [entry.__file__, "train", *args]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(os.devnull, "wb") as devnull, open(stderr, "ab") as err:  # stdout to DEVNULL, stderr kept
+        os.dup2(devnull.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+    code = 1
+    try:
+        from modforge.cli.main import main
+
+        code = main(sys.argv[1:])
+    except SystemExit as exc:
+        code = _exit_status(exc)
+    except BaseException:  # noqa: BLE001 - the interpreter prints it and exits 1
+        traceback.print_exc()
+    finally:
+        try:
+            threading._shutdown()  # what the interpreter does at exit, in its order
+            atexit._run_exitfuncs()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+
+
+class WarmTraining:
+    """``modforge train ARGS`` in a warm child (see the module's docstring), with the part of
+    :class:`subprocess.Popen`'s surface the kill loop uses: ``pid``, ``poll``, ``wait``, ``kill``,
+    and ``stderr`` (its text once it ended)."""
+
+    def __init__(self, args: list[str], cwd: Path):
+        fd, self._stderr_path = tempfile.mkstemp(prefix="mf-warm-", suffix=".stderr")
+        os.close(fd)
+        self._process = _forkserver().Process(
+            target=_train_in_child, args=(list(args), str(cwd), dict(os.environ), _plain_sys_path(), self._stderr_path),
+            name="modforge-train")  # fmt: skip
+        self._process.start()
+        self.pid = self._process.pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._process.exitcode
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired("modforge train (warm child)", timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+
+    @property
+    def stderr(self) -> str:
+        return Path(self._stderr_path).read_text(errors="replace")
+
+    def close(self) -> None:
+        """Once it ended: the stderr file and the process handle released."""
+        Path(self._stderr_path).unlink(missing_ok=True)
+        self._process.close()
+
+
+ALL_COLD = os.environ.get("MODFORGE_TEST_COLD_CHILDREN", "") not in ("", "0")
+"""``MODFORGE_TEST_COLD_CHILDREN=1``: every kill test's children are fresh interpreters (to compare the
+two paths, or to rule the warm one out)."""
+
+
+def _start(args: list[str], cwd: Path, cold: bool) -> subprocess.Popen | WarmTraining:
+    return start_training(args, cwd) if cold or ALL_COLD else WarmTraining(args, cwd)
+
+
+def _ended(proc: subprocess.Popen | WarmTraining) -> None:
+    if isinstance(proc, WarmTraining):
+        proc.close()
+    else:
+        proc.stderr.close()
+
+
+def kill_when(args: list[str], run: Path, moments: Iterable[tuple[Callable[[], bool], float]], cwd: Path, *,
+              cold: bool = False) -> int:  # fmt: skip
     """Train into ``run``; for each ``(ready, pause)`` wait until ``ready()`` holds, ``pause`` seconds
     more, and SIGKILL the process, then ``--resume`` it; wait for the last process to succeed. A
-    process that finishes first ends the killing. Returns how many times it was killed."""
-    proc = start_training([*args, "--run-dir", str(run)], cwd)
+    process that finishes first ends the killing. Returns how many times it was killed. The processes
+    are warm children, or with ``cold`` fresh ``python -m modforge`` interpreters."""
+    proc = _start([*args, "--run-dir", str(run)], cwd, cold)
     kills = 0
-    for ready, pause in moments:
-        deadline = time.monotonic() + HANG_S
-        while not ready() and proc.poll() is None:
-            assert time.monotonic() < deadline, "the run made no progress"
-            time.sleep(0.005)
-        time.sleep(pause)
-        if proc.poll() is not None:
-            break
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        kills += 1
-        proc = start_training(["--resume", str(run)], cwd)
-    assert proc.wait(timeout=HANG_S) == 0, proc.stderr.read()
+    try:
+        for ready, pause in moments:
+            deadline = time.monotonic() + HANG_S
+            while not ready() and proc.poll() is None:
+                assert time.monotonic() < deadline, "the run made no progress"
+                time.sleep(0.005)
+            time.sleep(pause)
+            if proc.poll() is not None:
+                break
+            os.kill(proc.pid, signal.SIGKILL)
+            if proc.wait() != -signal.SIGKILL:  # it ended on its own just before: its status is checked below
+                break
+            kills += 1
+            _ended(proc)
+            proc = _start(["--resume", str(run)], cwd, cold)
+        code = proc.wait(timeout=HANG_S)
+        assert code == 0, proc.stderr if isinstance(proc, WarmTraining) else proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _ended(proc)
     return kills
 
 
-def kill_and_resume(args: list[str], run: Path, delays: tuple[float, ...], cwd: Path) -> int:
+def kill_and_resume(args: list[str], run: Path, delays: tuple[float, ...], cwd: Path, *, cold: bool = False) -> int:
     """Start training into ``run``; once it has a checkpoint, wait each of ``delays`` and
     SIGKILL it, resuming after every kill; wait for the last process to succeed. Returns
-    how many times it was killed."""
+    how many times it was killed (``cold``: see :func:`kill_when`)."""
     last = run / "checkpoints" / "last.pt"
-    return kill_when(args, run, ((last.exists, delay) for delay in delays), cwd)
+    return kill_when(args, run, ((last.exists, delay) for delay in delays), cwd, cold=cold)
 
 
 def newest_step(run: Path) -> int:
@@ -58,8 +234,10 @@ def newest_step(run: Path) -> int:
     return max(steps, default=-1)
 
 
-def kill_at_steps(args: list[str], run: Path, moments: tuple[tuple[int, float], ...], cwd: Path) -> int:
+def kill_at_steps(args: list[str], run: Path, moments: tuple[tuple[int, float], ...], cwd: Path, *,
+                  cold: bool = False) -> int:  # fmt: skip
     """:func:`kill_when` each ``(step, pause)``: once the step's checkpoint exists and ``pause``
     seconds more (mid-step, mid-save or mid-validation). Unlike :func:`kill_and_resume`, each kill waits
-    for progress of the resumed process itself, so no kill lands while the interpreter is still importing."""
-    return kill_when(args, run, ((lambda step=step: newest_step(run) >= step, pause) for step, pause in moments), cwd)
+    for progress of the resumed process itself, so no kill lands while the process is still starting."""
+    return kill_when(args, run, ((lambda step=step: newest_step(run) >= step, pause) for step, pause in moments), cwd,
+                     cold=cold)  # fmt: skip
