@@ -221,10 +221,14 @@ def check_flat_params(ctx: Context) -> str:
     vector = part.get_params()
     if vector.shape != (total,):
         raise CheckFailed(f"get_params() has shape {tuple(vector.shape)}, expected ({total},)")
-    part.set_params(vector + 1.0)
-    if not torch.allclose(part.get_params(), vector + 1.0):
+    shifted = vector + 1.0
+    part.set_params(shifted)
+    back = part.get_params()
+    # exact for float32 parameters; close enough where a parameter's own dtype rounds the values (a
+    # whole-vector allclose costs several times an equality test on a part of millions of values)
+    if not (torch.equal(back, shifted) or torch.allclose(back, shifted)):
         raise CheckFailed("set_params() then get_params() does not give the vector back")
-    if part.get_grads().abs().sum() != 0:
+    if part.get_grads().any():
         raise CheckFailed("get_grads() is not all zeros before any backward")
     grads = torch.arange(total, dtype=vector.dtype)
     part.set_grads(grads)
@@ -292,6 +296,9 @@ def check_device(ctx: Context) -> str:
 
 
 PARITY_ENGINES = ("torchscript", "onnx")  # compile is covered by the test suite (slow to compile on CPU)
+PARITY_ENGINE_ARGS = {"onnx": {"threads": 1}}
+"""Engine settings for the parity runs: ONNX Runtime on one thread — on a 5-sample batch its pool of
+spinning threads only burns CPU (~13 % of the check's time, measured), and the outputs compared are the same."""
 
 
 def check_engines(ctx: Context) -> str:
@@ -321,7 +328,8 @@ def check_engines(ctx: Context) -> str:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                runnable = build_engine(name, path=name).prepare(ctx.part, {"input": example})
+                spec = {"type": name, "args": PARITY_ENGINE_ARGS.get(name, {})}
+                runnable = build_engine(spec, path=name).prepare(ctx.part, {"input": example})
                 with torch.no_grad():
                     out = runnable(wider)
         except Exception as exc:
@@ -360,7 +368,7 @@ def run_checks(subject: Subject) -> list[CheckResult]:
         subject.layout.value if subject.layout_note == "declared" else f"{subject.layout.value} ({subject.layout_note})"
     )
     try:
-        part = subject.build()
+        part = subject.instance()
     except Exception as exc:
         return [CheckResult("builds", "fail", f"{type(exc).__name__}: {exc}", layout)] + [
             CheckResult(name, "skip", "the part did not build", layout) for name, _ in CHECKS

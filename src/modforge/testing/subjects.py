@@ -44,6 +44,8 @@ class Subject:
         example: an input batch of :data:`BATCH` samples (for losses: the scores).
         target: labels, for losses.
         layout_note: how the layout was chosen (declared, or probed for a plain module).
+        built: an instance already built while the subject was made (to see whether it is
+            dict-in/dict-out); :meth:`instance` hands it out once instead of building again.
     """
 
     kind: str
@@ -56,6 +58,13 @@ class Subject:
     layout_note: str = "declared"
     dict_io: bool = False
     output_key: str = "features"
+    built: nn.Module | None = dataclasses.field(default=None, repr=False)
+
+    def instance(self) -> nn.Module:
+        """The instance built while probing the part, the first time; a fresh :attr:`build` after that
+        (a large part costs as much to build as several of the checks)."""
+        part, self.built = self.built, None
+        return part if part is not None else self.build()
 
     @property
     def is_loss(self) -> bool:
@@ -128,11 +137,13 @@ def _factory(
 
 
 def _mark_dict_io(subject: Subject, gen: torch.Generator) -> None:
-    """Detect a UP-style part (batch dict in, batch dict out) and give it labels."""
+    """Detect a UP-style part (batch dict in, batch dict out) and give it labels; the instance built
+    for this is kept for the checks (:meth:`Subject.instance`)."""
     try:
         part = subject.build()
     except Exception:
         return  # the 'builds' check reports it
+    subject.built = part
     if is_dict_io(part):
         subject.dict_io = True
         subject.output_key = output_key(part, subject.kind)
@@ -192,8 +203,9 @@ def subjects_for(
             subjects.append(subject)
             continue
         try:  # a plain module declares nothing: take the first layout it runs on
+            probe = subject.built if subject.built is not None else build()  # kept for the checks: it ran once, in eval
             with torch.no_grad():
-                out = build().eval()(example)
+                out = probe.eval()(example)
             infer_layout(out)
         except Exception:
             continue
