@@ -1,5 +1,6 @@
 """What the sweep tests share: running ``modforge sweep`` in a fresh process, reading ``trials.csv``,
-the digits config copied beside a test's sweep files (conftest's ``sweep_digits`` fixture uses it)."""
+the digits config copied beside a test's sweep files (conftest's ``sweep_digits`` fixture uses it),
+and a tiny config for the real sweeps whose trials only need to train."""
 
 from __future__ import annotations
 
@@ -63,3 +64,31 @@ def digits_beside(folder: Path) -> Path:
     copy = folder / "digits.yaml"
     shutil.copyfile(SHIPPED_DIGITS, copy)
     return copy
+
+
+TINY_CONFIG = """\
+# A trial that only needs to train: an MLP on 2,000 synthetic points (88 steps of 16 an epoch,
+# a fraction of a second each on one thread), no callbacks, no confusion matrix. The real
+# sweeps test the sweep's bookkeeping (rows, resume, kill, pruning), which holds at any size;
+# each trial still pays its child process's imports, so its training is kept small.
+seed: 0
+data: {type: synthetic_classification, args: {num_samples: 2000, num_features: 8, num_classes: 3}, batch_size: 16}
+model:
+  backbone: {type: mlp, args: {hidden_dims: [32]}}
+  head: linear
+  losses: [cross_entropy]
+train:
+  max_epochs: 1
+  optimizer: {type: adam, args: {lr: 0.01}}
+  metrics: [accuracy, loss]
+  monitor: val_accuracy
+  num_threads: 1
+  progress: never
+"""
+
+
+def tiny_beside(folder: Path) -> Path:
+    """:data:`TINY_CONFIG` written as ``folder/tiny.yaml``, beside the sweep files that name it."""
+    path = folder / "tiny.yaml"
+    path.write_text(TINY_CONFIG)
+    return path

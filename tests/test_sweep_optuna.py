@@ -16,7 +16,7 @@ import pytest
 
 from modforge.sweep import SEARCHES, TrialResult, build_job, load_sweep
 from modforge.sweep.spec import SweepSpecError
-from sweep_helpers import SHIPPED_DIGITS, TIMEOUT_S, running_sweep, sweep_cli, trial_rows, wait_for
+from sweep_helpers import SHIPPED_DIGITS, TIMEOUT_S, running_sweep, sweep_cli, tiny_beside, trial_rows, wait_for
 
 optuna = pytest.importorskip("optuna")
 
@@ -190,21 +190,24 @@ def test_a_missing_optuna_or_ray_is_one_error_naming_the_extra(write, tmp_path, 
 
 
 # ----------------------------------------------------------------- real sweeps
+# Their trials train sweep_helpers.TINY_CONFIG (an MLP on synthetic points, 88 steps an epoch): the
+# study's bookkeeping is tested, not the model.
 
 
 @pytest.mark.slow
 def test_a_trial_worse_than_the_studys_median_is_pruned_and_recorded(tmp_path):
+    tiny_beside(tmp_path)
     sweep = tmp_path / "p.yaml"
-    sweep.write_text(f"""
+    sweep.write_text("""
 name: p
-config: {DIGITS}
-overrides: {{train.max_epochs: 3, train.max_steps: 40, data.batch_size: 16, train.num_threads: 1}}
+config: tiny.yaml
+overrides: {train.max_epochs: 3, data.batch_size: 64, train.num_threads: 1}
 optuna:
   trials: 2
   metric: best.val_accuracy
   startup_trials: 1
   warmup_epochs: 0
-  space: {{train.optimizer.args.lr: {{loguniform: [1.0e-3, 1.0e-2]}}}}
+  space: {train.optimizer.args.lr: {loguniform: [1.0e-3, 1.0e-2]}}
 collect: [best.val_accuracy, epochs]
 """)
     sweep_dir = tmp_path / "sw"
@@ -228,16 +231,18 @@ collect: [best.val_accuracy, epochs]
 
 @pytest.mark.slow
 def test_an_optuna_sweep_killed_mid_trial_continues_the_same_study(tmp_path):
+    tiny_beside(tmp_path)
     sweep = tmp_path / "k.yaml"
-    sweep.write_text(f"""
+    # killed at its first checkpoint (step 10), the trial has 78 of its 88 steps to go
+    sweep.write_text("""
 name: k
-config: {DIGITS}
-overrides: {{train.max_epochs: 1, data.batch_size: 16, train.num_threads: 1, train.checkpoint.every_n_steps: 10}}
+config: tiny.yaml
+overrides: {train.max_epochs: 1, train.num_threads: 1, train.checkpoint.every_n_steps: 10}
 optuna:
   trials: 2
   metric: test.accuracy
   pruner: none
-  space: {{train.optimizer.args.lr: {{loguniform: [1.0e-3, 1.0e-2]}}}}
+  space: {train.optimizer.args.lr: {loguniform: [1.0e-3, 1.0e-2]}}
 seeds: [0]
 collect: [test.accuracy, best.val_accuracy]
 """)

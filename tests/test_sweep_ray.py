@@ -1,7 +1,8 @@
 """``--backend ray`` against a real local Ray instance with 2 CPUs (one for the module, reached
-by its address): the same digits sweep as the local pool, with the same metrics, and a Ray
-worker SIGKILLed mid-trial — the task is retried and the trial resumes from its checkpoint,
-ending with the metrics of an uninterrupted run."""
+by its address): the same sweep as the local pool, with the same metrics, and a Ray worker
+SIGKILLed mid-trial — the task is retried and the trial resumes from its checkpoint, ending with
+the metrics of an uninterrupted run. The trials train :data:`sweep_helpers.TINY_CONFIG` (an MLP
+on synthetic points): what is tested is the backend, not the model."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep_helpers import SHIPPED_DIGITS, TIMEOUT_S, running_sweep, sweep_cli, trial_rows, wait_for
+from sweep_helpers import SHIPPED_DIGITS, TIMEOUT_S, running_sweep, sweep_cli, tiny_beside, trial_rows, wait_for
 
 ray = pytest.importorskip("ray")
 
@@ -21,6 +22,16 @@ from modforge.sweep.ray_executor import init_local_ray  # noqa: E402 - after the
 DIGITS = SHIPPED_DIGITS  # each test's copy beside its sweep files, once its fixture `sweep_digits` ran
 pytestmark = pytest.mark.usefixtures("sweep_digits")
 METRICS = ("test.accuracy", "test.loss", "best.val_accuracy")
+
+# The trials of the first two tests: one epoch of 88 steps, a checkpoint every 10 (the second test kills its
+# Ray worker at the first one, 78 steps before the trial's end). The same trial commands in both tests: one
+# local sweep (the `local` fixture) is the reference of both.
+SWEEP = """
+config: tiny.yaml
+overrides: {train.max_epochs: 1, train.num_threads: 1, train.checkpoint.every_n_steps: 10}
+seeds: [0, 1]
+collect: [test.accuracy, test.loss, best.val_accuracy]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +51,21 @@ def ray_address():
         ray.shutdown()
 
 
-def _same_metrics(got: Path, expected: Path) -> None:
+@pytest.fixture(scope="module")
+def local(tmp_path_factory) -> Path:
+    """:data:`SWEEP` run once on the local pool (two workers): the sweep folder the Ray sweeps are compared with."""
+    folder = tmp_path_factory.mktemp("local")
+    tiny_beside(folder)
+    (folder / "s.yaml").write_text(SWEEP)
+    res = sweep_cli(folder, "s.yaml", "--workers", "2", "--sweep-dir", "local")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return folder / "local"
+
+
+def _same_metrics(got: Path, expected: Path, trials: list[str] | None = None) -> None:
+    """``got``'s trials (all of ``expected``'s, or the ``trials`` named) are done, with ``expected``'s metrics."""
     got_rows, expected_rows = trial_rows(got), trial_rows(expected)
+    expected_rows = {t: expected_rows[t] for t in trials} if trials else expected_rows
     assert list(got_rows) == list(expected_rows)
     for trial_id, row in expected_rows.items():
         assert got_rows[trial_id]["status"] == row["status"] == "done"
@@ -50,20 +74,14 @@ def _same_metrics(got: Path, expected: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_sweep_on_ray_gives_the_local_pools_metrics(tmp_path, ray_address):
+def test_a_sweep_on_ray_gives_the_local_pools_metrics(tmp_path, ray_address, local):
+    tiny_beside(tmp_path)
     sweep = tmp_path / "s.yaml"
-    sweep.write_text(f"""
-config: {DIGITS}
-overrides: {{train.max_epochs: 1, train.max_steps: 20, train.callbacks: [], train.num_threads: 1}}
-seeds: [0, 1]
-collect: [test.accuracy, test.loss, best.val_accuracy]
-""")
-    local = sweep_cli(tmp_path, str(sweep), "--workers", "2", "--sweep-dir", "local")
-    assert local.returncode == 0, local.stdout + local.stderr
+    sweep.write_text(SWEEP)
     res = sweep_cli(tmp_path, str(sweep), "--backend", "ray", "--ray-address", ray_address, "--sweep-dir", "viaray")
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"on Ray ({ray_address})" in res.stdout and "done seed1" in res.stdout
-    _same_metrics(tmp_path / "viaray", tmp_path / "local")
+    _same_metrics(tmp_path / "viaray", local)
     for seed in (0, 1):
         log = (tmp_path / "viaray" / "trials" / f"seed{seed}.log").read_text()
         assert re.match(r"# \S+ \[ray worker \d+ on ", log) and log.count("\n# ") == 0  # one attempt
@@ -71,16 +89,11 @@ collect: [test.accuracy, test.loss, best.val_accuracy]
 
 
 @pytest.mark.slow
-def test_a_ray_worker_killed_mid_trial_is_retried_and_the_trial_resumes_from_its_checkpoint(tmp_path, ray_address):
+def test_a_ray_worker_killed_mid_trial_is_retried_and_the_trial_resumes_from_its_checkpoint(tmp_path, ray_address,
+                                                                                           local):  # fmt: skip
+    tiny_beside(tmp_path)
     sweep = tmp_path / "k.yaml"
-    sweep.write_text(f"""
-config: {DIGITS}
-overrides: {{train.max_epochs: 1, data.batch_size: 16, train.callbacks: [], train.num_threads: 1,
-             train.checkpoint.every_n_steps: 10}}
-seeds: [0]
-collect: [test.accuracy, test.loss, best.val_accuracy]
-ray: {{max_retries: 2}}
-""")
+    sweep.write_text(SWEEP.replace("seeds: [0, 1]", "seeds: [0]") + "ray: {max_retries: 2}\n")
     sweep_dir, trials = tmp_path / "killed", tmp_path / "killed" / "trials"
     # only --backend ray switches Ray on (the sweep file's ray: section holds its resource settings)
     log = trials / "seed0.log"
@@ -100,22 +113,17 @@ ray: {{max_retries: 2}}
     assert f"--resume {trials / 'seed0'}" in headers[1] and f"[ray worker {worker} " not in headers[1]
     assert "resuming" in text
 
-    reference = sweep_cli(tmp_path, str(sweep), "--backend", "local", "--sweep-dir", "whole")
-    assert reference.returncode == 0, reference.stdout + reference.stderr
-    _same_metrics(sweep_dir, tmp_path / "whole")
+    _same_metrics(sweep_dir, local, ["seed0"])  # the same trial, run uninterrupted on the local pool
 
 
 @pytest.mark.slow
 def test_a_stopped_ray_sweep_stops_its_trials_and_records_them_as_interrupted(tmp_path, ray_address):
     import fcntl
 
+    tiny_beside(tmp_path)
     sweep = tmp_path / "t.yaml"
-    sweep.write_text(f"""
-config: {DIGITS}
-overrides: {{train.max_epochs: 200, data.batch_size: 16, train.callbacks: [], train.num_threads: 1}}
-seeds: [0]
-collect: [test.accuracy]
-""")
+    sweep.write_text("config: tiny.yaml\noverrides: {train.max_epochs: 200, train.num_threads: 1}\nseeds: [0]\n"
+                     "collect: [test.accuracy]\n")  # fmt: skip
     trials = tmp_path / "sw" / "trials"
     command = [str(sweep), "--backend", "ray", "--ray-address", ray_address, "--sweep-dir", "sw"]
     with running_sweep(tmp_path, *command) as process:

@@ -1,33 +1,35 @@
-"""Real sweeps of tiny digits runs: a failing trial recorded while the others finish, and a
-sweep SIGKILLed part-way then run again — finished trials untouched (their rows what their runs
-wrote), the interrupted one resumed, its metrics equal to an uninterrupted sweep's."""
+"""Real sweeps of tiny runs: a failing trial recorded while the others finish, and a sweep
+SIGKILLed part-way then run again — finished trials untouched (their rows what their runs wrote),
+the interrupted one resumed, its metrics equal to an uninterrupted sweep's. The trials train
+:data:`sweep_helpers.TINY_CONFIG` (an MLP on synthetic points): what is tested is the sweep's
+bookkeeping, not the model."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
-from sweep_helpers import SHIPPED_DIGITS, TIMEOUT_S, running_sweep, sweep_cli, trial_rows, wait_for
-
-DIGITS = SHIPPED_DIGITS  # each test's copy beside its sweep files, once its fixture `sweep_digits` ran
-pytestmark = pytest.mark.usefixtures("sweep_digits")
+from sweep_helpers import TIMEOUT_S, running_sweep, sweep_cli, tiny_beside, trial_rows, wait_for
 
 
 @pytest.mark.slow
 def test_a_failing_trial_is_recorded_with_its_error_and_the_others_finish(tmp_path):
+    tiny_beside(tmp_path)
     sweep = tmp_path / "fail.yaml"
-    sweep.write_text(f"""
-config: {DIGITS}
-overrides: {{train.max_epochs: 1}}
+    sweep.write_text("""
+config: tiny.yaml
+overrides: {train.max_epochs: 1}
 grid:
   variant:
-    ok: {{}}
-    bad: {{model.backbone.args.channels: abc}}
+    ok: {}
+    bad: {model.backbone.args.hidden_dims: abc}
 seeds: [0]
-collect: [test.accuracy, {{name: seconds, goal: none}}]
+collect: [test.accuracy, {name: seconds, goal: none}]
 """)
     res = sweep_cli(tmp_path, str(sweep), "--workers", "2", "--sweep-dir", "sw")
     assert res.returncode == 1, res.stderr
@@ -37,8 +39,8 @@ collect: [test.accuracy, {{name: seconds, goal: none}}]
     assert ok["status"] == "done" and 0.0 < float(ok["test.accuracy"]) <= 1.0 and float(ok["seconds"]) > 0
     assert ok["overrides"] == "train.max_epochs=1 --seed 0" and ok["variant"] == "ok" and ok["seed"] == "0"
     assert bad["status"] == "failed" and bad["test.accuracy"] == ""
-    assert bad["error"].startswith("model.backbone.args.channels: expected") and "\n" not in bad["error"]
-    assert "failed bad-seed0: model.backbone.args.channels" in res.stdout
+    assert bad["error"].startswith("model.backbone.args.hidden_dims: expected") and "\n" not in bad["error"]
+    assert "failed bad-seed0: model.backbone.args.hidden_dims" in res.stdout
     summary = json.loads((tmp_path / "sw" / "trials" / "ok-seed0" / "summary.json").read_text())
     assert summary["test"]["accuracy"] == float(ok["test.accuracy"])
     assert (tmp_path / "sw" / "trials" / "bad-seed0.log").read_text().count("error:") == 1
@@ -47,17 +49,30 @@ collect: [test.accuracy, {{name: seconds, goal: none}}]
     assert (tmp_path / "sw" / "results.png").is_file() and (tmp_path / "sw" / "sweep.yaml").is_file()
 
 
+# Three epochs: the second trial is killed once its first epoch is saved (last.pt), two epochs before its end.
 KILL_SWEEP = """
-config: digits.yaml
-overrides: {train.max_epochs: 3, data.batch_size: 16, train.callbacks: [], model.backbone.args.channels: [8, 16],
-            train.num_threads: 1}
+config: tiny.yaml
+overrides: {train.max_epochs: 3, train.num_threads: 1}
 seeds: [0, 1]
 collect: [test.accuracy, test.loss, best.val_accuracy]
 """
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    """The sweep folder of :data:`KILL_SWEEP`'s seed 1 alone, run once without interruption: the
+    reference of the killed sweep's resumed trial, and a finished trial for the refusal test."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    tiny_beside(folder)
+    (folder / "seed1.yaml").write_text(KILL_SWEEP.replace("seeds: [0, 1]", "seeds: [1]"))
+    res = sweep_cli(folder, "seed1.yaml", "--sweep-dir", "whole")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return folder / "whole"
+
+
 @pytest.mark.slow
-def test_a_sweep_killed_part_way_continues_without_rerunning_finished_trials(tmp_path):
+def test_a_sweep_killed_part_way_continues_without_rerunning_finished_trials(tmp_path, uninterrupted):
+    tiny_beside(tmp_path)
     sweep = tmp_path / "kill.yaml"
     sweep.write_text(KILL_SWEEP)
     killed, trials = tmp_path / "killed", tmp_path / "killed" / "trials"
@@ -84,24 +99,22 @@ def test_a_sweep_killed_part_way_continues_without_rerunning_finished_trials(tmp
     assert [float(got["seed0"][m]) for m in ("test.accuracy", "test.loss", "best.val_accuracy")] == [
         summary["test"]["accuracy"], summary["test"]["loss"], summary["best"]["val_accuracy"]]  # fmt: skip
     # ... and the interrupted trial's figures are those of the same trial in a sweep never interrupted (seed 1
-    # alone: the same trial, one process fewer than running seed 0 once more)
-    alone = tmp_path / "seed1.yaml"
-    alone.write_text(KILL_SWEEP.replace("seeds: [0, 1]", "seeds: [1]"))
-    reference = sweep_cli(tmp_path, str(alone), "--sweep-dir", "whole")
-    assert reference.returncode == 0, reference.stderr
-    expected = trial_rows(tmp_path / "whole")
+    # alone, the module's `uninterrupted` sweep: the same trial, one process fewer than running seed 0 once more)
+    expected = trial_rows(uninterrupted)
     assert list(expected) == ["seed1"] and expected["seed1"]["overrides"] == got["seed1"]["overrides"]
     for metric in ("test.accuracy", "test.loss", "best.val_accuracy"):
         assert got["seed1"][metric] == expected["seed1"][metric], metric
 
 
 @pytest.mark.slow
-def test_a_finished_trial_the_sweep_file_now_sets_differently_is_refused(tmp_path):
+def test_a_finished_trial_the_sweep_file_now_sets_differently_is_refused(tmp_path, uninterrupted):
+    sweep_dir = tmp_path / "sw"
+    shutil.copytree(uninterrupted, sweep_dir)  # a finished sweep of its own: the module's stays as it was
+    tiny_beside(tmp_path)
     sweep = tmp_path / "s.yaml"
-    sweep.write_text(f"config: {DIGITS}\noverrides: {{train.max_epochs: 1}}\nseeds: [0]\ncollect: [test.accuracy]\n")
-    assert sweep_cli(tmp_path, str(sweep), "--sweep-dir", "sw").returncode == 0
-    rows_before = (tmp_path / "sw" / "trials.csv").read_text()
-    sweep.write_text(sweep.read_text().replace("max_epochs: 1", "max_epochs: 2"))
+    sweep.write_text(KILL_SWEEP.replace("seeds: [0, 1]", "seeds: [1]").replace("max_epochs: 3", "max_epochs: 2"))
+    rows_before = (sweep_dir / "trials.csv").read_text()
+    assert trial_rows(sweep_dir)["seed1"]["status"] == "done"
     res = sweep_cli(tmp_path, str(sweep), "--sweep-dir", "sw")
-    assert res.returncode == 2 and "trial seed0" in res.stderr and "train.max_epochs=2" in res.stderr
-    assert (tmp_path / "sw" / "trials.csv").read_text() == rows_before
+    assert res.returncode == 2 and "trial seed1" in res.stderr and "train.max_epochs=2" in res.stderr
+    assert (sweep_dir / "trials.csv").read_text() == rows_before
