@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from modforge.cli.main import main
-from sweep_helpers import sweep_cli
+from registry_state import registries_restored
 
 pytestmark = [pytest.mark.hostile, pytest.mark.slow]
 
@@ -45,18 +45,12 @@ def digest(folder: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def templates(tmp_path_factory) -> dict[str, Path]:
-    """One real finished run (digits, one epoch) and one real finished sweep of one trial."""
+    """One real finished run (digits, one epoch) and one real finished sweep of one trial, both made
+    by ``modforge`` in this process (the sweep's trial is still its own process, as always): what is
+    checked is what commands do with the folders, not how the folders were made."""
     root = tmp_path_factory.mktemp("templates")
     config = Path(__file__).resolve().parents[1] / "configs" / "digits.yaml"
     run = root / "run"
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        code = main(["train", str(config), "--run-dir", str(run), "train.max_epochs=1", "train.callbacks=[]",
-                     "data.batch_size=256"])  # fmt: skip
-    finally:
-        os.chdir(cwd)
-    assert code == 0
     sweep_file = root / "sweepdef" / "tiny.yaml"
     sweep_file.parent.mkdir()
     shutil.copy(config, sweep_file.parent / "digits.yaml")
@@ -64,8 +58,16 @@ def templates(tmp_path_factory) -> dict[str, Path]:
                           " data.batch_size: 256}\ngrid: {train.optimizer.args.lr: [0.003]}\n"
                           "collect: [test.accuracy]\n")  # fmt: skip
     sweep = root / "sweep"
-    done = sweep_cli(root, str(sweep_file), "--sweep-dir", str(sweep))
-    assert done.returncode == 0, done.stderr
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        with registries_restored():
+            assert main(["train", str(config), "--run-dir", str(run), "train.max_epochs=1", "train.callbacks=[]",
+                         "data.batch_size=256"]) == 0  # fmt: skip
+        with registries_restored():
+            assert main(["sweep", str(sweep_file), "--sweep-dir", str(sweep)]) == 0
+    finally:
+        os.chdir(cwd)
     return {"run": run, "sweep": sweep}
 
 
