@@ -29,7 +29,6 @@ from unittest import mock
 
 import pytest
 
-from distributed_helpers import children
 from tiny_run import TINY
 
 pytestmark = pytest.mark.hostile
@@ -91,12 +90,16 @@ def _socket_inodes(pid: int) -> set[str]:
 
 
 def listening_sockets(pids: Iterable[int]) -> set[Listening]:
-    """Every listening TCP socket the processes ``pids`` hold, each read in its own network namespace."""
-    found = set()
+    """Every listening TCP socket the processes ``pids`` hold, each read in its own network namespace
+    (its socket tables read once per namespace: the processes of a run share one)."""
+    found, namespaces = set(), {}
     for pid in pids:
         try:
             inodes = _socket_inodes(pid)
-            tables = [Path(f"/proc/{pid}/net/{name}").read_text() for name in ("tcp", "tcp6")]
+            namespace = os.readlink(f"/proc/{pid}/ns/net")
+            if namespace not in namespaces:
+                namespaces[namespace] = [Path(f"/proc/{pid}/net/{name}").read_text() for name in ("tcp", "tcp6")]
+            tables = namespaces[namespace]
         except OSError:  # gone meanwhile
             continue
         for table in tables:
@@ -105,6 +108,26 @@ def listening_sockets(pids: Iterable[int]) -> set[Listening]:
                 if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
                     address, port = fields[1].split(":")
                     found.add(Listening(pid, _address(address), int(port, 16)))
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, from one pass over ``/proc`` (the parent of each process, then
+    down the tree from ``pid``): :func:`distributed_helpers.children` reads all of ``/proc`` again
+    for each process it finds, six passes a poll for a run's launcher, torchrun and two workers."""
+    below: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            below.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        found += (kids := below.get(todo.pop(), []))
+        todo += kids
     return found
 
 
@@ -117,7 +140,7 @@ def watch(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str,
         seen: set[Listening] = set()
         try:
             while proc.poll() is None:
-                seen |= listening_sockets([proc.pid, *children(proc.pid)])
+                seen |= listening_sockets([proc.pid, *descendants(proc.pid)])
                 time.sleep(0.1)
         finally:
             if proc.poll() is None:
