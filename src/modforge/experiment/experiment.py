@@ -28,6 +28,7 @@ from ..engines import build_engine
 from ..model import build_model
 from ..tasks.base import Task, get_task, sectioned_tasks
 from ..train import distributed
+from ..train.evaluation_only import EvaluationOnly
 from ..train.extension import RunContext, RunExtension, build_extensions
 from ..train.metrics import MeanLoss, Metric, is_loss_term
 from ..train.optim_builder import build_optimizer, build_scheduler, plan_schedule
@@ -310,7 +311,7 @@ class Experiment:
         settings = self.settings
         trainer = self.trainer_class(
             self.model,
-            torch.optim.SGD(self.model.parameters(), lr=0.0),
+            EvaluationOnly(self.model.parameters()),  # no torch optimizer: building one imports torch._dynamo
             metrics=self.metrics,
             precision=settings.precision,
             device=settings.device,
