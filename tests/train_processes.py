@@ -13,7 +13,7 @@ runs nothing after its imports, so no state passes from one child, or one test, 
 the server's imports read of the environment — OpenMP's ``OMP_*`` — is the test process's environment
 when the server started, at the first warm child of a test worker: a test that needs other such
 variables in its child wants a cold one.)
-``cold=True`` keeps the ``python -m modforge`` path covered (one kill test uses it);
+``cold=True`` keeps the ``python -m modforge`` path covered (test_experiment's and test_continual_run's kill tests use it);
 ``MODFORGE_TEST_COLD_CHILDREN=1`` makes every child cold.
 """
 
