@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from run_configs import ADAM, mlp, run_config, synthetic
+
 TIMEOUT_S = 300  # against hangs only
 
 
@@ -66,25 +68,12 @@ def digits_beside(folder: Path) -> Path:
     return copy
 
 
-TINY_CONFIG = """\
-# A trial that only needs to train: an MLP on 2,000 synthetic points (88 steps of 16 an epoch,
-# a fraction of a second each on one thread), no callbacks, no confusion matrix. The real
-# sweeps test the sweep's bookkeeping (rows, resume, kill, pruning), which holds at any size;
-# each trial still pays its child process's imports, so its training is kept small.
-seed: 0
-data: {type: synthetic_classification, args: {num_samples: 2000, num_features: 8, num_classes: 3}, batch_size: 16}
-model:
-  backbone: {type: mlp, args: {hidden_dims: [32]}}
-  head: linear
-  losses: [cross_entropy]
-train:
-  max_epochs: 1
-  optimizer: {type: adam, args: {lr: 0.01}}
-  metrics: [accuracy, loss]
-  monitor: val_accuracy
-  num_threads: 1
-  progress: never
-"""
+# A trial that only needs to train: an MLP on 2,000 synthetic points (88 steps of 16 an epoch, a
+# fraction of a second each on one thread), no callbacks. The real sweeps test the sweep's bookkeeping
+# (rows, resume, kill, pruning), which holds at any size; each trial still pays its child process's
+# imports, so its training is kept small.
+TINY_CONFIG = run_config(synthetic(num_samples=2000, batch_size=16), mlp(32), train=dict(
+    max_epochs=1, optimizer=ADAM, metrics="[accuracy, loss]", monitor="val_accuracy", num_threads=1, progress="never"))  # fmt: skip
 
 
 def tiny_beside(folder: Path) -> Path:
