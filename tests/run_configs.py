@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["ADAM", "SGD", "cnn", "continual_digits", "flat_seq_digits", "mlp", "run_config", "synthetic"]
+__all__ = ["ADAM", "SGD", "cnn", "continual_digits", "flat_digits", "flat_seq_digits", "mlp", "run_config", "synthetic"]
 
 ADAM = "{type: adam, args: {lr: 0.01}}"
 SGD = "{type: sgd, args: {lr: 0.05}}"
@@ -30,6 +30,11 @@ def synthetic(num_samples: int, batch_size: int) -> str:
     """``synthetic_classification`` data: ``num_samples`` of 8 features in 3 classes."""
     return (f"{{type: synthetic_classification, args: {{num_samples: {num_samples}, num_features: 8, num_classes: 3}}, "
             f"batch_size: {batch_size}}}")  # fmt: skip
+
+
+def flat_digits(batch_size: int) -> str:
+    """``digits`` as 64-feature vectors (1,257 training samples; no scikit-learn import at the run's start)."""
+    return f"{{type: digits, args: {{as_image: false}}, batch_size: {batch_size}}}"
 
 
 def flat_seq_digits(batch_size: int) -> str:

@@ -190,7 +190,7 @@ def test_a_missing_optuna_or_ray_is_one_error_naming_the_extra(write, tmp_path, 
 
 
 # ----------------------------------------------------------------- real sweeps
-# Their trials train sweep_helpers.TINY_CONFIG (an MLP on synthetic points, 88 steps an epoch): the
+# Their trials train sweep_helpers.TINY_CONFIG (an MLP on the digits as vectors, 79 steps an epoch): the
 # study's bookkeeping is tested, not the model.
 
 
@@ -233,7 +233,7 @@ collect: [best.val_accuracy, epochs]
 def test_an_optuna_sweep_killed_mid_trial_continues_the_same_study(tmp_path):
     tiny_beside(tmp_path)
     sweep = tmp_path / "k.yaml"
-    # killed at its first checkpoint (step 10), the trial has 78 of its 88 steps to go
+    # killed at its first checkpoint (step 10), the trial has 69 of its 79 steps to go
     sweep.write_text("""
 name: k
 config: tiny.yaml

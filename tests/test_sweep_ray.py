@@ -2,7 +2,7 @@
 by its address): the same sweep as the local pool, with the same metrics, and a Ray worker
 SIGKILLed mid-trial — the task is retried and the trial resumes from its checkpoint, ending with
 the metrics of an uninterrupted run. The trials train :data:`sweep_helpers.TINY_CONFIG` (an MLP
-on synthetic points): what is tested is the backend, not the model."""
+on the digits as vectors): what is tested is the backend, not the model."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ DIGITS = SHIPPED_DIGITS  # each test's copy beside its sweep files, once its fix
 pytestmark = pytest.mark.usefixtures("sweep_digits")
 METRICS = ("test.accuracy", "test.loss", "best.val_accuracy")
 
-# The trials of the first two tests: one epoch of 88 steps, a checkpoint every 10 (the second test kills its
-# Ray worker at the first one, 78 steps before the trial's end). The same trial commands in both tests: one
+# The trials of the first two tests: one epoch of 79 steps, a checkpoint every 10 (the second test kills its
+# Ray worker at the first one, 69 steps before the trial's end). The same trial commands in both tests: one
 # local sweep (the `local` fixture) is the reference of both.
 SWEEP = """
 config: tiny.yaml

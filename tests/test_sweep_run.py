@@ -1,7 +1,7 @@
 """Real sweeps of tiny runs: a failing trial recorded while the others finish, and a sweep
 SIGKILLed part-way then run again — finished trials untouched (their rows what their runs wrote),
 the interrupted one resumed, its metrics equal to an uninterrupted sweep's. The trials train
-:data:`sweep_helpers.TINY_CONFIG` (an MLP on synthetic points): what is tested is the sweep's
+:data:`sweep_helpers.TINY_CONFIG` (an MLP on the digits as vectors): what is tested is the sweep's
 bookkeeping, not the model."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import torch
 from ...core.errors import ConfigError
 from ...core.layouts import Layout
 from ..base import DataSplits
-from ..splits import sklearn_seed
+from ..splits import held_out_count, held_out_split
 from .dataset import ImageDataset, Source
 from .mixing import mixing_from_config
 from .transforms import make_pipeline
@@ -69,21 +69,14 @@ def _picture_steps(pipeline) -> list[list[Any]] | None:
 
 def stratified_positions(labels: torch.Tensor, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(kept, held-out) positions: ``fraction`` of the samples held out with each class's
-    share (scikit-learn's splitter, seeded; a plain seeded draw when the data is too small to
-    give every class a place on both sides), both sorted."""
-    import math
-
-    from sklearn.model_selection import train_test_split
-
-    positions = torch.arange(len(labels))
+    share (scikit-learn's draw, seeded: :func:`~modforge.data.splits.held_out_split`; a plain
+    seeded draw when the data is too small to give every class a place on both sides), both sorted."""
     counts = torch.bincount(labels)
-    classes, held = int((counts > 0).sum()), math.ceil(fraction * len(labels))
+    classes, held = int((counts > 0).sum()), held_out_count(fraction, len(labels))
     # stratified when it can be: every class twice or more, and room for each class on both sides
     stratifiable = int(counts[counts > 0].min()) >= 2 and min(held, len(labels) - held) >= classes
-    stratify = labels.numpy() if stratifiable else None
-    kept, held = train_test_split(positions.numpy(), test_size=fraction, stratify=stratify,
-                                  random_state=sklearn_seed(seed))  # fmt: skip
-    return torch.as_tensor(sorted(kept)), torch.as_tensor(sorted(held))
+    kept, held = held_out_split(labels.numpy(), fraction, seed, stratify=stratifiable)
+    return torch.as_tensor(sorted(kept.tolist())), torch.as_tensor(sorted(held.tolist()))
 
 
 def picture_splits(
