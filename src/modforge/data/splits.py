@@ -76,7 +76,7 @@ def held_out_split(labels: np.ndarray, fraction: float, seed: int, *, stratify: 
     held_per_class = _largest_remainders(counts - kept_per_class, held, rng)
     kept_positions: list[int] = []
     held_positions: list[int] = []
-    for cls, (k, h) in enumerate(zip(kept_per_class, held_per_class)):
+    for cls, (k, h) in enumerate(zip(kept_per_class, held_per_class, strict=True)):
         shuffled = members[cls][rng.permutation(counts[cls])]
         kept_positions.extend(shuffled[:k])
         held_positions.extend(shuffled[k : k + h])
