@@ -61,11 +61,13 @@ collect: [test.accuracy, test.loss, best.val_accuracy]
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     """The sweep folder of :data:`KILL_SWEEP`'s seed 1 alone, run once without interruption: the
-    reference of the killed sweep's resumed trial, and a finished trial for the refusal test."""
+    reference of the killed sweep's resumed trial, and a finished trial for the refusal test. Its
+    trial is a fresh process (``--cold-trials``), the killed sweep's are forked warm: the comparison
+    also holds the two ways of starting a trial to the same figures."""
     folder = tmp_path_factory.mktemp("uninterrupted")
     tiny_beside(folder)
     (folder / "seed1.yaml").write_text(KILL_SWEEP.replace("seeds: [0, 1]", "seeds: [1]"))
-    res = sweep_cli(folder, "seed1.yaml", "--sweep-dir", "whole")
+    res = sweep_cli(folder, "seed1.yaml", "--sweep-dir", "whole", "--cold-trials")
     assert res.returncode == 0, res.stdout + res.stderr
     return folder / "whole"
 

@@ -358,8 +358,8 @@ def test_a_sweep_files_ray_section_neither_switches_ray_on_nor_names_the_cluster
     from modforge.cli.commands.sweep_run import _backend_settings
 
     spec = load_sweep(sweep_file("config: digits.yaml\nseeds: [0]\ncollect: [x]\nray: {cpus_per_trial: 2}\n"))
-    flags = {"backend": None, "ray_address": None, "cpus_per_trial": None, "gpus_per_trial": None}
-    assert _backend_settings(argparse.Namespace(**flags), spec) == ("local", {})
+    flags = {"backend": None, "ray_address": None, "cpus_per_trial": None, "gpus_per_trial": None, "cold_trials": False}
+    assert _backend_settings(argparse.Namespace(**flags), spec) == ("local", {"warm": True})
     backend, settings = _backend_settings(argparse.Namespace(**{**flags, "backend": "ray"}), spec)
     assert (backend, settings["address"], settings["cpus_per_trial"]) == ("ray", None, 2.0)
     hostile = sweep_file(

@@ -24,6 +24,7 @@ from ..core.child_process import safe_child_env
 from ..core.safe_files import ensure_folder, open_append
 from .command import TrialJob
 from .executor import ExecutorOptions, TrialOutcome, default_threads, register_executor
+from .warm_trials import WarmTrial, WarmTrials
 
 __all__ = ["LocalExecutor", "start_trial", "stop_trials"]
 
@@ -56,8 +57,8 @@ def _child_setup(prctl, parent: int):
     return setup
 
 
-def start_trial(job: TrialJob, keep_fds: tuple[int, ...] = (), *, note: str = "", cwd: str | None = None
-                ) -> subprocess.Popen:  # fmt: skip
+def start_trial(job: TrialJob, keep_fds: tuple[int, ...] = (), *, note: str = "", cwd: str | None = None,
+                warm: WarmTrials | None = None) -> subprocess.Popen | WarmTrial:  # fmt: skip
     """Start ``job.argv()`` (decided now, from the trial folder as it is) as a child of this
     process, its output appended to ``job.log`` under a ``# TIME [note] COMMAND`` line.
 
@@ -67,7 +68,9 @@ def start_trial(job: TrialJob, keep_fds: tuple[int, ...] = (), *, note: str = ""
     The log is appended through :func:`~modforge.core.safe_files.open_append` (never through a
     link), and the child gets ``PYTHONSAFEPATH=1`` (with the ``-P`` of its command: no import
     from the cwd, in the trial and in the processes it starts). Used by the local pool and, on
-    each Ray worker, by the Ray backend.
+    each Ray worker, by the Ray backend. With ``warm`` (the local pool's server, :mod:`.warm_trials`)
+    a modforge command is forked from there, already imported, with all of the above; else, or
+    when the server cannot, it starts cold.
     """
     argv = job.argv()
     ensure_folder(job.log.parent)
@@ -75,6 +78,10 @@ def start_trial(job: TrialJob, keep_fds: tuple[int, ...] = (), *, note: str = ""
         stamp = datetime.now().isoformat(timespec="seconds")
         log.write(f"# {stamp} {f'[{note}] ' if note else ''}{shlex.join(argv)}\n")
         log.flush()
+        if warm is not None and cwd is None:
+            started = warm.start(argv, log.fileno(), keep_fds)
+            if started is not None:
+                return started
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             pass_fds=keep_fds, preexec_fn=_child_setup(_prctl(), os.getpid()), cwd=cwd,
@@ -82,7 +89,7 @@ def start_trial(job: TrialJob, keep_fds: tuple[int, ...] = (), *, note: str = ""
         )  # fmt: skip
 
 
-def stop_trials(processes: list[subprocess.Popen], grace_s: float = _STOP_GRACE_S) -> None:
+def stop_trials(processes: list[subprocess.Popen | WarmTrial], grace_s: float = _STOP_GRACE_S) -> None:
     """End each trial's whole process group: SIGTERM, then SIGKILL after ``grace_s``; return
     once every one has ended."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
@@ -106,7 +113,8 @@ class LocalExecutor:
         self.workers = max(1, options.workers or 1)
         self.threads = default_threads(self.workers)
         self.keep_fds = tuple(options.keep_fds)
-        self._running: dict[str, tuple[subprocess.Popen, float]] = {}
+        self._running: dict[str, tuple[subprocess.Popen | WarmTrial, float]] = {}
+        self._warm = WarmTrials(_child_setup(_prctl(), os.getpid())) if options.settings.get("warm", True) else None
 
     def free(self) -> int:
         return self.workers - len(self._running)
@@ -115,7 +123,7 @@ class LocalExecutor:
         return len(self._running)
 
     def submit(self, job: TrialJob) -> None:
-        process = start_trial(job, self.keep_fds)
+        process = start_trial(job, self.keep_fds, warm=self._warm)
         self._running[job.trial_id] = (process, time.perf_counter())
 
     def wait(self, timeout: float) -> list[TrialOutcome]:
@@ -134,6 +142,8 @@ class LocalExecutor:
     def shutdown(self) -> None:
         stop_trials([p for p, _ in self._running.values()])
         self._running.clear()
+        if self._warm is not None:
+            self._warm.close()
 
 
 register_executor("local")(LocalExecutor)

@@ -1,0 +1,181 @@
+"""The warm trial server: one process that imports torch and modforge once, then forks each
+trial of a local sweep from there.
+
+A trial started cold (``python -P -m modforge train ...``) spends its first CPU-seconds importing
+torch, ``torch._dynamo`` (every optimizer's first step loads it), matplotlib and modforge's parts
+before it trains — for a short trial, most of its time. The sweep instead starts this server
+once (``python -P -m modforge.sweep.trial_server FD``, with the environment a cold trial gets),
+and asks it over a socket for each trial; the server forks, and the fork runs exactly what
+``python -m modforge ARGS`` runs, as its own process:
+
+* its own session (a Ctrl-C reaches only the sweep), and SIGTERM from the kernel if the server
+  dies — which it does, by the same signal, when the sweep dies (SIGKILL included): no trial
+  outlives its sweep, as with cold trials;
+* its output appended to the trial's log and the sweep's lock held, through file descriptors the
+  sweep sends with the request (``SCM_RIGHTS``); they stay inheritable, so what the trial starts
+  (torchrun's workers, the checkpoint commit helper) holds the lock too;
+* the interpreter's exit: threads joined, exit handlers run, output flushed, the command's status.
+
+The server runs nothing after its imports (no torch operation, no thread), so each fork starts
+from the same state and no trial sees another's. It never imports from its current directory
+(``-P``, and ``PYTHONSAFEPATH=1`` in its environment). Messages are JSON, one per packet: the
+server says ``{"ready": true}`` once it imported everything (or ``{"ready": false, "error": ...}``
+and ends; the sweep then starts its trials cold), ``{"started": PID}`` for each request
+``{"args": [...], "cwd": ...}``, and ``{"ended": PID, "code": STATUS}`` when a trial ends
+(a negative status: killed by that signal, as :class:`subprocess.Popen` reports it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import traceback
+
+__all__ = ["PRELOAD", "main"]
+
+PRELOAD = ("torch", "torch._dynamo", "torch.utils.data", "numpy", "pydantic", "yaml", "matplotlib.pyplot",
+           "matplotlib.backends.backend_agg", "modforge.cli.main", "modforge.cli.commands.train_run",
+           "modforge.cli.config_args", "modforge.cli.stops", "modforge.experiment.runner", "modforge.model.wiring",
+           "modforge.train.distributed")  # fmt: skip
+"""What a ``modforge train`` process imports before its first step (with the modules that
+register modforge's built-in parts, added at start): imported once here, not once per trial."""
+
+_PR_SET_PDEATHSIG = 1
+_POLL_S = 0.1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the sweep on the socket whose descriptor is ``argv[0]`` until the sweep closes it."""
+    channel = socket.socket(fileno=int((sys.argv[1:] if argv is None else argv)[0]))
+    _die_with_parent(os.getppid())
+    try:
+        _preload()
+    except BaseException as exc:  # noqa: BLE001 - whatever failed, the sweep starts its trials cold
+        traceback.print_exc()
+        channel.send(json.dumps({"ready": False, "error": f"{type(exc).__name__}: {exc}"}).encode())
+        return 1
+    channel.send(b'{"ready": true}')
+    running: set[int] = set()
+    while True:
+        readable, _, _ = select.select([channel], [], [], _POLL_S)
+        if readable:
+            message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 64)
+            if not message:  # the sweep closed its end (done, or gone): nothing more to start
+                return 0
+            try:
+                running.add(_fork_trial(json.loads(message), fds, channel))
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        _report_ended(running, channel)
+
+
+def _preload() -> None:
+    from modforge.core import registries
+
+    providers = [module for registry in vars(registries).values() for module in getattr(registry, "_providers", ())]
+    for module in (*PRELOAD, *providers):
+        importlib.import_module(module)
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM from the kernel when ``parent`` ends (Linux); exit now if it already has."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import ctypes.util
+
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _report_ended(running: set[int], channel: socket.socket) -> None:
+    for pid in list(running):
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done, status = pid, 0
+        if done:
+            running.discard(pid)
+            channel.send(json.dumps({"ended": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def _fork_trial(request: dict, fds: list[int], channel: socket.socket) -> int:
+    """Fork a trial running ``modforge ARGS`` (``request["args"]``) in ``request["cwd"]``, its
+    stdout and stderr the first of ``fds``, holding the others; tell the sweep its pid."""
+    server = os.getpid()
+    pid = os.fork()
+    if pid:
+        channel.send(json.dumps({"started": pid}).encode())
+        return pid
+    code = 1
+    try:
+        channel.close()
+        os.setsid()
+        _die_with_parent(server)
+        for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter sets it
+        log, *held = fds
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(stdin, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        for fd in held:
+            os.set_inheritable(fd, True)
+        if request.get("cwd"):
+            os.chdir(request["cwd"])
+        code = _run_modforge(list(request["args"]))
+    finally:
+        _exit(code)
+    return 0  # not reached: the fork ends in _exit
+
+
+def _run_modforge(args: list[str]) -> int:
+    """What ``python -m modforge ARGS`` does with ARGS, as its exit status."""
+    import modforge.__main__ as entry
+
+    sys.argv = [entry.__file__, *args]
+    try:
+        from modforge.cli.main import main as modforge_main
+
+        return modforge_main(args) or 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:  # noqa: BLE001 - the interpreter prints it and exits 1
+        traceback.print_exc()
+        return 1
+
+
+def _exit(code: int) -> None:
+    """The interpreter's exit, in its order — threads joined, exit handlers run, output
+    flushed — then the process ends with ``code`` (never returning into the server's loop)."""
+    import atexit
+    import threading
+
+    try:
+        threading._shutdown()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
