@@ -1,4 +1,4 @@
-"""Warm trial starts (:mod:`modforge.sweep.trial_server`): a local sweep forks its trials from one
+"""Warm trial starts (:mod:`modforge.cli.trial_server`): a local sweep forks its trials from one
 process that imported torch and modforge once. A forked trial is its own process in its own session
 whose output goes to its log; if the server dies its trials die with it, and the sweep goes on with
 fresh processes; a command that is not modforge's starts fresh. (That a warm trial reaches a cold
@@ -19,7 +19,7 @@ from sweep_helpers import running_sweep, tiny_beside, trial_rows, wait_for
 def _server(sweep_pid: int) -> int | None:
     for pid in children(sweep_pid):
         try:
-            if b"modforge.sweep.trial_server" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"modforge.cli.trial_server" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return pid
         except OSError:
             continue

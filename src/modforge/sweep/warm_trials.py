@@ -1,4 +1,4 @@
-"""The sweep's side of the warm trial server (:mod:`.trial_server`): start it once, ask it for
+"""The sweep's side of the warm trial server (:mod:`modforge.cli.trial_server`): start it once, ask it for
 each trial, and follow the trials it forked with the part of :class:`subprocess.Popen`'s surface
 the local pool uses (``pid``, ``poll``).
 
@@ -104,7 +104,7 @@ class WarmTrials:
         self._errors = tempfile.TemporaryFile()  # what it says if it cannot start (a file: never a full pipe)
         try:
             self._process = subprocess.Popen(
-                [*safe_module_command("modforge.sweep.trial_server"), str(theirs.fileno())],
+                [*safe_module_command("modforge.cli.trial_server"), str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._errors, pass_fds=(theirs.fileno(),),
                 start_new_session=True, preexec_fn=self._setup, env=safe_child_env(PYTHONUNBUFFERED="1"),
             )  # fmt: skip

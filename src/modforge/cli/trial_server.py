@@ -1,10 +1,11 @@
 """The warm trial server: one process that imports torch and modforge once, then forks each
-trial of a local sweep from there.
+trial of a local sweep from there. An entry point like ``python -m modforge`` (hence in ``cli``):
+the sweep (:mod:`modforge.sweep.warm_trials`) starts it by name and never imports it.
 
 A trial started cold (``python -P -m modforge train ...``) spends its first CPU-seconds importing
 torch, ``torch._dynamo`` (every optimizer's first step loads it), matplotlib and modforge's parts
 before it trains — for a short trial, most of its time. The sweep instead starts this server
-once (``python -P -m modforge.sweep.trial_server FD``, with the environment a cold trial gets),
+once (``python -P -m modforge.cli.trial_server FD``, with the environment a cold trial gets),
 and asks it over a socket for each trial; the server forks, and the fork runs exactly what
 ``python -m modforge ARGS`` runs, as its own process:
 
