@@ -13,7 +13,7 @@ runs nothing after its imports, so no state passes from one child, or one test, 
 the server's imports read of the environment — OpenMP's ``OMP_*`` — is the test process's environment
 when the server started, at the first warm child of a test worker: a test that needs other such
 variables in its child wants a cold one.)
-``cold=True`` keeps the ``python -m modforge`` path covered (test_experiment's and test_continual_run's kill tests use it);
+``cold=True`` keeps the ``python -m modforge`` path covered (test_experiment's kill test uses it);
 ``MODFORGE_TEST_COLD_CHILDREN=1`` makes every child cold.
 """
 
@@ -75,21 +75,9 @@ def _forkserver() -> multiprocessing.context.BaseContext:
     return context
 
 
-def _exit_status(exc: SystemExit) -> int:
-    """The exit status of an interpreter ended by ``exc``, as Python computes it."""
-    if exc.code is None or isinstance(exc.code, int):
-        return exc.code or 0
-    print(exc.code, file=sys.stderr)
-    return 1
-
-
 def _train_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path: tuple[str, ...], stderr: str) -> None:
     """A warm child's body: what ``python -m modforge train ARGS`` in ``cwd`` with ``env`` does, and
     the interpreter's exit — threads joined, exit handlers run, output flushed — with its status."""
-    import atexit
-    import threading
-    import traceback
-
     for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter sets it
@@ -109,26 +97,13 @@ def _train_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path: tu
     with open(os.devnull, "wb") as devnull, open(stderr, "ab") as err:  # stdout to DEVNULL, stderr kept
         os.dup2(devnull.fileno(), 1)
         os.dup2(err.fileno(), 2)
+    from modforge.cli.trial_server import exit_as_interpreter, run_modforge  # what a sweep's warm trial runs
+
     code = 1
     try:
-        from modforge.cli.main import main
-
-        code = main(sys.argv[1:])
-    except SystemExit as exc:
-        code = _exit_status(exc)
-    except BaseException:  # noqa: BLE001 - the interpreter prints it and exits 1
-        traceback.print_exc()
+        code = run_modforge(sys.argv[1:])
     finally:
-        try:
-            threading._shutdown()  # what the interpreter does at exit, in its order
-            atexit._run_exitfuncs()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(code)
+        exit_as_interpreter(code)
 
 
 class WarmTraining:
@@ -220,11 +195,26 @@ def kill_when(args: list[str], run: Path, moments: Iterable[tuple[Callable[[], b
 
 
 def kill_and_resume(args: list[str], run: Path, delays: tuple[float, ...], cwd: Path, *, cold: bool = False) -> int:
-    """Start training into ``run``; once it has a checkpoint, wait each of ``delays`` and
-    SIGKILL it, resuming after every kill; wait for the last process to succeed. Returns
-    how many times it was killed (``cold``: see :func:`kill_when`)."""
+    """Start training into ``run``; each of ``delays`` seconds after the running process wrote a
+    checkpoint (``last.pt`` replaced by *that* process, not the one an earlier process left),
+    SIGKILL it, resuming after every kill; wait for the last process to succeed. Returns how many
+    times it was killed (``cold``: see :func:`kill_when`). Counted from the process's own
+    checkpoint, a kill lands in training whether the process started warm or cold."""
     last = run / "checkpoints" / "last.pt"
-    return kill_when(args, run, ((last.exists, delay) for delay in delays), cwd, cold=cold)
+
+    def identity() -> tuple[int, int] | None:
+        try:
+            found = last.stat()
+        except FileNotFoundError:
+            return None
+        return found.st_ino, found.st_mtime_ns
+
+    def moments() -> Iterable[tuple[Callable[[], bool], float]]:
+        for delay in delays:  # each drawn once the process it kills has started (kill_when's loop)
+            before = identity()
+            yield (lambda before=before: identity() not in (None, before)), delay
+
+    return kill_when(args, run, moments(), cwd, cold=cold)
 
 
 def newest_step(run: Path) -> int:

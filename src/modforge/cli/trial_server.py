@@ -37,7 +37,7 @@ import socket
 import sys
 import traceback
 
-__all__ = ["PRELOAD", "main"]
+__all__ = ["PRELOAD", "exit_as_interpreter", "main", "run_modforge"]
 
 PRELOAD = ("torch", "torch._dynamo", "torch.utils.data", "numpy", "pydantic", "yaml", "matplotlib.pyplot",
            "matplotlib.backends.backend_agg", "modforge.cli.main", "modforge.cli.commands.train_run",
@@ -128,21 +128,23 @@ def _fork_trial(request: dict, fds: list[int], channel: socket.socket) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter sets it
         log, *held = fds
         stdin = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(stdin, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
+        for source, target in ((stdin, 0), (log, 1), (log, 2)):
+            os.dup2(source, target)
+        for fd in {stdin, log} - {0, 1, 2}:
+            os.close(fd)  # on 0, 1 and 2 now: no stray copies
         for fd in held:
             os.set_inheritable(fd, True)
         if request.get("cwd"):
             os.chdir(request["cwd"])
-        code = _run_modforge(list(request["args"]))
+        code = run_modforge(list(request["args"]))
     finally:
-        _exit(code)
-    return 0  # not reached: the fork ends in _exit
+        exit_as_interpreter(code)
+    return 0  # not reached: the fork ends in exit_as_interpreter
 
 
-def _run_modforge(args: list[str]) -> int:
-    """What ``python -m modforge ARGS`` does with ARGS, as its exit status."""
+def run_modforge(args: list[str]) -> int:
+    """What ``python -m modforge ARGS`` does with ARGS, as its exit status (in a forked process
+    that then calls :func:`exit_as_interpreter`)."""
     import modforge.__main__ as entry
 
     sys.argv = [entry.__file__, *args]
@@ -160,7 +162,7 @@ def _run_modforge(args: list[str]) -> int:
         return 1
 
 
-def _exit(code: int) -> None:
+def exit_as_interpreter(code: int) -> None:
     """The interpreter's exit, in its order — threads joined, exit handlers run, output
     flushed — then the process ends with ``code`` (never returning into the server's loop)."""
     import atexit
