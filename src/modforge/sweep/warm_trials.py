@@ -151,12 +151,14 @@ class WarmTrials:
 
     def _lost(self, why: str) -> None:
         """The server cannot serve (any more): trials start cold from now on."""
+        if self._process is not None and self._process.poll() is None:
+            # a server that stopped answering may still fork what it was asked: ended, with the trials it
+            # runs (their parent-death signal; recorded as failed, a re-run resumes them), no trial runs twice
+            self._process.kill()
+            self._process.wait()
         if self._usable:
             detail = ""
-            if self._errors is not None:  # it was starting: stop it, and say the last line it wrote
-                if self._process is not None and self._process.poll() is None:
-                    self._process.kill()
-                    self._process.wait()
+            if self._errors is not None:  # it was starting: say the last line it wrote
                 self._errors.seek(0)
                 lines = self._errors.read().decode(errors="replace").strip().splitlines()
                 detail = f"; it said: {lines[-1]}" if lines else ""
