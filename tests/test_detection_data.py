@@ -567,3 +567,26 @@ def test_the_registered_dataset_through_the_loader(shapes):
         )
     with pytest.raises(UsageError, match="dataset root not found"):
         DATASETS.build({"type": "coco", "args": {"root": str(root / "nope")}}, path="data", seed=0)
+
+
+def test_shapes_workers_are_not_forked_from_a_process_running_threads(tmp_path):
+    """A fork copies the locks other threads hold: with a thread running, the workers start from a
+    forkserver instead, and the set is the same bytes."""
+    import threading
+
+    from modforge.data.detection.shapes import _start_method
+
+    args = {"images": 6, "seed": 11, "size": 48, "min_object": 6.0, "max_object": 24.0}
+    make_shapes(tmp_path / "a", **args)
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    try:
+        assert _start_method() != "fork"
+        make_shapes(tmp_path / "b", **args, workers=2)
+    finally:
+        stop.set()
+        thread.join()
+    files = [{str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+             for root in (tmp_path / "a", tmp_path / "b")]  # fmt: skip
+    assert files[0] == files[1]
