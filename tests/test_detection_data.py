@@ -574,7 +574,7 @@ def test_shapes_workers_are_not_forked_from_a_process_running_threads(tmp_path):
     forkserver instead, and the set is the same bytes."""
     import threading
 
-    from modforge.data.detection.shapes import _start_method
+    from modforge.data.generated_sets import worker_start_method
 
     args = {"images": 6, "seed": 11, "size": 48, "min_object": 6.0, "max_object": 24.0}
     make_shapes(tmp_path / "a", **args)
@@ -582,7 +582,7 @@ def test_shapes_workers_are_not_forked_from_a_process_running_threads(tmp_path):
     thread = threading.Thread(target=stop.wait, daemon=True)
     thread.start()
     try:
-        assert _start_method() != "fork"
+        assert worker_start_method() != "fork"
         make_shapes(tmp_path / "b", **args, workers=2)
     finally:
         stop.set()

@@ -204,3 +204,17 @@ def publish(staging: Path, out: Path, kind: SetKind) -> None:
         remove_tree(retired, out.parent, kind.wrote, what=f"the earlier {kind.what}")
     except UnsafePathError as exc:
         log.warning("%s; it was left at %s", exc, retired)
+
+
+def worker_start_method() -> str:
+    """How a generator starts its worker processes: ``fork`` (no start-up cost) only when this
+    process runs no other thread — a fork copies whatever locks other threads hold at that moment
+    (a queue's, the allocator's) and the worker can wait on them forever — else ``forkserver``,
+    else ``spawn``."""
+    import multiprocessing
+    import threading
+
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"

@@ -65,7 +65,16 @@ import soundfile as sf
 from scipy import signal
 
 from ...core.heartbeat import Heartbeat
-from ..generated_sets import SetKind, check_seed, check_target, make_staging, publish, split_counts, split_fractions
+from ..generated_sets import (
+    SetKind,
+    check_seed,
+    check_target,
+    make_staging,
+    publish,
+    split_counts,
+    split_fractions,
+    worker_start_method,
+)
 from . import speech_synth as ss
 from .spoof_attacks import ATTACKS
 from .spoof_channels import CHANNELS, DEFAULT_EVAL_CHANNELS, apply_channel_condition, check_channels
@@ -364,7 +373,7 @@ def make_spoof_corpus(
                 _render_job(job)
                 beat.tick(done)
         else:
-            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            method = worker_start_method()
             chunk = max(1, len(jobs) // (8 * workers))
             with multiprocessing.get_context(method).Pool(int(workers)) as pool:
                 for done, _ in enumerate(pool.imap_unordered(_render_job, jobs, chunksize=chunk), 1):

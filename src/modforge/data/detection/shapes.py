@@ -67,6 +67,7 @@ from ..generated_sets import (
     publish,
     split_counts,
     split_fractions,
+    worker_start_method,
 )
 
 __all__ = [
@@ -297,18 +298,6 @@ def render_image(
     return np.clip(np.round(image), 0, 255).astype(np.uint8), objects
 
 
-def _start_method() -> str:
-    """``fork`` (no start-up cost) only when this process runs no other thread: a fork copies
-    whatever locks other threads hold at that moment (a queue's, the allocator's) and the worker
-    can wait on them forever; else ``forkserver``, else ``spawn``."""
-    import threading
-
-    methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
-        return "fork"
-    return "forkserver" if "forkserver" in methods else "spawn"
-
-
 def _render_job(job: tuple[int, int, ShapeSettings, str]) -> tuple[int, list[dict[str, Any]]]:
     """Render image ``index``, write its PNG and return its annotations (without ids)."""
     index, seed, settings, path = job
@@ -451,7 +440,7 @@ def make_shapes(
             results = map(_render_job, jobs)
             anns = {index + 1: a for index, a in results}
         else:
-            method = _start_method()
+            method = worker_start_method()
             chunk = max(1, len(jobs) // (8 * workers))
             with multiprocessing.get_context(method).Pool(int(workers)) as pool:
                 anns = {index + 1: a for index, a in pool.imap_unordered(_render_job, jobs, chunksize=chunk)}
