@@ -12,7 +12,8 @@ Read from the source with :mod:`ast`; nothing is imported or run.
   ``__init__``, a method of ``self`` or of a variable whose class is known (a constructor's result,
   an annotation, a function's return annotation: ``task = configured_task(cfg)`` then
   ``task.run(ROUTINES, cfg)`` opens ``Task.run``). A function already read is not read again.
-  Calls inside a ``raise`` are not followed: an error quoting a setting is not where it is used.
+  Calls inside a ``raise`` are not followed, nor is ``cfg.where`` handed on: an error quoting a
+  setting, or a key's file and line kept for one, is not where the setting is used.
 * **Stays.** The files the reader is in, one after another: every function followed opens its
   file, and coming back to a caller to follow its next call reopens the caller's file. Consecutive
   stays in one file are one stay.
@@ -186,8 +187,17 @@ def _ordered(node: ast.AST) -> Iterator[ast.AST]:
         yield child
 
 
+LOCATION_ATTRIBUTES = frozenset({"where"})
+"""``cfg.where`` (a key's file and line, for messages) reads no setting: handing it on is not following the config."""
+
+
 def _mentions(expr: ast.AST, names: set[str]) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(expr))
+    """Whether ``expr`` reads one of ``names`` (other than for a key's location)."""
+    if isinstance(expr, ast.Attribute) and expr.attr in LOCATION_ATTRIBUTES:
+        return False
+    if isinstance(expr, ast.Name):
+        return expr.id in names
+    return any(_mentions(child, names) for child in ast.iter_child_nodes(expr))
 
 
 def _parameters(function: Function) -> tuple[list[str], str | None, str | None]:
