@@ -21,7 +21,7 @@ import logging
 import os
 import secrets
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -218,3 +218,18 @@ def worker_start_method() -> str:
     if "fork" in methods and threading.active_count() == 1:
         return "fork"
     return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def render_jobs(render: Callable[[Any], Any], jobs: Sequence[Any], workers: int) -> Iterator[Any]:
+    """``render(job)`` of every job, in this process (``workers == 1``, in order) or in a pool of
+    ``workers`` processes started by :func:`worker_start_method` (as they finish: a generator's jobs
+    carry their own index and seed, so the set does not depend on the order). ``render`` must be a
+    module-level function, the pool pickles it."""
+    if workers == 1:
+        yield from map(render, jobs)
+        return
+    import multiprocessing
+
+    chunk = max(1, len(jobs) // (8 * workers))
+    with multiprocessing.get_context(worker_start_method()).Pool(int(workers)) as pool:
+        yield from pool.imap_unordered(render, jobs, chunksize=chunk)

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import os
 import shutil
 import time
@@ -71,9 +70,9 @@ from ..generated_sets import (
     check_target,
     make_staging,
     publish,
+    render_jobs,
     split_counts,
     split_fractions,
-    worker_start_method,
 )
 from . import speech_synth as ss
 from .spoof_attacks import ATTACKS
@@ -368,16 +367,8 @@ def make_spoof_corpus(
                 channel = channels.get(utt_id, "none")
                 jobs.append((len(jobs), speaker, attack, int(seed), n_samples, int(sample_rate), path, channel))
         beat = Heartbeat(log, f"rendering {out.name}", len(jobs))
-        if workers == 1:
-            for done, job in enumerate(jobs, 1):
-                _render_job(job)
-                beat.tick(done)
-        else:
-            method = worker_start_method()
-            chunk = max(1, len(jobs) // (8 * workers))
-            with multiprocessing.get_context(method).Pool(int(workers)) as pool:
-                for done, _ in enumerate(pool.imap_unordered(_render_job, jobs, chunksize=chunk), 1):
-                    beat.tick(done)
+        for done, _ in enumerate(render_jobs(_render_job, jobs, workers), 1):
+            beat.tick(done)
         for name in SPLITS:
             lines = [
                 f"{spk.speaker_id} {utt_id} - {attack} {'bonafide' if attack == BONAFIDE else 'spoof'}\n"

@@ -47,7 +47,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import multiprocessing
 import os
 import shutil
 import time
@@ -65,9 +64,9 @@ from ..generated_sets import (
     is_integer,
     make_staging,
     publish,
+    render_jobs,
     split_counts,
     split_fractions,
-    worker_start_method,
 )
 
 __all__ = [
@@ -435,15 +434,7 @@ def make_shapes(
             for image_id in ids[name]:
                 path = str(staging / "images" / name / f"{image_id:06d}.png")
                 jobs.append((image_id - 1, int(seed), settings, path))
-        anns: dict[int, list[dict[str, Any]]] = {}
-        if workers == 1:
-            results = map(_render_job, jobs)
-            anns = {index + 1: a for index, a in results}
-        else:
-            method = worker_start_method()
-            chunk = max(1, len(jobs) // (8 * workers))
-            with multiprocessing.get_context(method).Pool(int(workers)) as pool:
-                anns = {index + 1: a for index, a in pool.imap_unordered(_render_job, jobs, chunksize=chunk)}
+        anns: dict[int, list[dict[str, Any]]] = {index + 1: a for index, a in render_jobs(_render_job, jobs, workers)}
         per_split: dict[str, dict[str, Any]] = {}
         first_ann = 1
         for name in SPLITS:
