@@ -19,6 +19,7 @@ variables in its child wants a cold one.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -133,7 +134,10 @@ class WarmTraining:
         return self.returncode
 
     def kill(self) -> None:
-        os.kill(self.pid, signal.SIGKILL)
+        """SIGKILL, as :meth:`subprocess.Popen.kill`: nothing when it already ended (its parent, the
+        forkserver, reaps it at once, so its pid can be gone between a ``poll()`` and this)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
 
     @property
     def stderr(self) -> str:
@@ -178,7 +182,7 @@ def kill_when(args: list[str], run: Path, moments: Iterable[tuple[Callable[[], b
             time.sleep(pause)
             if proc.poll() is not None:
                 break
-            os.kill(proc.pid, signal.SIGKILL)
+            proc.kill()
             if proc.wait() != -signal.SIGKILL:  # it ended on its own just before: its status is checked below
                 break
             kills += 1
