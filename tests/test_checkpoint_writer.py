@@ -201,3 +201,25 @@ def test_temp_files_of_killed_processes_are_removed_but_not_those_of_live_ones(t
         path.write_bytes(b"x")
     assert sorted(remove_abandoned_temps(tmp_path)) == sorted(abandoned)
     assert sorted(tmp_path.iterdir()) == sorted(kept)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="zombies are told apart through /proc")
+def test_a_temp_file_whose_owner_is_a_zombie_is_removed(tmp_path):
+    """A commit helper orphaned by a killed trainer stays a zombie where nothing reaps orphans (a
+    container without an init); signal 0 still reaches a zombie, yet it commits nothing any more."""
+    import subprocess
+
+    unreaped = subprocess.Popen(["true"])  # ends at once; not waited for (until the end), so a zombie
+    state = ""
+    deadline = time.monotonic() + 60
+    while state != "Z" and time.monotonic() < deadline:
+        stat = open(f"/proc/{unreaped.pid}/stat").read()
+        state = stat[stat.rfind(")") + 2]
+        time.sleep(0.01)
+    try:
+        assert state == "Z"
+        temp = tmp_path / f".epoch0002-step0000010.pt.tmp-{unreaped.pid}-4"
+        temp.write_bytes(b"x")
+        assert remove_abandoned_temps(tmp_path) == [temp]
+    finally:
+        unreaped.wait()

@@ -161,6 +161,41 @@ def test_a_nan_in_an_epochs_last_step_is_caught_before_the_epochs_checkpoint(dig
     assert last["global_step"] == steps and all(torch.isfinite(t).all() for t in last["model"].values())
 
 
+class EndsProcessAtEpochEnd(Callback):
+    def __init__(self, process):
+        self.process = process
+
+    def on_epoch_end(self, trainer, row):
+        self.process.kill()
+        self.process.wait()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="process liveness via signal 0 (POSIX)")
+def test_a_temp_file_whose_owner_ends_during_the_run_is_gone_when_fit_returns(digits, tmp_path):
+    """A killed trainer's commit helper may still run when the resumed run's first save sweeps the
+    folder (the sweep keeps its temp file then); the sweep after the last checkpoint removes it."""
+    import subprocess
+    import sys
+
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        temp = tmp_path / "checkpoints" / f".epoch0002-step0000010.pt.tmp-12345678+{owner.pid}-4"
+        temp.parent.mkdir()
+        temp.write_bytes(b"x")
+        torch.manual_seed(0)
+        model = mf.build_model(MLP, in_dim=64, num_classes=10)
+        callbacks = [mf.CALLBACKS.build({"type": "checkpoint", "args": {"every_n_steps": 2}}), EndsProcessAtEpochEnd(owner)]
+        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), callbacks=callbacks, max_epochs=1,
+                          max_steps=4, run_dir=tmp_path)
+        trainer.fit(make_loader(digits.train, LoaderSettings(batch_size=64), train=True,
+                                generator=torch.Generator().manual_seed(0)))
+        assert (tmp_path / "checkpoints" / "last.pt").exists()
+        assert not [p.name for p in temp.parent.iterdir() if p.name.startswith(".")]
+    finally:
+        owner.kill()
+        owner.wait()
+
+
 def test_max_steps_and_step_scheduler(digits):
     torch.manual_seed(0)
     model = mf.build_model(MLP, in_dim=64, num_classes=10)

@@ -257,13 +257,20 @@ def remove_abandoned_temps(directory: Path) -> list[Path]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs. A zombie does not: a commit helper orphaned by a killed
+    trainer lingers as one where nothing reaps orphans (a container whose first process is not an
+    init), and its temporary files would otherwise be kept forever."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (macOS), or it ended just now: signal 0 answered, so trust it
+        return True
+    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")  # the state follows the parenthesised name
 
 
 def list_checkpoints(directory: Path) -> list[Path]:

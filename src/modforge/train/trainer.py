@@ -326,7 +326,7 @@ class Trainer(TrainerExecution, EpochLosses, TrainerEvaluation, TrainerCheckpoin
             hint = f" (modforge train --resume {self.run_dir})" if self.run_dir is not None else ""
             raise distributed.PeerFailure(f"{failure}{hint}") from exc
         finally:
-            self.writer.wait()
+            self.settle_checkpoints()
         self.extra_results["train_seconds"] = self.train_seconds
         return self.history
 

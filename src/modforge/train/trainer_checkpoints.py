@@ -47,6 +47,14 @@ class TrainerCheckpoints:
                 f"training stopped{kept}. Lower the learning rate, clip gradients (train.grad_clip) or check the data"
             )
 
+    def settle_checkpoints(self) -> None:
+        """Wait until every submitted checkpoint is on disk, then sweep the folder again: the commit
+        helper of a process killed just before this run may still have been committing at this run's
+        first save, which therefore kept that process's temporary file; by now the helper is gone."""
+        self.writer.wait()
+        if self.rank == 0 and self.run_dir is not None and self._saved is not None:
+            remove_abandoned_temps(self.run_dir / "checkpoints")
+
     def checkpoint_payload(self) -> dict[str, Any]:
         """Everything needed to continue exactly from here. With several processes every
         process must call it (it gathers their RNG states and loss sums)."""
