@@ -34,7 +34,14 @@ from ..train.metrics import MeanLoss, Metric, is_loss_term
 from ..train.optim_builder import build_optimizer, build_scheduler, plan_schedule
 from ..train.rng import seed_everything
 from ..train.trainer import Trainer
-from .settings import LOADER_KEYS, TrainSettings, held_destinations_message, keep_destinations_local, sweep_folder_of
+from .settings import (
+    LOADER_KEYS,
+    RunSettings,
+    TrainSettings,
+    held_destinations_message,
+    keep_destinations_local,
+    sweep_folder_of,
+)
 
 __all__ = ["Experiment", "build_splits", "configured_task", "require_a_loss"]
 
@@ -104,18 +111,13 @@ class Experiment:
         then records the files read (absolute path, format and SHA-256); without, the
         caller loads a checkpoint's weights over the model (testing, resuming)."""
         load_config_plugins(cfg.plugins, sources=cfg.plugin_sources, origin="the config's plugins:")
-        settings = TrainSettings.from_section(cfg.data.get("train") or {})
+        run = RunSettings.read(cfg)  # from here on the build uses these, not the config's sections
+        settings, seed = run.train, run.seed
+        # under torchrun from Python (the CLI joined already): join before the data is sharded
+        distributed.join_if_launched(settings.distributed, device=str(settings.device))
         # a pin as given (warned above the CPUs), else the machine's share
         torch.set_num_threads(choose_threads(settings.num_threads, cfg.where("train.num_threads")))
-        seed = int(cfg.data.get("seed") or 0)
         seed_everything(seed)
-        data = dict(cfg.data.get("data") or {})
-        if not data:
-            raise ConfigError("a training config needs a 'data:' section (e.g. data: {type: digits})", path="data")
-        try:
-            loader = LoaderSettings(**{k: data.pop(k) for k in LOADER_KEYS if k in data})
-        except ValueError as exc:
-            raise ConfigError(str(exc), path="data", source=cfg.where("data")) from None
         if splits is None:
             splits = build_splits(cfg, seed)
         task = _task(cfg, splits)
@@ -151,7 +153,7 @@ class Experiment:
                 spec, path=f"train.metrics.{i}", origin_of=cfg.where, num_classes=splits.num_classes,
                 class_names=list(splits.class_names) or None,
             )
-        return cls(cfg, settings, splits, loader, seed, model, metrics, task, extensions)
+        return cls(cfg, settings, splits, run.loader, seed, model, metrics, task, extensions)
 
     @property
     def trainer_class(self) -> type[Trainer]:
@@ -390,10 +392,10 @@ def _task(cfg: Config, splits: DataSplits) -> Task:
         raise ConfigError(str(exc), path="data.type", source=cfg.where("data.type")) from None
 
 
-def require_a_loss(exp: Experiment, cfg: Config) -> None:
+def require_a_loss(exp: Experiment) -> None:
     """Refuse, before anything is written, a model that cannot produce a training loss: no
     ``model.losses`` and no ``dict_io`` stage that could write a loss key."""
     if not getattr(exp.model, "makes_loss", True):
         raise ConfigError("the model has no loss and no stage that writes a loss key: there is nothing to train "
                           "on; add one, e.g. losses: [cross_entropy]", path="model.losses",
-                          source=cfg.where("model"))  # fmt: skip
+                          source=exp.cfg.where("model"))  # fmt: skip

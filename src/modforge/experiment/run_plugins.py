@@ -30,7 +30,7 @@ read or write, one owned by another user, a key that is a link to nothing, and a
 folder someone else could change: its folder, or any folder above it, owned by another user
 (root aside) or writable by group or others without the sticky bit (a world-writable
 ``MODFORGE_HOME`` would let anyone swap the key) — each one clear error raised *before* a
-run folder is made (:func:`check_signing_key`).
+run folder is made (:func:`plugin_copies`).
 
 Plug-ins that are installed modules are not copied: they must be installed (as
 ``modforge.plugins`` entry points) or given with ``--plugins`` again. When the user gives
@@ -40,6 +40,7 @@ Plug-ins that are installed modules are not copied: they must be installed (as
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -65,10 +66,12 @@ from ..core.text_safety import plain_text
 
 __all__ = [
     "MANIFEST",
+    "PluginCopies",
     "SigningKeyError",
     "check_signing_key",
     "key_path",
     "load_stored_plugins",
+    "plugin_copies",
     "signing_key",
     "snapshot_plugins",
 ]
@@ -223,6 +226,55 @@ def _copyable(plugins: Iterable[str]) -> list[tuple[str, Path]]:
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class PluginCopies:
+    """The plug-in files and package folders a run copies into its folder, found (and the signing key
+    made usable) *before* the folder exists — a bad key is one error and no half-made run folder —
+    and written into it by :meth:`write` once it does.
+
+    Attributes:
+        sources: ``(entry, source path)`` of each plug-in that is a file or a package folder.
+        key: the run-signing key (None when there is nothing to copy).
+    """
+
+    sources: tuple[tuple[str, Path], ...]
+    key: bytes | None
+
+    def write(self, run_dir: Path) -> dict[str, dict[str, str]]:
+        """Copy the sources into ``run_dir/plugins`` and write the manifest, signed for this run;
+        return its entries (entry → ``{"copy", "sha256"}``)."""
+        if self.key is None:
+            return {}
+        folder = ensure_folder(run_dir / FOLDER)
+        entries: dict[str, dict[str, str]] = {}
+        copied: dict[Path, tuple[str, str]] = {}  # one copy per source, however many entries name it
+        for entry, source in self.sources:
+            if source not in copied:
+                name, n = source.name, 1
+                while os.path.lexists(folder / name) or name == "manifest.json":
+                    n += 1
+                    name = f"{source.stem}-{n}{source.suffix}"
+                content = _source_files(source) if source.is_dir() else source.read_bytes()
+                _write_copy(folder, name, content)
+                copied[source] = (name, _digest_of(content))
+            name, sha = copied[source]
+            entries[entry] = {"copy": name, "sha256": sha}
+        identity = {"format": FORMAT, "run": secrets.token_hex(16), "folder": str(run_dir.resolve())}
+        manifest = {**identity, "entries": entries, "hmac": _signature(self.key, identity, entries)}
+        write_atomic(run_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        return entries
+
+
+def plugin_copies(plugins: Iterable[str] | None) -> PluginCopies:
+    """What a run of ``plugins`` will copy into its folder; called before the folder is made.
+
+    Raises:
+        SigningKeyError: the key cannot be used (see :func:`signing_key`).
+    """
+    sources = tuple(_copyable(plugins or ()))
+    return PluginCopies(sources, signing_key(create=True) if sources else None)
+
+
 def check_signing_key(plugins: Iterable[str] | None) -> None:
     """Make sure a run of ``plugins`` can sign its copies — called before its folder is made,
     so a bad key is one error and no half-made run folder.
@@ -230,8 +282,7 @@ def check_signing_key(plugins: Iterable[str] | None) -> None:
     Raises:
         SigningKeyError: see :func:`signing_key`.
     """
-    if plugins and _copyable(plugins):
-        signing_key(create=True)
+    plugin_copies(plugins)
 
 
 def _signature(key: bytes, identity: Mapping[str, object], entries: Mapping[str, object]) -> str:
@@ -288,31 +339,10 @@ def snapshot_plugins(plugins: Iterable[str], run_dir: Path) -> dict[str, dict[st
     and write the manifest, signed for this run; return its entries (entry → ``{"copy", "sha256"}``).
 
     Raises:
-        SigningKeyError: the key cannot be used (see :func:`signing_key`); call
-            :func:`check_signing_key` before making the run folder to fail earlier.
+        SigningKeyError: the key cannot be used (see :func:`signing_key`); take
+            :func:`plugin_copies` before making the run folder to fail earlier.
     """
-    sources = _copyable(plugins)
-    if not sources:
-        return {}
-    key = signing_key(create=True)
-    folder = ensure_folder(run_dir / FOLDER)
-    entries: dict[str, dict[str, str]] = {}
-    copied: dict[Path, tuple[str, str]] = {}  # one copy per source, however many entries name it
-    for entry, source in sources:
-        if source not in copied:
-            name, n = source.name, 1
-            while os.path.lexists(folder / name) or name == "manifest.json":
-                n += 1
-                name = f"{source.stem}-{n}{source.suffix}"
-            content = _source_files(source) if source.is_dir() else source.read_bytes()
-            _write_copy(folder, name, content)
-            copied[source] = (name, _digest_of(content))
-        name, sha = copied[source]
-        entries[entry] = {"copy": name, "sha256": sha}
-    identity = {"format": FORMAT, "run": secrets.token_hex(16), "folder": str(run_dir.resolve())}
-    manifest = {**identity, "entries": entries, "hmac": _signature(key, identity, entries)}
-    write_atomic(run_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
-    return entries
+    return plugin_copies(plugins).write(run_dir)
 
 
 # ------------------------------------------------------------------------------ reading back

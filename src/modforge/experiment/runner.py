@@ -26,7 +26,7 @@ from ..train.checkpoint import CorruptCheckpointError, load_checkpoint
 from ..train.trainer import Trainer
 from .experiment import Experiment, build_splits, configured_task, require_a_loss
 from .plots import plot_curves
-from .runs import continue_run_folder, start_run_folder, write_json
+from .runs import open_run_folder, write_json
 from .trained import (
     check_run_folder,
     checkpoint_digest,
@@ -42,7 +42,7 @@ from .trained import (
 
 __all__ = ["Experiment", "build_splits", "check_run_folder", "checkpoint_digest", "configured_task",
            "evaluate_checkpoint", "evaluate_split", "evaluation_stem", "fit_and_test", "load_trained",
-           "require_a_loss", "run_folder_of", "start_run_folder", "train_run", "trained_checkpoint",
+           "open_run_folder", "require_a_loss", "run_folder_of", "train_run", "trained_checkpoint",
            "trained_config", "trained_experiment"]
 
 log = logging.getLogger("modforge.experiment")
@@ -61,13 +61,8 @@ def train_run(
     the best checkpoint, write ``summary.json`` and ``curves.png``); the continual task trains
     its task sequence instead.
 
-    ``run_dir`` is made (:func:`start_run_folder`) only once everything is built; it may
+    ``run_dir`` is made (:func:`open_run_folder`) only once everything is built; it may
     exist if empty. ``restart``: it is a run folder without a checkpoint, trained again from scratch."""
-    train_settings = cfg.data.get("train") or {}
-    distributed.join_if_launched(
-        distributed.DistributedSettings(**(train_settings.get("distributed") or {})),
-        device=str(train_settings.get("device", "auto")),
-    )  # under torchrun from Python: join before the data is sharded
     task = configured_task(cfg)
     if task is None:  # the dataset's task, known once its data is loaded: fit_and_test hands the run over if it owns one
         return fit_and_test(cfg, run_dir, resume=resume, splits=splits, restart=restart, dispatch=True)
@@ -92,13 +87,11 @@ def fit_and_test(
     if dispatch and type(exp.task).run is not Task.run:
         return exp.task.run(ROUTINES, cfg, run_dir, resume=resume, splits=exp.splits, restart=restart)
     train_loader, val_loader, test_loader = _loaders(exp)
-    require_a_loss(exp, cfg)
+    require_a_loss(exp)
     trainer = exp.trainer(train_loader, run_dir, trainer_class=exp.trainer_class, resume=resume)
     main = distributed.is_main_process()
-    if main and resume is None:  # only now: a config that fails to build leaves nothing on disk
-        start_run_folder(cfg, run_dir, restart=restart)
-    elif main:
-        continue_run_folder(cfg, run_dir)
+    if main:  # only now: a config that fails to build leaves nothing on disk
+        open_run_folder(cfg, run_dir, resumed=resume is not None, restart=restart)
     trainer.fit(train_loader, val_loader, resume=resume)
     summary = _summary(exp, trainer)
     if test_loader is not None:
@@ -107,7 +100,7 @@ def fit_and_test(
         summary["processes"] = distributed.world_size()
     if main:
         write_json(run_dir / "summary.json", summary)
-        plot_curves(trainer.history, run_dir / "curves.png", title=cfg.name)
+        plot_curves(trainer.history, run_dir / "curves.png", title=summary["config"])
     trainer.end_run(summary)  # after the files: trackers keep them
     return summary
 
@@ -186,8 +179,7 @@ def _best_weights(path: Path) -> dict[str, Any] | None:
 ROUTINES = RunRoutines(
     fit_and_test=fit_and_test,
     build=Experiment.build,
-    start_run_folder=start_run_folder,
-    continue_run_folder=continue_run_folder,
+    open_run_folder=open_run_folder,
     require_a_loss=require_a_loss,
     write_json=write_json,
 )

@@ -14,10 +14,9 @@ from typing import Any
 from ..core.config import Config, display_path
 from ..core.errors import UsageError
 from ..core.safe_files import ensure_folder, write_atomic
-from .run_plugins import check_signing_key, snapshot_plugins
+from .run_plugins import plugin_copies
 
-__all__ = ["RunFolderError", "continue_run_folder", "create_run_dir", "new_run_dir", "plan_run_dir", "start_run_folder",
-           "write_json"]
+__all__ = ["RunFolderError", "create_run_dir", "new_run_dir", "open_run_folder", "plan_run_dir", "write_json"]
 
 log = logging.getLogger("modforge.experiment")
 
@@ -114,28 +113,24 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(_clean(data), indent=2) + "\n")
 
 
-def start_run_folder(cfg: Config, run_dir: Path, *, restart: bool = False) -> None:
-    """Make the run folder (once data, model and trainer are built: a config that fails to
-    build leaves nothing behind), say where it is, and write ``config.yaml`` and the plug-in
-    copies. ``restart``: the folder is a run that never reached its first checkpoint,
-    started again from scratch — its config is rewritten, its plug-in copies are kept."""
-    check_signing_key(cfg.plugins)  # a key that cannot sign the copies: one error, no half-made run folder
-    if restart:
-        ensure_folder(run_dir, named=True)
-    else:
-        create_run_dir(run_dir)
-        log.info("run folder: %s", display_path(run_dir))
-    write_atomic(run_dir / "config.yaml", cfg.to_yaml())
-    if not (restart and (run_dir / "plugins" / "manifest.json").exists()):
-        snapshot_plugins(cfg.plugins, run_dir)
+def open_run_folder(cfg: Config, run_dir: Path, *, resumed: bool, restart: bool = False) -> None:
+    """The run folder a run trains into, taken once data, model and trainer are built (a config that
+    fails to build leaves nothing behind).
 
-
-def continue_run_folder(cfg: Config, run_dir: Path) -> None:
-    """The folder a resumed run continues in: its own, or (a checkpoint resumed with
-    ``--run-dir``) a new one, made now and given the run's ``config.yaml``."""
+    A new run makes it, says where it is, and writes ``config.yaml`` and the plug-in copies.
+    ``restart``: the folder is a run that never reached its first checkpoint, started again from
+    scratch — its config is rewritten, its plug-in copies are kept. ``resumed``: the run continues in
+    its own folder, or (a checkpoint resumed with ``--run-dir``) in a new one given its ``config.yaml``."""
+    copies = None if resumed else plugin_copies(cfg.plugins)  # a key that cannot sign them: one error, no folder
     try:
-        ensure_folder(run_dir, named=True)
-        if not os.path.lexists(run_dir / "config.yaml"):
+        if resumed or restart:
+            ensure_folder(run_dir, named=True)
+        else:
+            create_run_dir(run_dir)
+            log.info("run folder: %s", display_path(run_dir))
+        if not (resumed and os.path.lexists(run_dir / "config.yaml")):
             write_atomic(run_dir / "config.yaml", cfg.to_yaml())
     except OSError as exc:
         raise RunFolderError(f"cannot use the run folder {display_path(run_dir)}: {exc.strerror or exc}") from None
+    if copies is not None and not (restart and (run_dir / "plugins" / "manifest.json").exists()):
+        copies.write(run_dir)

@@ -34,7 +34,7 @@ MAX_THREADS = max(64, 4 * (os.cpu_count() or 1))
 """More intra-op threads than this is a mistake, not a setting (100,000 crashes OpenBLAS)."""
 ThreadCount = Annotated[int, Field(gt=0, le=MAX_THREADS)]
 
-__all__ = ["LOADER_KEYS", "HeldDestination", "TrainSettings", "check_device", "held_destinations_message",
+__all__ = ["LOADER_KEYS", "HeldDestination", "RunSettings", "TrainSettings", "check_device", "held_destinations_message",
            "keep_destinations_local", "sweep_folder_of", "validate_data_section", "validate_train_section"]
 
 LOADER_KEYS = tuple(a.name for a in signature_of(LoaderSettings).args)
@@ -125,6 +125,42 @@ class TrainSettings:
         settings = cls(**{k: v for k, v in section.items() if k not in names})
         settings.extensions = {k: ({} if v is True else v) for k, v in section.items() if k in names and v is not None}
         return settings
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """A validated run config's settings, read once (by :meth:`Experiment.build
+    <modforge.experiment.experiment.Experiment.build>`): what the rest of the build uses instead
+    of reaching back into the config.
+
+    Attributes:
+        seed: the top-level ``seed`` (0 when absent).
+        train: the ``train:`` section, typed.
+        loader: the loader settings in ``data:`` (batch size, workers...).
+        dataset: the rest of ``data:`` — the dataset's ``type``, ``args`` and ``transforms``.
+    """
+
+    seed: int
+    train: TrainSettings
+    loader: LoaderSettings
+    dataset: dict[str, Any]
+
+    @classmethod
+    def read(cls, cfg: Config) -> RunSettings:
+        """The settings of ``cfg``, whose registered names (plug-ins included) are known by now.
+
+        Raises:
+            ConfigError: no ``data:`` section, or loader settings out of range.
+        """
+        train = TrainSettings.from_section(cfg.data.get("train") or {})
+        dataset = dict(cfg.data.get("data") or {})
+        if not dataset:
+            raise ConfigError("a training config needs a 'data:' section (e.g. data: {type: digits})", path="data")
+        try:
+            loader = LoaderSettings(**{k: dataset.pop(k) for k in LOADER_KEYS if k in dataset})
+        except ValueError as exc:
+            raise ConfigError(str(exc), path="data", source=cfg.where("data")) from None
+        return cls(int(cfg.data.get("seed") or 0), train, loader, dataset)
 
 
 def _spec_list(value: Any) -> list[Any]:

@@ -68,9 +68,9 @@ class RunRoutines:
         fit_and_test: the standard run — ``(cfg, run_dir, *, resume, splits, restart) ->
             summary``: build, train, test ``best.pt``, write ``summary.json`` and ``curves.png``.
         build: ``(cfg, splits=None, *, init_weights=True) -> Experiment`` (data, model, metrics).
-        start_run_folder: ``(cfg, run_dir, *, restart=False)`` — make the folder once all is built.
-        continue_run_folder: ``(cfg, run_dir)`` — the folder a resumed run goes on in.
-        require_a_loss: ``(exp, cfg)`` — refuse a model that cannot make a training loss.
+        open_run_folder: ``(cfg, run_dir, *, resumed, restart=False)`` — once all is built, make the
+            folder (``config.yaml``, plug-in copies), or take up a resumed run's.
+        require_a_loss: ``(exp)`` — refuse a model that cannot make a training loss.
         write_json: ``(path, data)`` — write a summary atomically.
 
     A task whose :meth:`Task.run` trains with its own loop calls ``trainer.end_run(summary)``
@@ -80,8 +80,7 @@ class RunRoutines:
 
     fit_and_test: Callable[..., dict[str, Any]]
     build: Callable[..., Any]
-    start_run_folder: Callable[..., None]
-    continue_run_folder: Callable[..., None]
+    open_run_folder: Callable[..., None]
     require_a_loss: Callable[..., None]
     write_json: Callable[..., None]
 

@@ -105,15 +105,13 @@ def continual_run(
 
     trains = blurry_tasks([task.train for task in tasks], settings.blurry, exp.seed)
     loaders = [_train_loader(exp, trains, i, cumulative=algorithm.cumulative) for i in range(len(tasks))]
-    routines.require_a_loss(exp, cfg)
+    routines.require_a_loss(exp)
     trainer = exp.trainer(loaders[0], run_dir, trainer_class=ContinualTrainer, algorithm=algorithm)
     trainer.add_callback(StreamCounter())
     if settings.eval_every is not None:
         trainer.add_callback(AnytimeAccuracy(settings.eval_every, lambda tr, t: _evaluate_seen(tr, exp, tasks, t)))
-    if main and resume is None:
-        routines.start_run_folder(cfg, run_dir, restart=restart)
-    elif main:
-        routines.continue_run_folder(cfg, run_dir)
+    if main:
+        routines.open_run_folder(cfg, run_dir, resumed=resume is not None, restart=restart)
     epochs = settings.epochs_per_task
     keep_last = next((cb.keep_last for cb in trainer.callbacks if hasattr(cb, "keep_last")), 3)
     first = 0
