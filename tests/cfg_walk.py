@@ -11,7 +11,8 @@ Read from the source with :mod:`ast`; nothing is imported or run.
   a module's function (``build_splits(cfg)``, ``distributed.join_if_launched(...)``), a class's
   ``__init__``, a method of ``self`` or of a variable whose class is known (a constructor's result,
   an annotation, a function's return annotation: ``task = configured_task(cfg)`` then
-  ``task.run(ROUTINES, cfg)`` opens ``Task.run``). A function already read is not read again.
+  ``task.run(ROUTINES, cfg)`` opens ``Task.run``), or of such a variable's annotated field
+  (``exp = Experiment.build(cfg)`` then ``exp.task.run(routines, cfg)``: ``Experiment.task: Task``). A function already read is not read again.
   Calls inside a ``raise`` are not followed, nor is ``cfg.where`` handed on: an error quoting a
   setting, or a key's file and line kept for one, is not where the setting is used.
 * **Stays.** The files the reader is in, one after another: every function followed opens its
@@ -97,11 +98,11 @@ class _Reader:
                         return self.top(target, alias.name) if target != module else None
         return None
 
-    def local_import(self, module: str, function: Function, name: str) -> Definition | str | None:
+    def local_import(self, module: str, function: Function | ast.ClassDef, name: str) -> Definition | str | None:
         imports = [n for n in ast.walk(function) if isinstance(n, (ast.Import, ast.ImportFrom))]
         return self.imported(module, imports, name) if imports else None
 
-    def resolve_name(self, module: str, function: Function, name: str) -> Definition | str | None:
+    def resolve_name(self, module: str, function: Function | ast.ClassDef, name: str) -> Definition | str | None:
         return self.local_import(module, function, name) or self.top(module, name)
 
     def method(self, cls: Definition, name: str) -> Definition | None:
@@ -122,7 +123,16 @@ class _Reader:
                     pending.append(found)
         return None
 
-    def class_of(self, module: str, function: Function, annotation: ast.expr | None) -> Definition | None:
+    def field_class(self, cls: Definition, name: str) -> Definition | None:
+        """The modforge class of the field ``name`` that ``cls`` (a dataclass, say) annotates in its body."""
+        if not isinstance(cls.node, ast.ClassDef):
+            return None
+        for node in cls.node.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+                return self.class_of(cls.module, cls.node, node.annotation)
+        return None
+
+    def class_of(self, module: str, function: Function | ast.ClassDef, annotation: ast.expr | None) -> Definition | None:
         """The modforge class an annotation names (``Task``, ``Task | None``, ``"Task"``)."""
         if annotation is None:
             return None
@@ -149,7 +159,13 @@ class _Reader:
             if isinstance(found, Definition) and isinstance(found.node, ast.ClassDef):
                 return self.method(found, "__init__")
             return found if isinstance(found, Definition) else None
-        if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+        if not isinstance(func, ast.Attribute):
+            return None
+        if isinstance(func.value, ast.Attribute) and isinstance(func.value.value, ast.Name):  # exp.task.run(...)
+            holder = types.get(func.value.value.id)
+            field = self.field_class(holder, func.value.attr) if holder is not None else None
+            return self.method(field, func.attr) if field is not None else None
+        if not isinstance(func.value, ast.Name):
             return None
         owner = func.value.id
         if owner in ("self", "cls") and where.owner is not None:

@@ -12,6 +12,7 @@ user's own) are run extensions (:mod:`modforge.train.extension`): this page does
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from .trained import (
 
 __all__ = ["Experiment", "build_splits", "check_run_folder", "checkpoint_digest", "configured_task",
            "evaluate_checkpoint", "evaluate_split", "evaluation_stem", "fit_and_test", "load_trained",
-           "open_run_folder", "require_a_loss", "run_folder_of", "train_run", "trained_checkpoint",
+           "open_run_folder", "require_a_loss", "run_folder_of", "standard_run", "train_run", "trained_checkpoint",
            "trained_config", "trained_experiment"]
 
 log = logging.getLogger("modforge.experiment")
@@ -56,17 +57,18 @@ def train_run(
     splits: DataSplits | None = None,
     restart: bool = False,
 ) -> dict[str, Any]:
-    """Train a run of the config's task into ``run_dir`` and return its summary: the task's
-    :meth:`~modforge.tasks.base.Task.run` — for most tasks :func:`fit_and_test` (train, test
-    the best checkpoint, write ``summary.json`` and ``curves.png``); the continual task trains
-    its task sequence instead.
+    """Train a run of ``cfg`` into ``run_dir`` and return its summary: build the experiment, then
+    its task's run — for most tasks :func:`standard_run` (train, test the best checkpoint, write
+    ``summary.json`` and ``curves.png``); a task with a run routine of its own (the continual
+    task's task sequence, a plug-in's) gets the run instead, with the experiment already built.
 
     ``run_dir`` is made (:func:`open_run_folder`) only once everything is built; it may
     exist if empty. ``restart``: it is a run folder without a checkpoint, trained again from scratch."""
-    task = configured_task(cfg)
-    if task is None:  # the dataset's task, known once its data is loaded: fit_and_test hands the run over if it owns one
-        return fit_and_test(cfg, run_dir, resume=resume, splits=splits, restart=restart, dispatch=True)
-    return task.run(ROUTINES, cfg, run_dir, resume=resume, splits=splits, restart=restart)
+    exp = Experiment.build(cfg, splits, init_weights=resume is None)  # a resumed run's weights are its checkpoint's
+    if type(exp.task).run is not Task.run:
+        routines = dataclasses.replace(ROUTINES, built=exp)
+        return exp.task.run(routines, cfg, run_dir, resume=resume, splits=exp.splits, restart=restart)
+    return standard_run(exp, run_dir, resume=resume, restart=restart)
 
 
 def fit_and_test(
@@ -76,22 +78,23 @@ def fit_and_test(
     resume: dict[str, Any] | None = None,
     splits: DataSplits | None = None,
     restart: bool = False,
-    dispatch: bool = False,
 ) -> dict[str, Any]:
-    """The standard run: build, train (or resume), test ``best.pt`` with the task's report,
-    write ``summary.json`` and ``curves.png``; return the summary. With ``dispatch`` (only
-    :func:`train_run`'s own call), a task chosen by the dataset that owns its run routine
-    gets the run instead (:meth:`Task.run`) — once: the routine it may call back is this one
-    without ``dispatch``."""
-    exp = Experiment.build(cfg, splits, init_weights=resume is None)  # a resumed run's weights are its checkpoint's
-    if dispatch and type(exp.task).run is not Task.run:
-        return exp.task.run(ROUTINES, cfg, run_dir, resume=resume, splits=exp.splits, restart=restart)
+    """:func:`standard_run` of the experiment ``cfg`` builds, whatever its task (what a task's own
+    run routine calls for the standard run: ``routines.fit_and_test``)."""
+    return standard_run(Experiment.build(cfg, splits, init_weights=resume is None), run_dir, resume=resume,
+                        restart=restart)  # fmt: skip
+
+
+def standard_run(exp: Experiment, run_dir: Path, *, resume: dict[str, Any] | None = None,
+                 restart: bool = False) -> dict[str, Any]:  # fmt: skip
+    """The standard run of a built experiment: train (or resume), test ``best.pt`` with the task's
+    report, write ``summary.json`` and ``curves.png``; return the summary."""
     train_loader, val_loader, test_loader = _loaders(exp)
     require_a_loss(exp)
     trainer = exp.trainer(train_loader, run_dir, trainer_class=exp.trainer_class, resume=resume)
     main = distributed.is_main_process()
     if main:  # only now: a config that fails to build leaves nothing on disk
-        open_run_folder(cfg, run_dir, resumed=resume is not None, restart=restart)
+        open_run_folder(exp.cfg, run_dir, resumed=resume is not None, restart=restart)
     trainer.fit(train_loader, val_loader, resume=resume)
     summary = _summary(exp, trainer)
     if test_loader is not None:
@@ -100,7 +103,7 @@ def fit_and_test(
         summary["processes"] = distributed.world_size()
     if main:
         write_json(run_dir / "summary.json", summary)
-        plot_curves(trainer.history, run_dir / "curves.png", title=summary["config"])
+        plot_curves(trainer.history, run_dir / "curves.png", title=exp.cfg.name)
     trainer.end_run(summary)  # after the files: trackers keep them
     return summary
 

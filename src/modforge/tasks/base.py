@@ -72,6 +72,8 @@ class RunRoutines:
             folder (``config.yaml``, plug-in copies), or take up a resumed run's.
         require_a_loss: ``(exp)`` — refuse a model that cannot make a training loss.
         write_json: ``(path, data)`` — write a summary atomically.
+        built: the experiment the runner built from the ``cfg`` it hands to :meth:`Task.run` (the
+            task chose itself through it); None where a task's run is called otherwise.
 
     A task whose :meth:`Task.run` trains with its own loop calls ``trainer.end_run(summary)``
     once its summary and plots are written, as ``fit_and_test`` does, so the trackers
@@ -83,6 +85,7 @@ class RunRoutines:
     open_run_folder: Callable[..., None]
     require_a_loss: Callable[..., None]
     write_json: Callable[..., None]
+    built: Any = None
 
 
 @register_task("classification")

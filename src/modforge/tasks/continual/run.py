@@ -68,7 +68,7 @@ def continual_run(
     loaded). ``routines``: the runner's. Under ``--nproc N`` every process trains its shard
     of each task (:mod:`~modforge.continual.processes`) and evaluates its shard of each test
     set; rank 0 writes the folder."""
-    exp = routines.build(cfg, splits, init_weights=resume is None)
+    exp = routines.built or routines.build(cfg, splits, init_weights=resume is None)
     tasks = getattr(exp.splits, "tasks", None)
     if not tasks:
         raise ConfigError("a continual run needs a task-sequence dataset (seq, perm, rot over any classification "
