@@ -23,9 +23,15 @@ def config(write):
 
 
 @pytest.mark.filterwarnings("ignore:torchscript. stage 'backbone':UserWarning")  # the MLP is traced: expected
-def test_a_continual_run_fills_both_accuracy_matrices(cli, config, tmp_path):
+def test_a_continual_run_fills_both_accuracy_matrices(cli, config, tmp_path, monkeypatch):
+    import modforge.experiment.experiment as experiment_module
+
+    models = []
+    build_model = experiment_module.build_model
+    monkeypatch.setattr(experiment_module, "build_model", lambda *a, **k: models.append(build_model(*a, **k)) or models[-1])
     res = cli("train", str(config), "--run-dir", "run")
     assert res.code == 0, res.err
+    assert len(models) == 1  # built once by the runner and handed to the continual task's run (routines.built)
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["tasks"] == 5 and summary["setting"] == "class-il" and (run / "cl_matrix.png").exists()
