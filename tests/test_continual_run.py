@@ -31,7 +31,7 @@ def test_a_continual_run_fills_both_accuracy_matrices(cli, config, tmp_path, mon
     monkeypatch.setattr(experiment_module, "build_model", lambda *a, **k: models.append(build_model(*a, **k)) or models[-1])
     res = cli("train", str(config), "--run-dir", "run")
     assert res.code == 0, res.err
-    assert len(models) == 1  # built once by the runner and handed to the continual task's run (routines.built)
+    assert len(models) == 1  # once: the task its section names gets the run before anything is built
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["tasks"] == 5 and summary["setting"] == "class-il" and (run / "cl_matrix.png").exists()
@@ -197,3 +197,31 @@ def test_kfold_refuses_a_continual_run_before_making_anything(cli, config, tmp_p
     assert res.code == 2
     assert "k-fold cannot split a continual run: it trains its dataset's own task sequence" in res.err
     assert not (tmp_path / "cv").exists()
+
+
+def test_the_runners_experiment_is_used_only_for_the_config_it_was_built_from(config, tmp_path):
+    """``routines.built`` is the runner's experiment of the config it handed over; a task's run called
+    with another config (a plug-in running one config per seed through it) builds that config's own."""
+    from types import SimpleNamespace
+
+    import modforge as mf
+    from modforge.core.errors import ConfigError
+    from modforge.tasks.base import RunRoutines
+    from modforge.tasks.continual.run import continual_run
+
+    class Built(Exception):
+        pass
+
+    def build(cfg, splits=None, *, init_weights=True):
+        raise Built
+
+    cfg = mf.load_config(config)
+    runners = SimpleNamespace(cfg=cfg, splits=SimpleNamespace())  # no task sequence: refused right after it is taken
+    routines = RunRoutines(fit_and_test=None, build=build, open_run_folder=None, require_a_loss=None, write_json=None,
+                           built=runners)  # fmt: skip
+    with pytest.raises(ConfigError, match="needs a task-sequence dataset"):
+        continual_run(routines, cfg, tmp_path / "run")  # its own config: the runner's experiment
+    with pytest.raises(Built):
+        continual_run(routines, mf.load_config(config), tmp_path / "run")  # another config: built anew
+    with pytest.raises(Built):
+        continual_run(routines, cfg, tmp_path / "run", splits=SimpleNamespace())  # other data: built anew

@@ -198,6 +198,7 @@ class Timed(Task):
     def run(self, routines, cfg, run_dir, *, resume=None, splits=None, restart=False):
         summary = routines.fit_and_test(cfg, run_dir, resume=resume, splits=splits, restart=restart)
         summary["wrapped"] = True
+        summary["handed_built"] = routines.built.cfg is cfg and routines.built.splits is splits
         routines.write_json(run_dir / "summary.json", summary)
         return summary
 '''
@@ -211,6 +212,7 @@ def test_a_task_chosen_by_its_dataset_runs_its_own_routine_once(cli, tmp_path):
     assert res.code == 0, res.err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["wrapped"] is True and "accuracy" in summary["test"]
+    assert summary["handed_built"] is True  # chosen by its dataset: the runner's experiment, for this very config
 
 
 def test_a_task_may_not_claim_a_core_section_or_another_tasks_section():

@@ -109,9 +109,11 @@ class Experiment:
 
         With ``init_weights`` the model starts from ``model.init``'s weights, and ``cfg``
         then records the files read (absolute path, format and SHA-256); without, the
-        caller loads a checkpoint's weights over the model (testing, resuming)."""
+        caller loads a checkpoint's weights over the model (testing, resuming). A process
+        torchrun launched joins its process group first, before the data is sharded (only
+        ``modforge train`` runs under torchrun: the other commands refuse to)."""
         load_config_plugins(cfg.plugins, sources=cfg.plugin_sources, origin="the config's plugins:")
-        run = RunSettings.read(cfg)  # from here on the build uses these, not the config's sections
+        run = RunSettings.read(cfg)  # the seed, the typed train: section, the loader settings: read once
         settings, seed = run.train, run.seed
         # under torchrun from Python (the CLI joined already): join before the data is sharded
         distributed.join_if_launched(settings.distributed, device=str(settings.device))

@@ -238,7 +238,7 @@ class PluginCopies:
     """
 
     sources: tuple[tuple[str, Path], ...]
-    key: bytes | None
+    key: bytes | None = dataclasses.field(repr=False)  # never in a log line or a traceback
 
     def write(self, run_dir: Path) -> dict[str, dict[str, str]]:
         """Copy the sources into ``run_dir/plugins`` and write the manifest, signed for this run;

@@ -57,18 +57,27 @@ def train_run(
     splits: DataSplits | None = None,
     restart: bool = False,
 ) -> dict[str, Any]:
-    """Train a run of ``cfg`` into ``run_dir`` and return its summary: build the experiment, then
-    its task's run — for most tasks :func:`standard_run` (train, test the best checkpoint, write
-    ``summary.json`` and ``curves.png``); a task with a run routine of its own (the continual
-    task's task sequence, a plug-in's) gets the run instead, with the experiment already built.
+    """Train a run of ``cfg`` into ``run_dir`` and return its summary. For most tasks that is
+    :func:`standard_run` of the experiment ``cfg`` builds (train, test the best checkpoint, write
+    ``summary.json`` and ``curves.png``). A task with a run routine of its own gets the run instead:
+    one the config names (its ``task:`` or its section: the continual task's task sequence, a
+    plug-in's run per seed) before anything is built — it builds what it needs; one the dataset
+    names once the experiment is built, handed over as ``routines.built``.
 
     ``run_dir`` is made (:func:`open_run_folder`) only once everything is built; it may
     exist if empty. ``restart``: it is a run folder without a checkpoint, trained again from scratch."""
+    task = configured_task(cfg)
+    if task is not None and _has_own_run(task):
+        return task.run(ROUTINES, cfg, run_dir, resume=resume, splits=splits, restart=restart)
     exp = Experiment.build(cfg, splits, init_weights=resume is None)  # a resumed run's weights are its checkpoint's
-    if type(exp.task).run is not Task.run:
+    if _has_own_run(exp.task):
         routines = dataclasses.replace(ROUTINES, built=exp)
         return exp.task.run(routines, cfg, run_dir, resume=resume, splits=exp.splits, restart=restart)
     return standard_run(exp, run_dir, resume=resume, restart=restart)
+
+
+def _has_own_run(task: Task) -> bool:
+    return type(task).run is not Task.run
 
 
 def fit_and_test(

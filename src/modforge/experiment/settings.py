@@ -129,21 +129,20 @@ class TrainSettings:
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
-    """A validated run config's settings, read once (by :meth:`Experiment.build
-    <modforge.experiment.experiment.Experiment.build>`): what the rest of the build uses instead
-    of reaching back into the config.
+    """The settings of a validated run config that the build reads before anything else: the seed,
+    the typed ``train:`` section and the loader's part of ``data:``, read once here (by
+    :meth:`Experiment.build <modforge.experiment.experiment.Experiment.build>`) instead of by each
+    piece of the build that needs one of them.
 
     Attributes:
         seed: the top-level ``seed`` (0 when absent).
         train: the ``train:`` section, typed.
         loader: the loader settings in ``data:`` (batch size, workers...).
-        dataset: the rest of ``data:`` — the dataset's ``type``, ``args`` and ``transforms``.
     """
 
     seed: int
     train: TrainSettings
     loader: LoaderSettings
-    dataset: dict[str, Any]
 
     @classmethod
     def read(cls, cfg: Config) -> RunSettings:
@@ -153,14 +152,14 @@ class RunSettings:
             ConfigError: no ``data:`` section, or loader settings out of range.
         """
         train = TrainSettings.from_section(cfg.data.get("train") or {})
-        dataset = dict(cfg.data.get("data") or {})
-        if not dataset:
+        data = cfg.data.get("data") or {}
+        if not data:
             raise ConfigError("a training config needs a 'data:' section (e.g. data: {type: digits})", path="data")
         try:
-            loader = LoaderSettings(**{k: dataset.pop(k) for k in LOADER_KEYS if k in dataset})
+            loader = LoaderSettings(**{k: data[k] for k in LOADER_KEYS if k in data})
         except ValueError as exc:
             raise ConfigError(str(exc), path="data", source=cfg.where("data")) from None
-        return cls(int(cfg.data.get("seed") or 0), train, loader, dataset)
+        return cls(int(cfg.data.get("seed") or 0), train, loader)
 
 
 def _spec_list(value: Any) -> list[Any]:

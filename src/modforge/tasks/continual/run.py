@@ -68,7 +68,11 @@ def continual_run(
     loaded). ``routines``: the runner's. Under ``--nproc N`` every process trains its shard
     of each task (:mod:`~modforge.continual.processes`) and evaluates its shard of each test
     set; rank 0 writes the folder."""
-    exp = routines.built or routines.build(cfg, splits, init_weights=resume is None)
+    built = routines.built
+    if built is not None and built.cfg is cfg and (splits is None or splits is built.splits):
+        exp = built  # the runner's, for this very config
+    else:
+        exp = routines.build(cfg, splits, init_weights=resume is None)
     tasks = getattr(exp.splits, "tasks", None)
     if not tasks:
         raise ConfigError("a continual run needs a task-sequence dataset (seq, perm, rot over any classification "
@@ -156,7 +160,7 @@ def continual_run(
             entered = t + 1
         trainer.save_checkpoint(keep_last=keep_last)  # the boundary is part of the run's state
         log.info("task %d/%d: class-IL %s", t + 1, len(tasks), " ".join(f"{a:.3f}" for a in class_row))
-    trainer.writer.wait()
+    trainer.settle_checkpoints()  # the last boundary checkpoint on disk, abandoned temporary files swept
     trainer.extra_results["train_seconds"] = trainer.train_seconds  # the whole run's, resumed sessions included
     summary = _summary(cfg, exp, settings, trainer)
     if main:
