@@ -157,10 +157,6 @@ def _assert_loopback_only(code: int, output: str, seen: set[Listening]) -> None:
     assert not exposed, f"--nproc listens beyond loopback: {exposed}"
 
 
-def _nproc_command() -> list[str]:
-    return [sys.executable, "-m", "modforge", "train", "tiny.yaml", "--run-dir", "run", "--nproc", "2"]
-
-
 def _env() -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT"):
@@ -186,20 +182,39 @@ def _namespace(tmp_path: Path) -> tuple[list[str], str | None]:
     return prefix, None
 
 
+MARKER_MODULE = "import pathlib\npathlib.Path(__file__).with_name('IMPORTED-{name}').write_text('ran')\n"
+
+
 @pytest.mark.slow
 @PROC
-def test_nproc_listens_on_loopback_only(tmp_path, capsys):
+def test_nproc_listens_on_loopback_only_and_imports_nothing_from_its_cwd(tmp_path, capsys):
     """A two-process run listens on 127.0.0.1 only. Where this machine can make one, the run is
     watched in a namespace where the host name maps to a private address — the harder case, where
     gloo would listen on that address and torchrun's stores on every address — else on this machine
-    as it is (one launch either way: the harder case covers the plain one)."""
+    as it is (one launch either way: the harder case covers the plain one).
+
+    The same run has a ``yaml.py`` and a ``torch.py`` in its cwd (both imported by every modforge
+    process): neither the torchrun launcher nor a worker imports them. The same folder does make
+    ``python -c`` import them — the marker would appear if a process were started that way (the
+    test can fail)."""
     prefix, missing = _namespace(tmp_path)
     if missing:
         with capsys.disabled():
             print(f"\n[test_trust_sockets] the run is watched on this machine as it is: {missing}")
     (tmp_path / "tiny.yaml").write_text(TINY_NPROC)
-    code, output, seen = watch([*prefix, *_nproc_command()], tmp_path, {**_env(), "MF_HOSTS": str(tmp_path / "hosts")})
+    for name in ("yaml", "torch"):
+        (tmp_path / f"{name}.py").write_text(MARKER_MODULE.format(name=name))
+    env = {**_env(), "MF_HOSTS": str(tmp_path / "hosts")}
+    env.pop("PYTHONSAFEPATH", None)  # modforge's own launch keeps the cwd off every child's path
+    script = Path(sys.executable).with_name("modforge")  # the console script: it never imports from the cwd
+    launcher = [str(script)] if script.exists() else [sys.executable, "-P", "-m", "modforge"]
+    code, output, seen = watch([*prefix, *launcher, "train", "tiny.yaml", "--run-dir", "run", "--nproc", "2"],
+                               tmp_path, env)  # fmt: skip
     _assert_loopback_only(code, output, seen)
+    assert (tmp_path / "run" / "summary.json").is_file()
+    assert not list(tmp_path.glob("IMPORTED-*"))
+    control = subprocess.run([sys.executable, "-c", "import yaml"], cwd=tmp_path, env=env, capture_output=True)
+    assert control.returncode == 0 and (tmp_path / "IMPORTED-yaml").exists()  # the planted module does run so
 
 
 def test_the_nproc_launcher_names_loopback_and_puts_gloo_and_nccl_on_it():
