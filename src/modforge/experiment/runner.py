@@ -77,6 +77,7 @@ def train_run(
 
 
 def _has_own_run(task: Task) -> bool:
+    """Whether ``task`` trains with a run routine of its own (overrides :meth:`Task.run`)."""
     return type(task).run is not Task.run
 
 
