@@ -56,7 +56,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "benchmarks" / "README.md"
 MAMMOTH_COMMIT = "e75a491c69fd729edeb01431afb753d9157d9a81"
 # what the device machine's image lacks (its package list), pinned to the versions installed here
-WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "docstring-parser",
+# (typing-extensions too: pydantic needs a newer one than the image may have)
+WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions", "docstring-parser",
           "kornia", "kornia-rs", "airbench==0.1.8")  # fmt: skip
 PROBE = """
 import json, sys
