@@ -13,6 +13,7 @@ from image_fixtures import write_cifar_python
 from modforge.core.errors import ConfigError
 from modforge.data.base import ArrayDataset
 from modforge.data.images.dataset import FilePictures, ImageDataset, TensorPictures
+from modforge.data.images.mersenne import first_outputs
 from modforge.data.images.transforms import make_pipeline, sample_seed, sample_seeds
 from modforge.data.loader import LoaderSettings, make_loader
 from modforge.data.placement import place
@@ -86,6 +87,20 @@ def test_batch_seeds_are_the_per_sample_seeds():
     ids = torch.tensor([0, 1, 7, 2**40, 2**62 + 3, 12345])
     for seed, epoch, stream in ((0, 0, 0), (-5, 3, 1), (2**70, 2**33, 0)):
         assert sample_seeds(seed, epoch, ids, stream) == [sample_seed(seed, epoch, int(i), stream) for i in ids]
+
+
+def test_a_batch_of_seeds_gives_the_first_outputs_torchs_generator_gives_each_seed():
+    seeds = sample_seeds(3, 1, torch.arange(64)) + [0, 2**32 - 1, 2**32, 2**63 - 1]
+    outputs = first_outputs(seeds, 4).astype("int64")
+    generator = torch.Generator()
+    for seed, row in zip(seeds, outputs, strict=True):
+        for modulus in (2**24, 40, 2**28 - 3):  # as the batched crops and flips read them
+            generator.manual_seed(seed)
+            assert torch.empty(4, dtype=torch.int64).random_(0, modulus, generator=generator).tolist() == [
+                v % modulus for v in row.tolist()]
+    assert first_outputs(seeds, 0).shape == (len(seeds), 0)
+    with pytest.raises(ValueError, match="count must be in 0..227"):
+        first_outputs(seeds, 228)
 
 
 def test_bad_data_device_values_get_one_error_naming_the_key(cli, write, tmp_path):

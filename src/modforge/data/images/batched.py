@@ -15,7 +15,9 @@ one 32-bit output ``x`` of the generator into ``x % n`` (``n < 2**28``) or
 ``(x % 2**24) / 2**24``. So one call ``randint(0, m, (K,))`` after seeding, with ``m`` a multiple
 of every crop's ``n`` (and one more with ``m = 2**24`` for the flips), reads the K outputs the v2
 calls would have consumed, modulo what they need; the offsets and flips follow in tensor
-arithmetic (:func:`raw_draws`; checked once per process against the calls themselves). The
+arithmetic (:func:`raw_draws`; checked once per process against the calls themselves). Where
+no float transform follows, even the seeding is skipped: those outputs are computed for the whole
+batch's seeds at once (:mod:`.mersenne`). The
 picture is therefore exactly the one the per-sample path gives (same offsets, same flips, same
 uint8 values), and the generator ends in the state v2 would leave it in — so a float transform
 after the geometry (random erasing) can still run per sample and draw what it would have drawn.
@@ -36,6 +38,7 @@ from typing import Any
 import torch
 
 from ..base import copy_to
+from . import mersenne
 
 __all__ = ["BatchPlan", "batch_plan", "draw_passes", "raw_draws"]
 
@@ -295,6 +298,11 @@ def raw_draws(plan: BatchPlan, seeds: Sequence[int], *, keep_states: bool = Fals
     seeded with the sample's seed, as v2's calls would draw them; with ``keep_states``, also each
     generator's state afterwards (where v2's draws would have left torch's generator)."""
     count = len(plan.draws)
+    one_output = all(d.n is None or d.n < _ONE_OUTPUT for d in plan.draws)
+    if not keep_states and one_output and _fast_draws_agree() and mersenne.agrees_with_torch():
+        # every draw reads one output of the freshly seeded generator: the seeding recurrence for the whole
+        # batch at once gives them (``x``; ``offsets`` takes ``x % n`` and ``x % 2**24`` as the passes would)
+        return torch.from_numpy(mersenne.first_outputs(seeds, count).astype("int64")), None
     raw = torch.zeros(len(seeds), count, dtype=torch.int64)
     generator = torch.Generator()
     states: list[torch.Tensor] | None = [] if keep_states else None
