@@ -12,6 +12,7 @@ run that gets through its steps read nothing. On a GPU (tests marked ``cuda``, r
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -90,14 +91,18 @@ def test_the_balancing_buffers_read_the_labels_they_balance():
 
 
 class SyncChecked:
-    """A loader of ``batches`` that turns ``torch.cuda.set_sync_debug_mode("error")`` on from its
-    second batch (the first step's one-off work may synchronise) until it is exhausted."""
+    """A loader (any iterable of batches with a length) that turns ``torch.cuda.set_sync_debug_mode
+    ("error")`` on from its second batch (the first step's one-off work may synchronise) until it
+    is exhausted; what else the trainer asks of a loader (its generator, sampler) is the loader's."""
 
-    def __init__(self, batches: list[dict[str, torch.Tensor]]):
+    def __init__(self, batches: Any):
         self.batches = batches
 
     def __len__(self) -> int:
         return len(self.batches)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["batches"], name)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         try:
@@ -118,11 +123,13 @@ def sync_mode_restored() -> Iterator[None]:
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.usefixtures("sync_mode_restored")
-@pytest.mark.parametrize("precision", ["32", "bf16"])
-def test_on_a_gpu_the_trainer_steps_without_synchronising(precision):
-    model = _cnn()
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), device="cuda",
-                      precision=precision, log_every=100, grad_clip=1.0, async_checkpoints=False)  # fmt: skip
+@pytest.mark.parametrize(("precision", "fused"), [("32", None), ("bf16", None), ("16", True)])
+def test_on_a_gpu_the_trainer_steps_without_synchronising(precision, fused):
+    # fp16's grad scaler decides on the device only with a fused optimizer (else it reads found-inf each step)
+    model = _cnn().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=fused)
+    trainer = Trainer(model, optimizer, device="cuda", precision=precision, log_every=100, grad_clip=1.0,
+                      async_checkpoints=False)  # fmt: skip
     history = trainer.fit(SyncChecked(_batches(6, pin=True)))
     assert trainer.global_step == 6 and torch.isfinite(torch.tensor(history[-1]["train_loss"]))
 
@@ -142,3 +149,41 @@ def test_on_a_gpu_a_der_plus_plus_task_trains_with_its_buffer_on_the_device_with
     assert (len(buffer), buffer.seen) == (10, 32)
     assert {v.device.type for v in buffer.data.values()} == {"cuda"}
     assert torch.isfinite(torch.tensor(history[-1]["train_loss"]))
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.usefixtures("sync_mode_restored")
+def test_on_a_gpu_the_airbench_recipe_with_its_pictures_on_the_device_steps_without_synchronising():
+    # the shipped speed-run config (narrow): pictures cut and augmented on the GPU, fp16 with a fused
+    # optimizer, whitening, lookahead, freezing and the triangular rate — none of it waits for the device
+    from pathlib import Path
+
+    from modforge.core.config import load_config
+    from modforge.data.images.dataset import TensorPictures
+    from modforge.data.images.splits import picture_splits
+    from modforge.experiment.runner import Experiment
+    from modforge.experiment.schema import validate_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "vision" / "cifar10_airbench94.yaml")
+    data, train = cfg.data["data"], cfg.data["train"]
+    data.update(batch_size=32, num_workers=0, persistent_workers=False, device="cuda")
+    cfg.data["model"]["backbone"]["args"]["widths"] = [8, 16, 16]
+    train.update(max_epochs=2, max_steps=6, device="cuda", log_every=100)
+    for spec in train["callbacks"]:
+        spec["args"].update({"whitening_init": {"samples": 32}, "freeze_parameters": {"from_epoch": 1},
+                             "lookahead": {"every": 2}}[spec["type"]])  # fmt: skip
+    validate_config(cfg)
+    g = torch.Generator().manual_seed(0)
+    pictures = torch.randint(0, 256, (96, 3, 32, 32), dtype=torch.uint8, generator=g)
+    splits = picture_splits(train=(TensorPictures(pictures), torch.randint(0, 10, (96,), generator=g)), test=None,
+                            class_names=[str(i) for i in range(10)], seed=0, val_fraction=0.0,
+                            transforms={"train": data["transforms"]["train"]}, mean=[0.49, 0.48, 0.45],
+                            std=[0.25, 0.24, 0.26], described="random")  # fmt: skip
+    exp = Experiment.build(cfg, splits)
+    loader = exp.loaders()[0]
+    trainer = exp.trainer(loader, None)
+    assert trainer.scaler is not None and trainer.optimizer._step_supports_amp_scaling
+    history = trainer.fit(SyncChecked(loader))
+    assert trainer.global_step == 6 and torch.isfinite(torch.tensor(history[-1]["train_loss"]))
+    assert loader.dataset.source.pictures.device.type == "cuda"  # the batches were made there

@@ -340,3 +340,26 @@ def test_a_callback_added_on_resume_does_not_take_another_callbacks_saved_state(
     two = trainer([Extra(), Counter(), Counter()])  # the older numbering: Counter.1 and Counter.3 (Extra at 2)
     saved = {"Counter.1": {"count": 1}, "Extra.2": {}, "Counter.3": {"count": 3}}
     assert [two._saved_callback_state(saved, cb) for cb in two.callbacks[1:]] == [{"count": 1}, {"count": 3}]
+
+
+def test_a_later_fit_keeps_the_prepared_runnable_until_a_part_of_the_model_is_replaced(digits):
+    from modforge.engines import build_engine
+
+    torch.manual_seed(0)
+    model = mf.build_model(MLP, in_dim=64, num_classes=10)
+    engine = build_engine({"type": "compile", "args": {"backend": "eager"}})
+    prepared = []
+    prepare = engine.prepare
+    engine.prepare = lambda m, example=None, *, train=False: prepared.append(example) or prepare(m, example, train=train)
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), engine=engine, max_epochs=1)
+    loader = make_loader(digits.train, LoaderSettings(batch_size=64), train=True, generator=torch.Generator().manual_seed(0))
+    trainer.fit(loader)
+    first = trainer.runnable
+    trainer.max_epochs = 2
+    trainer.fit(loader)  # training continued: no second compilation, warm-up or example batch
+    assert len(prepared) == 1 and trainer.runnable is first and trainer.epoch == 2
+    parent, name = next((m, n) for m in model.modules() for n, c in m.named_children() if isinstance(c, nn.Linear))
+    setattr(parent, name, nn.Linear(getattr(parent, name).in_features, getattr(parent, name).out_features))
+    trainer.max_epochs = 3
+    trainer.fit(loader)  # a replaced layer: the runnable is made again, of the model as it is now
+    assert len(prepared) == 2 and trainer.runnable is not first

@@ -192,7 +192,13 @@ class Trainer(TrainerExecution, EpochLosses, TrainerEvaluation, TrainerCheckpoin
             if max(self.world_size, distributed.env_world_size()) > 1:
                 self.engine = Eager()  # replicas must stay in step: DDP over the eager model
         self.runnable: Any = self.model  # what forward passes call; fit() asks the engine for it
+        self._runnable_parts: list[Any] | None = None  # what it was prepared from (prepare_runnable)
         self.scaler = torch.amp.GradScaler(self.device.type) if precision == "16" else None
+        if self.scaler is not None and self.device.type == "cuda" and "fused" in getattr(optimizer, "defaults", {}) \
+                and not getattr(optimizer, "_step_supports_amp_scaling", False):  # fmt: skip
+            log.info("precision 16: with an unfused %s the grad scaler reads on the host whether the gradients "
+                     "overflowed, a synchronisation every step; the optimizer's `fused: true` keeps that on the "
+                     "GPU", type(optimizer).__name__)  # fmt: skip
         self._autocast_dtype = {"bf16": torch.bfloat16, "16": torch.float16}.get(precision)
         self._move = self.device.type != "cpu"
         # progress state (all of it goes into checkpoints)

@@ -26,7 +26,16 @@ class TrainerExecution:
 
     def prepare_runnable(self, loader: Any, generator: torch.Generator | None = None) -> Any:
         """The engine's runnable for training; the example batch an engine may need is the
-        loader's first, drawn without changing the data order (the generator is restored)."""
+        loader's first, drawn without changing the data order (the generator is restored).
+
+        A later ``fit`` of the same model (a continual run's next task, training continued) keeps
+        the runnable it has: preparing again would compile (or trace) and warm up once more, and
+        draw an example batch that throws away what persistent loader workers had prepared. It
+        is prepared again only when the engine, or the model's modules, parameters or buffers
+        (which a traced or compiled runnable holds), are no longer the ones it was made of."""
+        made_of, before = self._runnable_made_of(), self._runnable_parts
+        if before is not None and len(before) == len(made_of) and all(a is b for a, b in zip(before, made_of)):
+            return self.runnable
         example = None
         if self.engine.capabilities.needs_example_input:
             state = generator.get_state() if generator is not None else None
@@ -39,7 +48,16 @@ class TrainerExecution:
                 if state is not None:
                     generator.set_state(state)
         self.engine.arrange(self.model)  # before DDP wraps it: the reducer's buckets take the final layout
-        return self.engine.prepare(self._replicated(), example, train=True)
+        runnable = self.engine.prepare(self._replicated(), example, train=True)
+        self._runnable_parts = self._runnable_made_of()  # after: an engine may convert the model (float64)
+        return runnable
+
+    def _runnable_made_of(self) -> list[Any]:
+        """What a prepared runnable depends on, compared by identity: the engine, the wrapper, and
+        every module, parameter and buffer of the model (held, so that no new object can take the
+        place of one that is gone)."""
+        model = self.model
+        return [self.engine, self.ddp, *model.modules(), *model.parameters(), *model.buffers()]
 
     def _replicated(self) -> nn.Module:
         """The module training runs: the model, or (several processes) its DDP wrapper."""
