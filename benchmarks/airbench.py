@@ -21,7 +21,7 @@ its folder on ``PYTHONPATH``; it needs torchvision):
   tensors, no augmentation (what the trainer and model cost on their own).
 
     python benchmarks/airbench.py --parity [--steps 20] [--write]
-    python benchmarks/airbench.py --speed [--quick] [--write]
+    python benchmarks/airbench.py --speed [--quick] [--write] [--profile]
 """
 
 from __future__ import annotations
@@ -359,6 +359,52 @@ def speed(*, epochs: float, runs: int, workers: int) -> dict[str, Any]:
     return out
 
 
+def profile(*, steps: int = 48) -> str:
+    """Where the time of ``steps`` optimizer steps goes, for airbench's ``train94`` and for modforge's
+    config on plain tensors (``--profile``, after ``--speed``; diagnosis for later sessions, which may have
+    no device): torch.profiler's busiest operations by GPU time and by host time, the GPU's busy share of
+    the wall time, and how often the host waited for the device."""
+    from airbench import lib_airbench94, utils
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiled
+
+    raw, labels = random_pictures(50000)
+    lines = []
+
+    def report(name: str, run) -> None:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with profiled(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+        events = prof.key_averages()
+        device_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
+        waits = {e.key: e.count for e in events if "Synchronize" in e.key or e.key == "aten::item"
+                 or e.key == "aten::_local_scalar_dense"}  # fmt: skip
+        lines.append(f"### {name}: {wall:.2f} s wall under the profiler; GPU kernels busy {device_us / 1e6:.2f} s "
+                     f"({device_us / 1e6 / wall:.0%}); host waits {waits}\n")  # fmt: skip
+        lines.append(events.table(sort_by="self_device_time_total", row_limit=12))
+        lines.append(events.table(sort_by="self_cpu_time_total", row_limit=12))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.save({"images": raw, "labels": labels, "classes": list(range(10))}, Path(tmp) / "train.pt")
+        torch.save({"images": raw, "labels": labels, "classes": list(range(10))}, Path(tmp) / "test.pt")
+        hyp = lib_airbench94.hyp
+        loader = utils.CifarLoader(tmp, train=True, batch_size=hyp["opt"]["batch_size"], aug=hyp["aug"],
+                                   altflip=True)  # fmt: skip
+        epochs = steps / len(loader)
+        with mock.patch.object(utils, "CifarLoader", lambda *a, **k: None):
+            report(f"airbench train94, {steps} steps", lambda: lib_airbench94.train94(loader, epochs=epochs,
+                                                                                      verbose=False))  # fmt: skip
+    cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=48, device="cuda", precision="16")
+    exp = Experiment.build(cfg, tensor_splits(normalised(raw), labels))
+    train_loader = exp.loaders()[0]
+    trainer = exp.trainer(train_loader, None)
+    report(f"modforge, tensors, {steps} steps", lambda: trainer.fit(train_loader))
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------- main
 def parity_table(result: dict[str, Any]) -> str:
     floor = "airbench_nudged" in result
@@ -399,6 +445,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="speed: timed runs each")
     parser.add_argument("--workers", type=int, default=8, help="speed: loader workers of the shipped config")
     parser.add_argument("--write", action="store_true", help="record the figures in benchmarks/README.md")
+    parser.add_argument("--profile", action="store_true", help="speed: then where each side's time goes (printed)")
     args = parser.parse_args()
     try:
         import airbench  # noqa: F401
@@ -418,10 +465,17 @@ def main() -> int:
             return 2
         result = speed(epochs=2.0 if args.quick else 9.9, runs=1 if args.quick else args.runs, workers=args.workers)
         sections.append(speed_table(result))
-        print(sections[-1])
+        print(sections[-1], flush=True)
     if args.write:
         for body in sections:
             update_readme(SECTION if "Parity" in body else f"{SECTION}-speed", body)
+    if args.speed and args.profile:  # after the figures are recorded: a diagnosis that fails costs only itself
+        try:
+            print(profile())
+        except Exception:  # noqa: BLE001 - print why, keep the step's result
+            import traceback
+
+            traceback.print_exc()
     return 0
 
 

@@ -5,11 +5,14 @@ Steps, in this order, each in its own process with its own time limit (and all o
 time is recorded and the next one runs:
 
 1. ``cuda-tests`` — the tests marked ``cuda`` (``pytest -m cuda`` over the files that use the mark);
-2. ``gpu`` — ``benchmarks/gpu.py --quick --write``: Trainer vs hand loop vs the model-only bound;
+2. ``gpu`` — ``benchmarks/gpu.py --quick --runs 5 --write``: Trainer vs hand loop vs the model-only bound;
 3. ``continual`` — ``benchmarks/continual_gpu.py --quick --write``: DER++ steps/s vs Mammoth's own
    code (needs Mammoth's tree in ``.mammoth``);
 4. ``input-pipeline`` — ``benchmarks/input_pipeline.py --device cuda --quick --write``;
-5. ``airbench`` — ``benchmarks/airbench.py --speed --quick --write`` (needs the ``airbench`` package).
+5. ``airbench`` — ``benchmarks/airbench.py --speed --profile --write`` (needs the ``airbench`` package): the
+   recipe's 476 steps against airbench's, then where each side's time goes.
+
+``--skip STEP`` leaves a step out (its figures recorded by an earlier device session).
 
 A step whose script is missing, or that needs what the machine lacks (a CUDA device, Mammoth's
 tree, a package), is skipped with the reason. At the end ``$OUT/summary.md`` (also printed) says
@@ -111,7 +114,7 @@ def plan(python: str) -> list[Step]:
     tests = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", *marked_test_files()]
     return [
         Step("cuda-tests", tests, 45, packages=("modforge",)),
-        Step("gpu", [python, gpu, "--quick", *writes(gpu)], 270, script=gpu, packages=("modforge",)),
+        Step("gpu", [python, gpu, "--quick", "--runs", "5", *writes(gpu)], 240, script=gpu, packages=("modforge",)),
         Step(
             "continual",
             [python, continual, "--quick", "--mammoth", ".mammoth", *writes(continual)],
@@ -123,14 +126,14 @@ def plan(python: str) -> list[Step]:
         Step(
             "input-pipeline",
             [python, pipeline, "--device", "cuda", "--quick", *writes(pipeline)],
-            90,
+            75,
             script=pipeline,
             packages=("modforge",),
         ),
         Step(
             "airbench",
-            [python, airbench, "--speed", "--quick", *writes(airbench)],
-            120,
+            [python, airbench, "--speed", "--profile", *writes(airbench)],  # the recipe's 476 steps, 3 runs each
+            190,
             script=airbench,
             packages=("modforge", "airbench"),
         ),
@@ -196,8 +199,9 @@ def install_wheels(python: str, env: dict, out: Path) -> str:
     return f"{len(wheels)} wheels installed"
 
 
-def check(out: Path, budget: float, dry_run: bool) -> int:
-    """Run every step (or, with ``dry_run``, say what would run); write ``out/summary.md``."""
+def check(out: Path, budget: float, dry_run: bool, skip: frozenset[str] = frozenset()) -> int:
+    """Run every step but those in ``skip`` (or, with ``dry_run``, say what would run); write
+    ``out/summary.md``."""
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     python = sys.executable
@@ -214,7 +218,7 @@ def check(out: Path, budget: float, dry_run: bool) -> int:
                f"CUDA {found.get('cuda_version')}; wheels: {wheels}")  # fmt: skip
     rows, failed = [], 0
     for step in plan(python):
-        reason = why_skipped(step, found)
+        reason = "--skip" if step.name in skip else why_skipped(step, found)
         left = budget - (time.perf_counter() - started)
         if reason is None and left < 20:
             reason = f"out of time ({left:.0f} s of the {budget:.0f} s budget left)"
@@ -325,6 +329,8 @@ def main() -> int:
                         help="where the logs and the summary go (default: $OUT, else ./device-out)")  # fmt: skip
     parser.add_argument("--budget", type=float, default=570.0, help="seconds for everything together (default 570)")
     parser.add_argument("--dry-run", action="store_true", help="say what would run, run nothing")
+    parser.add_argument("--skip", action="append", default=[], metavar="STEP",
+                        help="a step not to run (its figures are recorded already); repeatable")  # fmt: skip
     parser.add_argument("--prepare", action="store_true", help="here, before a device session: wheels and Mammoth")
     parser.add_argument("--python-version", default="3.12", help="--prepare: the device's Python (default 3.12)")
     parser.add_argument("--mammoth-repo", help="--prepare: a clone of aimagelab/mammoth to export .mammoth from")
@@ -339,7 +345,10 @@ def main() -> int:
         target.write_text(text)
         print(f"took {', '.join(taken) if taken else 'nothing (no section differs)'} into {target}")
         return 0
-    return check(Path(ns.out), ns.budget, ns.dry_run)
+    unknown = set(ns.skip) - {step.name for step in plan(sys.executable)}
+    if unknown:
+        parser.error(f"--skip: no step named {', '.join(sorted(unknown))}")
+    return check(Path(ns.out), ns.budget, ns.dry_run, frozenset(ns.skip))
 
 
 if __name__ == "__main__":
