@@ -18,7 +18,7 @@ its folder on ``PYTHONPATH``; it needs torchvision):
   ``device`` — the config as shipped (``data.device: auto``: the pictures kept and augmented in
   whole batches on the GPU), reading CIFAR-10's python batches written by the benchmark;
   ``loader`` — the same with the pictures in host memory, augmented in loader workers; ``tensors`` — the pictures as normalised
-  tensors, no augmentation (what the trainer and model cost on their own).
+  tensors held on the GPU, no augmentation (what the trainer and model cost on their own).
 
     python benchmarks/airbench.py --parity [--steps 20] [--write]
     python benchmarks/airbench.py --speed [--quick] [--write] [--profile]
@@ -62,7 +62,7 @@ CIFAR_MEAN = torch.tensor((0.4914, 0.4822, 0.4465)).view(1, 3, 1, 1)
 CIFAR_STD = torch.tensor((0.2470, 0.2435, 0.2616)).view(1, 3, 1, 1)
 SECTION = "airbench"
 MODES = {  # how modforge's side of --speed is fed
-    "tensors": "modforge, pictures as normalised tensors (no augmentation)",
+    "tensors": "modforge, pictures as normalised tensors on the GPU (no augmentation)",
     "device": "modforge, the config as shipped (`data.device: auto`: augmented in batches on the GPU)",
     "loader": "modforge, the config with its pictures in host memory (augmentation in loader workers)",
 }
@@ -347,7 +347,7 @@ def speed(*, epochs: float, runs: int, workers: int) -> dict[str, Any]:
             out["airbench_s"] = sorted(_synchronised_seconds(theirs) for _ in range(runs))[runs // 2]
         inputs = normalised(raw)
         changes = {"loader": {"num_workers": workers, "device": None, "persistent_workers": True},
-                   "device": {"device": "cuda", "num_workers": 0}}
+                   "device": {"device": "cuda", "num_workers": 0}, "tensors": {"device": "cuda"}}
         for mode in MODES:
             root = None if mode == "tensors" else str(folder / "cifar10")
             cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=len(loader), device="cuda", precision="16",
@@ -361,7 +361,7 @@ def speed(*, epochs: float, runs: int, workers: int) -> dict[str, Any]:
 
 def profile(*, steps: int = 48) -> str:
     """Where the time of ``steps`` optimizer steps goes, for airbench's ``train94`` and for modforge's
-    config on plain tensors (``--profile``, after ``--speed``; diagnosis for later sessions, which may have
+    config on tensors held on the GPU and as shipped (``--profile``, after ``--speed``; diagnosis for later sessions, which may have
     no device): torch.profiler's busiest operations by GPU time and by host time, the GPU's busy share of
     the wall time, and how often the host waited for the device."""
     from airbench import lib_airbench94, utils
@@ -397,11 +397,16 @@ def profile(*, steps: int = 48) -> str:
         with mock.patch.object(utils, "CifarLoader", lambda *a, **k: None):
             report(f"airbench train94, {steps} steps", lambda: lib_airbench94.train94(loader, epochs=epochs,
                                                                                       verbose=False))  # fmt: skip
-    cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=48, device="cuda", precision="16")
-    exp = Experiment.build(cfg, tensor_splits(normalised(raw), labels))
-    train_loader = exp.loaders()[0]
-    trainer = exp.trainer(train_loader, None)
-    report(f"modforge, tensors, {steps} steps", lambda: trainer.fit(train_loader))
+        for mode in ("tensors", "device"):  # on the GPU: plain tensors, then the config as shipped
+            root = None if mode == "tensors" else str(Path(tmp) / "cifar10")
+            if root:
+                write_cifar_python(Path(root), raw, labels)
+            cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=48, device="cuda", precision="16", root=root,
+                                data_changes={"device": "cuda", "num_workers": 0})  # fmt: skip
+            exp = Experiment.build(cfg, tensor_splits(normalised(raw), labels) if mode == "tensors" else None)
+            train_loader = exp.loaders()[0]
+            trainer = exp.trainer(train_loader, None)
+            report(f"modforge, {mode}, {steps} steps", lambda t=trainer, ld=train_loader: t.fit(ld))
     return "\n".join(lines)
 
 

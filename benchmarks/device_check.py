@@ -12,7 +12,8 @@ time is recorded and the next one runs:
 5. ``airbench`` — ``benchmarks/airbench.py --speed --profile --write`` (needs the ``airbench`` package): the
    recipe's 476 steps against airbench's, then where each side's time goes.
 
-``--skip STEP`` leaves a step out (its figures recorded by an earlier device session).
+``--skip STEP`` leaves a step out (its figures recorded by an earlier device session); ``--quick`` runs the
+airbench comparison over 2 epochs, once each (a diagnosis: the profile is what it is for).
 
 A step whose script is missing, or that needs what the machine lacks (a CUDA device, Mammoth's
 tree, a package), is skipped with the reason. At the end ``$OUT/summary.md`` (also printed) says
@@ -107,8 +108,9 @@ def writes(script: str) -> list[str]:
     return ["--write"] if path.is_file() and '"--write"' in path.read_text(errors="replace") else []
 
 
-def plan(python: str) -> list[Step]:
-    """The steps, in order (their limits add up to one device command's 10 minutes, less start-up)."""
+def plan(python: str, quick: bool = False) -> list[Step]:
+    """The steps, in order (their limits add up to one device command's 10 minutes, less start-up);
+    ``quick``: the airbench comparison over 2 epochs, once each (a diagnosis run)."""
     gpu, continual, pipeline, airbench = (f"benchmarks/{name}.py" for name in
                                           ("gpu", "continual_gpu", "input_pipeline", "airbench"))  # fmt: skip
     tests = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", *marked_test_files()]
@@ -132,7 +134,7 @@ def plan(python: str) -> list[Step]:
         ),
         Step(
             "airbench",
-            [python, airbench, "--speed", "--profile", *writes(airbench)],  # the recipe's 476 steps, 3 runs each
+            [python, airbench, "--speed", "--profile", *(["--quick"] if quick else []), *writes(airbench)],
             190,
             script=airbench,
             packages=("modforge", "airbench"),
@@ -199,7 +201,7 @@ def install_wheels(python: str, env: dict, out: Path) -> str:
     return f"{len(wheels)} wheels installed"
 
 
-def check(out: Path, budget: float, dry_run: bool, skip: frozenset[str] = frozenset()) -> int:
+def check(out: Path, budget: float, dry_run: bool, skip: frozenset[str] = frozenset(), quick: bool = False) -> int:
     """Run every step but those in ``skip`` (or, with ``dry_run``, say what would run); write
     ``out/summary.md``."""
     started = time.perf_counter()
@@ -217,7 +219,7 @@ def check(out: Path, budget: float, dry_run: bool, skip: frozenset[str] = frozen
     machine = (f"{found.get('gpu', 'no CUDA device')}; Python {found.get('python')}, torch {found.get('torch')}, "
                f"CUDA {found.get('cuda_version')}; wheels: {wheels}")  # fmt: skip
     rows, failed = [], 0
-    for step in plan(python):
+    for step in plan(python, quick):
         reason = "--skip" if step.name in skip else why_skipped(step, found)
         left = budget - (time.perf_counter() - started)
         if reason is None and left < 20:
@@ -331,6 +333,7 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="say what would run, run nothing")
     parser.add_argument("--skip", action="append", default=[], metavar="STEP",
                         help="a step not to run (its figures are recorded already); repeatable")  # fmt: skip
+    parser.add_argument("--quick", action="store_true", help="airbench over 2 epochs, once each (not the recipe's 476 steps)")
     parser.add_argument("--prepare", action="store_true", help="here, before a device session: wheels and Mammoth")
     parser.add_argument("--python-version", default="3.12", help="--prepare: the device's Python (default 3.12)")
     parser.add_argument("--mammoth-repo", help="--prepare: a clone of aimagelab/mammoth to export .mammoth from")
@@ -348,7 +351,7 @@ def main() -> int:
     unknown = set(ns.skip) - {step.name for step in plan(sys.executable)}
     if unknown:
         parser.error(f"--skip: no step named {', '.join(sorted(unknown))}")
-    return check(Path(ns.out), ns.budget, ns.dry_run, frozenset(ns.skip))
+    return check(Path(ns.out), ns.budget, ns.dry_run, frozenset(ns.skip), ns.quick)
 
 
 if __name__ == "__main__":
