@@ -34,7 +34,7 @@ class TrainerExecution:
         is prepared again only when the engine, or the model's modules, parameters or buffers
         (which a traced or compiled runnable holds), are no longer the ones it was made of."""
         made_of, before = self._runnable_made_of(), self._runnable_parts
-        if before is not None and len(before) == len(made_of) and all(a is b for a, b in zip(before, made_of)):
+        if before is not None and len(before) == len(made_of) and all(a is b for a, b in zip(before, made_of, strict=True)):
             return self.runnable
         example = None
         if self.engine.capabilities.needs_example_input:

@@ -40,7 +40,7 @@ import torch
 from ..base import copy_to
 from . import mersenne
 
-__all__ = ["BatchPlan", "batch_plan", "draw_passes", "raw_draws"]
+__all__ = ["BatchPlan", "batch_plan", "draw_passes", "draws_at_once", "raw_draws"]
 
 log = logging.getLogger("modforge.data")
 
@@ -298,8 +298,7 @@ def raw_draws(plan: BatchPlan, seeds: Sequence[int], *, keep_states: bool = Fals
     seeded with the sample's seed, as v2's calls would draw them; with ``keep_states``, also each
     generator's state afterwards (where v2's draws would have left torch's generator)."""
     count = len(plan.draws)
-    one_output = all(d.n is None or d.n < _ONE_OUTPUT for d in plan.draws)
-    if not keep_states and one_output and _fast_draws_agree() and mersenne.agrees_with_torch():
+    if not keep_states and draws_at_once(plan):
         # every draw reads one output of the freshly seeded generator: the seeding recurrence for the whole
         # batch at once gives them (``x``; ``offsets`` takes ``x % n`` and ``x % 2**24`` as the passes would)
         return torch.from_numpy(mersenne.first_outputs(seeds, count).astype("int64")), None
@@ -329,6 +328,13 @@ def raw_draws(plan: BatchPlan, seeds: Sequence[int], *, keep_states: bool = Fals
     for (_, slots), values in zip(passes, drawn, strict=True):
         raw[:, slots] = values[:, slots]
     return raw, states
+
+
+def draws_at_once(plan: BatchPlan) -> bool:
+    """Whether each of the plan's draws is one output of the freshly seeded generator, so that many
+    samples' draws can be computed at once (:mod:`.mersenne`) instead of seeding a generator per sample."""
+    one_output = all(d.n is None or d.n < _ONE_OUTPUT for d in plan.draws)
+    return one_output and _fast_draws_agree() and mersenne.agrees_with_torch()
 
 
 def _exact(draw: _Draw, generator: torch.Generator) -> int:

@@ -182,6 +182,7 @@ class ImageDataset(Dataset):
         self.ids = ids if ids is not None else torch.arange(len(labels))
         self.picture_transform, self.tensor_transform = picture_transform, tensor_transform
         self.epoch = 0
+        self._draws: tuple[tuple, torch.Tensor] | None = None  # one epoch's draws on the device (_draw_table)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -256,16 +257,39 @@ class ImageDataset(Dataset):
         picture at a time."""
         pipeline = self.pipeline
         if isinstance(self.source, TensorPictures):
-            raw = self.source.read_many(positions)
+            placed = copy_to(positions, self.source.pictures.device)
+            raw = self.source.read_many(placed)
             if self.picture_transform is not None:
                 raw = self.picture_transform(raw)
             if pipeline.random:
-                images = pipeline.batch(raw, sample_seeds(self.seed, epoch, self.ids[positions]))
+                table = self._draw_table(pipeline, raw, epoch) if raw.device.type != "cpu" else None
+                if table is not None:
+                    images = pipeline.batch(raw, None, draws=table.index_select(0, placed))
+                else:
+                    images = pipeline.batch(raw, sample_seeds(self.seed, epoch, self.ids[positions]))
             else:
                 images = pipeline.to_float(raw)
             if images is not None:
                 return images if self.tensor_transform is None else self.tensor_transform(images)
         return torch.stack([self.picture(int(p), epoch) for p in positions])
+
+    def _draw_table(self, pipeline: ImagePipeline, raw: torch.Tensor, epoch: int) -> torch.Tensor | None:
+        """Every sample's draws for ``epoch`` (``[N, K]``, by position), made on the pictures' device
+        at the epoch's first batch, when the pipeline's draws can be made at once: a batch then only
+        gathers its rows, instead of the host computing them batch after batch while the device
+        waits (None: the draws are made per batch, from the seeds)."""
+        from .batched import draws_at_once
+        from .mersenne import first_outputs_on
+        from .transforms import sample_seed_array
+
+        plan = pipeline.plan(*raw.shape[-2:])
+        if plan is None or pipeline.after or not draws_at_once(plan):
+            return None
+        key = (epoch, len(plan.draws), raw.device)
+        if self._draws is None or self._draws[0] != key:
+            seeds = torch.from_numpy(sample_seed_array(self.seed, epoch, self.ids).astype("int64"))
+            self._draws = (key, first_outputs_on(copy_to(seeds, raw.device), len(plan.draws)))
+        return self._draws[1]
 
     def to_device(self, device: torch.device | str) -> ImageDataset:
         """This split with its pictures and labels held on ``device`` (ids stay on the host: they

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["agrees_with_torch", "first_outputs"]
+__all__ = ["agrees_with_torch", "first_outputs", "first_outputs_on"]
 
 _SHIFT = 397  # MT19937's middle word
 _WORDS = 624
@@ -58,6 +58,32 @@ def first_outputs(seeds: Sequence[int] | np.ndarray, count: int) -> np.ndarray:
     out ^= (out << np.uint32(15)) & np.uint32(0xEFC60000)
     out ^= out >> np.uint32(18)
     return np.ascontiguousarray(out.T)
+
+
+def first_outputs_on(seeds: torch.Tensor, count: int) -> torch.Tensor:
+    """:func:`first_outputs` of int64 ``seeds`` (each in ``0 .. 2**63 - 1``), computed where they
+    live, as ``[len(seeds), count]`` int64: on an accelerator a whole epoch's seeds at once cost a
+    few hundred small launches, where numpy on the host would cost ~1.4 ms a batch of 1,024."""
+    if not 0 <= count <= _WORDS - _SHIFT:
+        raise ValueError(f"count must be in 0..{_WORDS - _SHIFT}, got {count}")
+    mask = 0xFFFFFFFF
+    word = seeds & mask
+    head, middle = [word], []  # words 0..count and SHIFT..SHIFT+count-1: all the first outputs read
+    for j in range(1, _SHIFT + count):
+        word = ((word ^ (word >> 30)) * 1812433253 + j) & mask  # below 2**63: exact in int64
+        if j <= count:
+            head.append(word)
+        if j >= _SHIFT:
+            middle.append(word)
+    outputs = []
+    for k in range(count):
+        mixed = (head[k] & int(_UPPER)) | (head[k + 1] & int(_LOWER))
+        out = middle[k] ^ (mixed >> 1) ^ ((mixed & 1) * int(_TWIST))
+        out = out ^ (out >> 11)
+        out = out ^ ((out << 7) & 0x9D2C5680)
+        out = out ^ ((out << 15) & 0xEFC60000)
+        outputs.append(out ^ (out >> 18))
+    return torch.stack(outputs, dim=1) if outputs else seeds.new_zeros((len(seeds), 0))
 
 
 @functools.cache

@@ -52,6 +52,7 @@ __all__ = [
     "SampleRandomness",
     "build_transforms",
     "sample_seed",
+    "sample_seed_array",
     "sample_seeds",
 ]
 
@@ -191,6 +192,11 @@ def sample_seed(seed: int, epoch: int, index: int, stream: int = 0) -> int:
 def sample_seeds(seed: int, epoch: int, indices: torch.Tensor | Sequence[int], stream: int = 0) -> list[int]:
     """:func:`sample_seed` of many samples at once (the same numbers, in numpy's wrapping uint64
     arithmetic: a whole batch's seeds in a few array operations)."""
+    return sample_seed_array(seed, epoch, indices, stream).tolist()
+
+
+def sample_seed_array(seed: int, epoch: int, indices: torch.Tensor | Sequence[int], stream: int = 0) -> Any:
+    """:func:`sample_seeds` as a numpy uint64 array (each below 2**63)."""
     import numpy as np
 
     ids = torch.as_tensor(indices, dtype=torch.int64).cpu().numpy().astype(np.uint64)  # two's complement: & mask
@@ -204,7 +210,7 @@ def sample_seeds(seed: int, epoch: int, indices: torch.Tensor | Sequence[int], s
             z = (z ^ (z >> np.uint64(30))) * mul1
             z = (z ^ (z >> np.uint64(27))) * mul2
             state = z ^ (z >> np.uint64(31))
-    return (state >> np.uint64(1)).tolist()
+    return state >> np.uint64(1)
 
 
 class SampleRandomness:
@@ -290,16 +296,19 @@ class ImagePipeline:
             self._plans[key] = plan
         return self._plans[key]
 
-    def batch(self, pictures: torch.Tensor, seeds: Sequence[int]) -> torch.Tensor | None:
+    def batch(self, pictures: torch.Tensor, seeds: Sequence[int] | None, *,
+              draws: torch.Tensor | None = None) -> torch.Tensor | None:  # fmt: skip
         """uint8 pictures ``[B, C, H, W]`` through the pipeline as a batch, sample ``i`` drawing
         from ``seeds[i]`` exactly as :meth:`__call__` does under that seed (the same pictures), on
-        the pictures' device; None when ``before`` has no batched form (see :meth:`plan`)."""
+        the pictures' device; None when ``before`` has no batched form (see :meth:`plan`).
+        ``draws``: the samples' draws made already (:func:`.batched.draws_at_once`; no float
+        transform after the geometry), in place of ``seeds``."""
         plan = self.plan(*pictures.shape[-2:])
         if plan is None:
             return None
         from .batched import raw_draws
 
-        raw, states = raw_draws(plan, seeds, keep_states=bool(self.after))
+        raw, states = (draws, None) if draws is not None else raw_draws(plan, seeds, keep_states=bool(self.after))
         out = self.to_float(plan(pictures, raw))
         if states:
             with SampleRandomness.kept():  # float transforms one at a time, each from where v2 left off
