@@ -251,7 +251,7 @@ class ImagePipeline:
         self.std = None if std is None else torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
         self.batched, self.name = bool(batched), name
         self._plans: dict[tuple[int, int], Any] = {}
-        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]] = {}
 
     @property
     def random(self) -> bool:
@@ -260,17 +260,25 @@ class ImagePipeline:
         return bool(self.before or self.after)
 
     def to_float(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 pictures (one ``[C, H, W]`` or a batch ``[B, C, H, W]``) as normalised float32."""
-        out = images.to(torch.float32).div_(255.0)
+        """uint8 pictures (one ``[C, H, W]`` or a batch ``[B, C, H, W]``) as normalised float32 — the
+        same numbers on every device: off the CPU the 255 is a tensor there, because CUDA divides
+        by a host scalar as a product with its reciprocal, one rounding away from the CPU's
+        quotient (measured on an H200: batches made on the GPU were not the host's)."""
+        out = images.to(torch.float32)
+        if out.device.type == "cpu":
+            out = out.div_(255.0)
+        else:
+            out = out.div_(self._constants(out.device)[0])
         if self.mean is not None:
-            mean, std = self._statistics(out.device)
+            _, mean, std = self._constants(out.device)
             out = out.sub_(mean).div_(std)
         return out
 
-    def _statistics(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The mean and std on ``device`` (copied there once)."""
+    def _constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """255, the mean and the std on ``device`` (copied there once)."""
         if device not in self._on:
-            self._on[device] = (self.mean.to(device), self.std.to(device))  # type: ignore[union-attr]
+            on = (lambda t: None if t is None else t.to(device))  # noqa: E731
+            self._on[device] = (torch.tensor(255.0, device=device), on(self.mean), on(self.std))
         return self._on[device]
 
     def __call__(self, picture: torch.Tensor) -> torch.Tensor:
