@@ -195,7 +195,7 @@ def test_a_run_with_its_data_on_the_device_resumes_bit_for_bit_and_trains_as_per
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/device_check.py runs it)")
 @pytest.mark.parametrize("transforms", [CIFAR, [*CIFAR, {"type": "random_erasing", "args": {"p": 0.5}}]],
-                         ids=["epoch-table", "then-erasing"])  # fmt: skip
+                         ids=["epoch-at-once", "then-erasing"])  # fmt: skip
 def test_batches_made_on_a_cuda_device_are_the_host_batches(transforms):
     host = _split(transforms, (3, 32, 32), n=64)
     placed = place(host, "cuda")
@@ -207,22 +207,28 @@ def test_batches_made_on_a_cuda_device_are_the_host_batches(transforms):
         ours, theirs = placed.__getitems__(positions), host.__getitems__(positions)
         assert ours["input"].is_cuda and ours["label"].is_cuda
         assert all(torch.equal(ours[k].cpu(), theirs[k]) for k in theirs)
-    assert (placed._draws is not None) == (transforms is CIFAR)  # crops and flips only: the epoch's table
+    assert (placed._epoch_pictures is not None) == (transforms is CIFAR)  # crops and flips only: made at once
 
 
-def test_an_epochs_draw_table_gives_each_sample_the_pictures_its_seed_gives():
-    # on an accelerator a split makes the epoch's draws at its first batch (here run on the CPU)
+def test_an_epoch_augmented_at_once_gives_each_sample_the_pictures_its_seed_gives(monkeypatch):
+    # on an accelerator a split makes the epoch's pictures at its first batch (here run on the CPU, in chunks)
     split = _split([{"type": "random_crop", "args": {"size": 30, "padding": 3, "padding_mode": "reflect"}},
                     "random_horizontal_flip", {"type": "random_vertical_flip", "args": {"p": 0.3}}], (3, 32, 32))
+    monkeypatch.setattr(ImageDataset, "_EPOCH_CHUNK", 16)  # 40 pictures: chunks of 16, 16 and 8
     split.set_epoch(4)
+    made = split._augmented_epoch(split.pipeline, 4)
+    assert made.dtype == torch.uint8 and made.shape == (40, 3, 30, 30)
+    assert split._augmented_epoch(split.pipeline, 4) is made  # once an epoch
     positions = torch.tensor([5, 0, 39, 17, 17, 2])
-    raw = split.source.read_many(positions)
-    table = split._draw_table(split.pipeline, raw, 4)
-    assert table.shape == (40, 4)  # crop rows, crop columns, two flips
-    assert split._draw_table(split.pipeline, raw, 4) is table  # once an epoch
-    made = split.pipeline.batch(raw, None, draws=table.index_select(0, positions))
-    assert torch.equal(made, torch.stack([split.picture(int(p)) for p in positions]))
-    assert not torch.equal(split._draw_table(split.pipeline, raw, 5), table)  # the next epoch draws anew
+    by_seed = torch.stack([split.picture(int(p)) for p in positions])
+    assert torch.equal(split.pipeline.to_float(made.index_select(0, positions)), by_seed)
+    assert not torch.equal(split._augmented_epoch(split.pipeline, 5), made)  # the next epoch draws anew
+    permuted = split.with_fixed_transforms(picture=lambda x: x.flip(-1).contiguous())  # a fixed per-picture transform
+    permuted.set_epoch(4)
+    assert torch.equal(split.pipeline.to_float(permuted._augmented_epoch(split.pipeline, 4).index_select(0, positions)),
+                       torch.stack([permuted.picture(int(p)) for p in positions]))  # fmt: skip
+    erasing = _split([*CIFAR, {"type": "random_erasing", "args": {"p": 0.5}}], (3, 32, 32))
+    assert erasing._augmented_epoch(erasing.pipeline, 0) is None  # a float transform after: made per batch
 
 
 def test_data_on_one_device_and_the_model_on_another_is_one_error_naming_both_keys(write):

@@ -182,7 +182,7 @@ class ImageDataset(Dataset):
         self.ids = ids if ids is not None else torch.arange(len(labels))
         self.picture_transform, self.tensor_transform = picture_transform, tensor_transform
         self.epoch = 0
-        self._draws: tuple[tuple, torch.Tensor] | None = None  # one epoch's draws on the device (_draw_table)
+        self._epoch_pictures: tuple[tuple, torch.Tensor] | None = None  # on a device: _augmented_epoch
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -258,38 +258,55 @@ class ImageDataset(Dataset):
         pipeline = self.pipeline
         if isinstance(self.source, TensorPictures):
             placed = copy_to(positions, self.source.pictures.device)
+            made = self._augmented_epoch(pipeline, epoch) if pipeline.random and placed.device.type != "cpu" else None
+            if made is not None:  # an accelerator: this epoch's crops and flips were made for every picture at once
+                images = pipeline.to_float(made.index_select(0, placed))
+                return images if self.tensor_transform is None else self.tensor_transform(images)
             raw = self.source.read_many(placed)
             if self.picture_transform is not None:
                 raw = self.picture_transform(raw)
             if pipeline.random:
-                table = self._draw_table(pipeline, raw, epoch) if raw.device.type != "cpu" else None
-                if table is not None:
-                    images = pipeline.batch(raw, None, draws=table.index_select(0, placed))
-                else:
-                    images = pipeline.batch(raw, sample_seeds(self.seed, epoch, self.ids[positions]))
+                images = pipeline.batch(raw, sample_seeds(self.seed, epoch, self.ids[positions]))
             else:
                 images = pipeline.to_float(raw)
             if images is not None:
                 return images if self.tensor_transform is None else self.tensor_transform(images)
         return torch.stack([self.picture(int(p), epoch) for p in positions])
 
-    def _draw_table(self, pipeline: ImagePipeline, raw: torch.Tensor, epoch: int) -> torch.Tensor | None:
-        """Every sample's draws for ``epoch`` (``[N, K]``, by position), made on the pictures' device
-        at the epoch's first batch, when the pipeline's draws can be made at once: a batch then only
-        gathers its rows, instead of the host computing them batch after batch while the device
-        waits (None: the draws are made per batch, from the seeds)."""
+    _EPOCH_CHUNK = 8192
+    """Pictures augmented in one go when a split makes its epoch at once (bounds the index maps'
+    memory: ~8 bytes a pixel of the chunk, 64 MiB for 8,192 CIFAR pictures)."""
+
+    def _augmented_epoch(self, pipeline: ImagePipeline, epoch: int) -> torch.Tensor | None:
+        """Every picture of the split after ``epoch``'s crops and flips (uint8, by position), made on
+        the pictures' device at the epoch's first batch, when the pipeline's draws can be made at
+        once (:func:`.batched.draws_at_once`; no float transform after them): each batch then gathers
+        its pictures and normalises them — a few launches instead of ~40 small ones a batch, and no
+        draws computed on the host while the device waits, as airbench's loader augments a whole
+        epoch. The same pictures as batch by batch (each sample's draws are its own); it holds a
+        second copy of the split's pictures on the device for the epoch. None: made per batch."""
         from .batched import draws_at_once
         from .mersenne import first_outputs_on
         from .transforms import sample_seed_array
 
-        plan = pipeline.plan(*raw.shape[-2:])
+        pictures = self.source.pictures  # type: ignore[union-attr]
+        key = (epoch, pictures.device)
+        if self._epoch_pictures is not None and self._epoch_pictures[0] == key:
+            return self._epoch_pictures[1]
+        first = pictures[:1] if self.picture_transform is None else self.picture_transform(pictures[:1])
+        plan = pipeline.plan(*first.shape[-2:]) if len(pictures) else None
         if plan is None or pipeline.after or not draws_at_once(plan):
             return None
-        key = (epoch, len(plan.draws), raw.device)
-        if self._draws is None or self._draws[0] != key:
-            seeds = torch.from_numpy(sample_seed_array(self.seed, epoch, self.ids).astype("int64"))
-            self._draws = (key, first_outputs_on(copy_to(seeds, raw.device), len(plan.draws)))
-        return self._draws[1]
+        self._epoch_pictures = None  # the last epoch's pictures go before this epoch's are made
+        chunks = [pictures[i:i + self._EPOCH_CHUNK] for i in range(0, len(pictures), self._EPOCH_CHUNK)]
+        if self.picture_transform is not None:  # a fixed transform of each picture (a task's permutation)
+            chunks = [self.picture_transform(chunk) for chunk in chunks]
+        seeds = torch.from_numpy(sample_seed_array(self.seed, epoch, self.ids).astype("int64"))
+        draws = first_outputs_on(copy_to(seeds, pictures.device), len(plan.draws))
+        made = torch.cat([plan(chunk, draws[i * self._EPOCH_CHUNK:(i + 1) * self._EPOCH_CHUNK])
+                          for i, chunk in enumerate(chunks)])  # fmt: skip
+        self._epoch_pictures = (key, made)
+        return made
 
     def to_device(self, device: torch.device | str) -> ImageDataset:
         """This split with its pictures and labels held on ``device`` (ids stay on the host: they
