@@ -363,3 +363,22 @@ def test_a_later_fit_keeps_the_prepared_runnable_until_a_part_of_the_model_is_re
     trainer.max_epochs = 3
     trainer.fit(loader)  # a replaced layer: the runnable is made again, of the model as it is now
     assert len(prepared) == 2 and trainer.runnable is not first
+
+
+def test_a_compiled_model_under_mixed_precision_is_compiled_once_for_training_and_once_for_evaluation(digits):
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from modforge.engines import build_engine
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = mf.build_model(MLP, in_dim=64, num_classes=10)
+    engine = build_engine({"type": "compile", "args": {"backend": "eager"}})
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), engine=engine, precision="bf16", max_epochs=1)
+    loader = make_loader(digits.train, LoaderSettings(batch_size=256, drop_last=True), train=True,
+                         generator=torch.Generator().manual_seed(0))  # fmt: skip
+    trainer.fit(loader, loader)  # evaluated on batches of the training batches' shape: no shape to recompile for
+    # the engine's warm-up ran under the run's autocast: its graphs are the ones the steps and evaluation use
+    assert counters["stats"]["unique_graphs"] == 2
