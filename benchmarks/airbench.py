@@ -65,6 +65,7 @@ MODES = {  # how modforge's side of --speed is fed
     "tensors": "modforge, pictures as normalised tensors on the GPU (no augmentation)",
     "device": "modforge, the config as shipped (`data.device: auto`: augmented in batches on the GPU)",
     "loader": "modforge, the config with its pictures in host memory (augmentation in loader workers)",
+    "half": "modforge, the config as shipped but its weights stored in fp16 (`precision: 16-true`)",
 }
 
 
@@ -347,11 +348,13 @@ def speed(*, epochs: float, runs: int, workers: int) -> dict[str, Any]:
             out["airbench_s"] = sorted(_synchronised_seconds(theirs) for _ in range(runs))[runs // 2]
         inputs = normalised(raw)
         changes = {"loader": {"num_workers": workers, "device": None, "persistent_workers": True},
-                   "device": {"device": "cuda", "num_workers": 0}, "tensors": {"device": "cuda"}}
+                   "device": {"device": "cuda", "num_workers": 0}, "tensors": {"device": "cuda"},
+                   "half": {"device": "cuda", "num_workers": 0}}
         for mode in MODES:
             root = None if mode == "tensors" else str(folder / "cifar10")
-            cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=len(loader), device="cuda", precision="16",
-                                root=root, data_changes=changes.get(mode))  # fmt: skip
+            cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=len(loader), device="cuda",
+                                precision="16-true" if mode == "half" else "16", root=root,
+                                data_changes=changes.get(mode))  # fmt: skip
             splits = tensor_splits(inputs, labels) if mode == "tensors" else None
             if mode == "tensors":
                 fit_seconds(cfg, splits)  # warm-up (cuDNN autotuning; the other modes' runs reuse it)

@@ -123,7 +123,7 @@ def sync_mode_restored() -> Iterator[None]:
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.usefixtures("sync_mode_restored")
-@pytest.mark.parametrize(("precision", "fused"), [("32", None), ("bf16", None), ("16", True)])
+@pytest.mark.parametrize(("precision", "fused"), [("32", None), ("bf16", None), ("16", True), ("16-true", True)])
 def test_on_a_gpu_the_trainer_steps_without_synchronising(precision, fused):
     # fp16's grad scaler decides on the device only with a fused optimizer (else it reads found-inf each step)
     model = _cnn().cuda()

@@ -61,7 +61,9 @@ class TrainSettings:
         checkpoint: arguments of the checkpoint callback (every_n_epochs, every_n_steps, keep_last).
         grad_clip: clip the gradient norm to this value (above 0; None: no clipping).
         accumulate: micro-batches per optimizer step (at least 1).
-        precision: '32', 'bf16' (autocast, works on CPU) or '16'.
+        precision: '32', 'bf16' (autocast, works on CPU), '16' (autocast with a grad scaler), or
+            'bf16-true' / '16-true': the weights themselves stored in 16 bits (norms and frontends in
+            float32; no grad scaler; see modforge.train.precision).
         device: 'auto', 'cpu', 'cuda', 'cuda:1', 'mps' — checked against this machine when the
             config is validated (a CUDA device on a machine without one is refused).
         num_threads: torch intra-op threads (None: torch's default).
@@ -90,7 +92,7 @@ class TrainSettings:
         checkpoint: Optional[dict[str, Any]] = None,
         grad_clip: Optional[PositiveFloat] = None,
         accumulate: PositiveInt = 1,
-        precision: Literal["32", "bf16", "16"] = "32",
+        precision: Literal["32", "bf16", "16", "bf16-true", "16-true"] = "32",
         device: str = "auto",
         num_threads: Optional[ThreadCount] = None,
         log_every: PositiveInt = 50,
@@ -254,7 +256,8 @@ def _check_extensions(section: dict[str, Any], names: list[str], values: dict[st
     if values.get("trainer") is not None:
         trainer_class = resolve_trainer(values["trainer"], allowed_modules=cfg.plugins, base_dir=str(cfg.base_dir))
     refused = refusal([EXTENSIONS.get(name) for name in on], names=on, trainer_class=trainer_class,
-                      engine=engine if isinstance(engine, str) else engine.get("type"))  # fmt: skip
+                      engine=engine if isinstance(engine, str) else engine.get("type"),
+                      precision=str(section.get("precision") or "32"))  # fmt: skip
     if refused is not None:
         raise ConfigValueError(refused[0], path=refused[1], source=cfg.where(refused[1]))
 

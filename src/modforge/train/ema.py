@@ -82,7 +82,12 @@ class WeightAverage:
         self.settings = settings
         self.model = model
         state = model.state_dict()
-        self.average: dict[str, torch.Tensor] = {name: value.detach().clone() for name, value in state.items()}
+        # 16-bit weights (precision '16-true'/'bf16-true') are averaged in float32: an update of (1 - decay)
+        # times the difference moves a 16-bit number by less than its spacing
+        self.average: dict[str, torch.Tensor] = {
+            name: value.detach().clone().float() if value.dtype in (torch.float16, torch.bfloat16) else value.detach().clone()
+            for name, value in state.items()
+        }
         self.updates = 0  # optimizer steps seen (the average's own counter, checkpointed)
         self._parameter_names = frozenset(name for name, _ in model.named_parameters())  # once: not every step
 

@@ -98,6 +98,8 @@ class RunExtension(Callback):
             weights (``"evaluate: false"``), named when swapped weights are refused.
         export_tolerance: how far (relative to the outputs' scale) an exported artifact may differ
             from the model this extension trained (0: the export's own tolerance).
+        half_weights_reason: why it cannot train weights stored in 16 bits (``precision:
+            "16-true"``/``"bf16-true"``); "" when it can.
     """
 
     conflicts: ClassVar[Mapping[str, str]] = {}
@@ -107,6 +109,7 @@ class RunExtension(Callback):
     evaluated_as: str = ""
     trained_weights_setting: ClassVar[str] = ""
     export_tolerance: ClassVar[float] = 0.0
+    half_weights_reason: ClassVar[str] = ""
     name: str = ""  # the registered name (its config key under train:), set by build_extensions
 
     # ------------------------------------------------------------------ build
@@ -161,11 +164,13 @@ class RunExtension(Callback):
 
 
 def refusal(extensions: Iterable[type[RunExtension] | RunExtension], *, names: Iterable[str] = (),
-            engine: str | None = None, trainer_class: type | None = None) -> tuple[str, str] | None:  # fmt: skip
+            engine: str | None = None, trainer_class: type | None = None,
+            precision: str | None = None) -> tuple[str, str] | None:  # fmt: skip
     """Why these extensions cannot run as configured, and the config key to blame — or None.
 
     ``names`` are the extensions' config names (defaults: their ``name``); ``engine`` the training
-    engine's name; ``trainer_class`` the Trainer class that runs the steps (checked when given).
+    engine's name; ``trainer_class`` the Trainer class that runs the steps (checked when given);
+    ``precision`` the run's ``train.precision`` (checked when given).
     """
     classes = [e if isinstance(e, type) else type(e) for e in extensions]
     named = list(names) or [getattr(e, "name", "") for e in extensions]
@@ -178,6 +183,9 @@ def refusal(extensions: Iterable[type[RunExtension] | RunExtension], *, names: I
             allowed = " or ".join(cls.engines)
             why = f": {cls.engine_reason}" if cls.engine_reason else ""
             return f"train.{name} trains with the {allowed} engine, not '{engine}'{why}", f"train.{name}"
+        if precision is not None and precision.endswith("-true") and cls.half_weights_reason:
+            return (f"train.{name} cannot train with precision {precision!r} (weights stored in 16 bits): "
+                    f"{cls.half_weights_reason}; use precision '{precision.removesuffix('-true')}' (mixed)"), f"train.{name}"
         if trainer_class is not None and cls.adds_loss() and not getattr(trainer_class.training_step, "standard", False):
             return (f"train.{name} needs the standard training step ({cls.standard_step_reason}); this run's trainer "
                     f"{trainer_class.__name__} replaces it (a continual method or train.trainer)"), f"train.{name}"

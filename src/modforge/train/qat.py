@@ -33,6 +33,7 @@ class QuantizationAwareTraining(RunExtension):
     # an int8 graph runs integer kernels where eager simulates them in float: rounding differs by up to
     # a quantization step of an activation, so its export is held to a percent of the outputs
     export_tolerance = 0.01
+    half_weights_reason = "its fake quantizers calibrate and round float32 weights"
 
     def __init__(self, parts: list[str] | None = None):
         self.settings = QatSettings(list(parts) if parts is not None else ["backbone"])

@@ -54,6 +54,7 @@ from .checkpoint import CheckpointWriter
 from .epoch_losses import EpochLosses, loss_of, loss_terms
 from .extension import RunContext, RunExtension, refusal, registered_name
 from .metrics import Metric, batch_size_of, is_loss_term
+from .precision import PRECISIONS, set_up_precision
 from .trainer_checkpoints import NonFiniteLossError, TrainerCheckpoints
 from .trainer_evaluation import TrainerEvaluation
 from .trainer_execution import TrainerExecution
@@ -61,7 +62,6 @@ from .trainer_execution import TrainerExecution
 __all__ = ["NonFiniteLossError", "Trainer", "loss_of", "loss_terms"]
 
 log = logging.getLogger("modforge.train")
-PRECISIONS = ("32", "bf16", "16")
 
 
 class Trainer(TrainerExecution, EpochLosses, TrainerEvaluation, TrainerCheckpoints):
@@ -95,7 +95,8 @@ class Trainer(TrainerExecution, EpochLosses, TrainerEvaluation, TrainerCheckpoin
         max_epochs / max_steps: when to stop (whichever comes first).
         grad_clip: clip the gradient norm to this value (None: no clipping).
         accumulate: micro-batches per optimizer step.
-        precision: ``"32"``, ``"bf16"`` (autocast; works on CPU) or ``"16"`` (with a grad scaler).
+        precision: ``"32"``, ``"bf16"`` (autocast; works on CPU), ``"16"`` (with a grad scaler), or
+            ``"bf16-true"``/``"16-true"``: the weights themselves in 16 bits (:mod:`.precision`).
         device: where to train (``"auto"``: CUDA when available).
         log_every: steps between reads of the loss on the host.
         run_dir: the run folder (checkpoints go to ``run_dir/checkpoints``).
@@ -193,13 +194,7 @@ class Trainer(TrainerExecution, EpochLosses, TrainerEvaluation, TrainerCheckpoin
                 self.engine = Eager()  # replicas must stay in step: DDP over the eager model
         self.runnable: Any = self.model  # what forward passes call; fit() asks the engine for it
         self._runnable_parts: list[Any] | None = None  # what it was prepared from (prepare_runnable)
-        self.scaler = torch.amp.GradScaler(self.device.type) if precision == "16" else None
-        if self.scaler is not None and self.device.type == "cuda" and "fused" in getattr(optimizer, "defaults", {}) \
-                and not getattr(optimizer, "_step_supports_amp_scaling", False):  # fmt: skip
-            log.info("precision 16: with an unfused %s the grad scaler reads on the host whether the gradients "
-                     "overflowed, a synchronisation every step; the optimizer's `fused: true` keeps that on the "
-                     "GPU", type(optimizer).__name__)  # fmt: skip
-        self._autocast_dtype = {"bf16": torch.bfloat16, "16": torch.float16}.get(precision)
+        self.scaler, self._autocast_dtype = set_up_precision(self.model, optimizer, precision, self.device)
         self._move = self.device.type != "cpu"
         # progress state (all of it goes into checkpoints)
         self.epoch = 0
@@ -236,7 +231,7 @@ class Trainer(TrainerExecution, EpochLosses, TrainerEvaluation, TrainerCheckpoin
         for extension in self.extensions:  # built directly (not from a config): its registered name
             extension.name = extension.name or registered_name(extension)
         if self.extensions:
-            refused = refusal(self.extensions, engine=self.engine.name, trainer_class=type(self))
+            refused = refusal(self.extensions, engine=self.engine.name, trainer_class=type(self), precision=self.precision)
             if refused is not None:
                 raise ConfigError(refused[0], path=refused[1])
         hooks = {hook: [e for e in self.extensions if getattr(type(e), hook) is not getattr(RunExtension, hook)]
