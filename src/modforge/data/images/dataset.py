@@ -298,13 +298,17 @@ class ImageDataset(Dataset):
         if plan is None or pipeline.after or not draws_at_once(plan):
             return None
         self._epoch_pictures = None  # the last epoch's pictures go before this epoch's are made
-        chunks = [pictures[i:i + self._EPOCH_CHUNK] for i in range(0, len(pictures), self._EPOCH_CHUNK)]
-        if self.picture_transform is not None:  # a fixed transform of each picture (a task's permutation)
-            chunks = [self.picture_transform(chunk) for chunk in chunks]
         seeds = torch.from_numpy(sample_seed_array(self.seed, epoch, self.ids).astype("int64"))
         draws = first_outputs_on(copy_to(seeds, pictures.device), len(plan.draws))
-        made = torch.cat([plan(chunk, draws[i * self._EPOCH_CHUNK:(i + 1) * self._EPOCH_CHUNK])
-                          for i, chunk in enumerate(chunks)])  # fmt: skip
+        made: torch.Tensor | None = None
+        for start in range(0, len(pictures), self._EPOCH_CHUNK):  # one chunk's maps and pictures at a time
+            chunk = pictures[start:start + self._EPOCH_CHUNK]
+            if self.picture_transform is not None:  # a fixed transform of each picture (a task's permutation)
+                chunk = self.picture_transform(chunk)
+            out = plan(chunk, draws[start:start + self._EPOCH_CHUNK])
+            if made is None:
+                made = out.new_empty((len(pictures), *out.shape[1:]))
+            made[start:start + len(out)] = out
         self._epoch_pictures = (key, made)
         return made
 
