@@ -219,7 +219,7 @@ def test_resuming_from_every_checkpoint_of_a_run_is_bitwise_identical(write, tmp
         ("train.monitor=val_acc", "train.monitor: 'val_acc' is never logged; did you mean 'val_accuracy'?"),
         ("data.batch_size=0", "error: data.batch_size: expected a whole number"),
         ("train.max_epochs=0", "error: train.max_epochs: expected a whole number"),
-        ("train.precision=8", "train.precision: expected one of '32', 'bf16', '16', got 8"),
+        ("train.precision=8", "train.precision: expected one of '32', 'bf16', '16', 'bf16-true', '16-true', got 8"),
     ],
 )
 def test_bad_training_settings_fail_before_training_with_one_line(cli, tiny, tmp_path, override, message):
