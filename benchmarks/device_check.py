@@ -5,7 +5,8 @@ Steps, in this order, each in its own process with its own time limit (and all o
 time is recorded and the next one runs:
 
 1. ``cuda-tests`` — the tests marked ``cuda`` (``pytest -m cuda`` over the files that use the mark);
-2. ``gpu`` — ``benchmarks/gpu.py --quick --runs 5 --write``: Trainer vs hand loop vs the model-only bound;
+2. ``gpu`` — ``benchmarks/gpu.py --quick --runs 5 --profile --write``: Trainer vs hand loop vs the model-only
+   bound, then one epoch of each compiled contender profiled;
 3. ``continual`` — ``benchmarks/continual_gpu.py --quick --write``: DER++ steps/s vs Mammoth's own
    code (needs Mammoth's tree in ``.mammoth``);
 4. ``input-pipeline`` — ``benchmarks/input_pipeline.py --device cuda --quick --write``;
@@ -116,7 +117,8 @@ def plan(python: str, quick: bool = False) -> list[Step]:
     tests = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", *marked_test_files()]
     return [
         Step("cuda-tests", tests, 45, packages=("modforge",)),
-        Step("gpu", [python, gpu, "--quick", "--runs", "5", *writes(gpu)], 240, script=gpu, packages=("modforge",)),
+        Step("gpu", [python, gpu, "--quick", "--runs", "5", "--profile", *writes(gpu)], 240, script=gpu,
+             packages=("modforge",)),
         Step(
             "continual",
             [python, continual, "--quick", "--mammoth", ".mammoth", *writes(continual)],

@@ -216,6 +216,7 @@ def main() -> int:
     parser.add_argument(
         "--quick", action="store_true", help="10,240 pictures an epoch instead of 20,480 (device_check)"
     )
+    parser.add_argument("--profile", action="store_true", help="the compiled setting: then an epoch of each profiled")
     ns = parser.parse_args()
     import torch
 
@@ -263,15 +264,17 @@ def main() -> int:
     record()
     for name, setting in settings.items():
         if setting[2]:
-            rows[name] = measure(name, splits, setting, device, batch, workers, n, ns.runs, not ns.smoke)
+            rows[name] = measure(name, splits, setting, device, batch, workers, n, ns.runs, not ns.smoke,
+                                 profile=ns.profile)  # fmt: skip
     print(record())
     return 0
 
 
 def measure(name: str, splits, setting: tuple, device, batch: int, workers: int, n: int, runs: int,
-            warm: bool = True) -> str:  # fmt: skip
+            warm: bool = True, profile: bool = False) -> str:  # fmt: skip
     """One setting's table row: images/s of modforge, the hand loop and the model-only bound
-    (``warm``: after an untimed warm-up call each; the smoke test, which measures nothing, skips it)."""
+    (``warm``: after an untimed warm-up call each; the smoke test, which measures nothing, skips it;
+    ``profile``: then one more epoch of modforge and of the loop under torch.profiler, printed)."""
     started = time.perf_counter()
     loop, bound = loop_epoch(splits, setting, device, batch, workers)
     calls = {"modforge": modforge_epoch(splits, setting, device, batch, workers), "loop": loop, "bound": bound}
@@ -280,7 +283,28 @@ def measure(name: str, splits, setting: tuple, device, batch: int, workers: int,
     row = (f"| {name} | {speed['modforge']:,.0f} | {speed['loop']:,.0f} | {speed['bound']:,.0f} | "
            f"**{speed['modforge'] / speed['loop']:.2f}×** | {speed['modforge'] / speed['bound']:.2f}× |")  # fmt: skip
     print(row, f"({time.perf_counter() - started:.0f} s)", flush=True)
+    if profile:
+        for contender in ("modforge", "loop"):
+            print(profiled_epoch(f"{name}, {contender}", calls[contender]), flush=True)
     return row
+
+
+def profiled_epoch(label: str, call) -> str:
+    """One epoch of ``call`` under torch.profiler: its wall time, the GPU kernels' time and launches,
+    and the busiest host operations — whether a gap between two contenders is in the kernels (other
+    graphs, other fusions) or on the host (launches, guards, Python)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    started = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        call()
+    wall = time.perf_counter() - started
+    events = prof.key_averages()
+    kernels = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel"))
+    return (f"### {label}: {wall:.2f} s under the profiler; GPU kernels {kernels / 1e6:.2f} s; {launches} launches\n"
+            + events.table(sort_by="self_cpu_time_total", row_limit=10))
 
 
 if __name__ == "__main__":

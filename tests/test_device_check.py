@@ -43,7 +43,7 @@ def test_the_plan_runs_the_cuda_tests_and_records_the_benchmarks():
     tests = steps["cuda-tests"].command
     assert tests[:8] == ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda"]
     assert "tests/test_device_hot_path.py" in tests and "tests/test_device_check.py" not in tests
-    assert steps["gpu"].command == ["python3", "benchmarks/gpu.py", "--quick", "--runs", "5", "--write"]
+    assert steps["gpu"].command == ["python3", "benchmarks/gpu.py", "--quick", "--runs", "5", "--profile", "--write"]
     assert steps["continual"].command[-3:] == ["--mammoth", ".mammoth", "--write"]
     assert sum(step.timeout for step in steps.values()) <= 600  # one device command's limit
 
