@@ -145,8 +145,7 @@ data:
   batch_size: 8
   DEVICE
   transforms:
-    train: [{type: random_crop, args: {size: 32, padding: 4}}, random_horizontal_flip,
-            {type: random_erasing, args: {p: 0.5}}]
+    train: [{type: random_crop, args: {size: 32, padding: 4}}, random_horizontal_flip ERASING]
     mix: {mixup_alpha: 0.4, cutmix_alpha: 1.0}
     batched: BATCHED
 model: {backbone: {type: cnn, args: {channels: [4]}}, neck: global_avg_pool, head: linear, losses: [cross_entropy]}
@@ -159,21 +158,30 @@ train:
 """
 
 
+@pytest.mark.parametrize("erasing", [True, False], ids=["batch-by-batch-then-erasing", "epoch-at-once"])
 def test_a_run_with_its_data_on_the_device_resumes_bit_for_bit_and_trains_as_per_sample_v2(
-    write, tmp_path, monkeypatch
+    write, tmp_path, monkeypatch, erasing
 ):
-    """data.device (here the CPU) with batched crops, flips, per-sample erasing and MixUp/CutMix:
-    resumed from a mid-epoch checkpoint it ends exactly where the uninterrupted run ends — and
-    exactly where the same config ends with per-sample v2 transforms in host memory."""
+    """data.device (here the CPU) with batched crops, flips, MixUp/CutMix and per-sample erasing
+    (else each epoch's crops and flips made at once, as on an accelerator): resumed from a mid-epoch
+    checkpoint it ends exactly where the uninterrupted run ends — and exactly where the same config
+    ends with per-sample v2 transforms in host memory."""
     import modforge as mf
+    import modforge.data.images.dataset as datasets
     from modforge.experiment.runner import train_run
     from modforge.experiment.schema import validate_config
     from modforge.train.checkpoint import load_checkpoint
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(datasets, "_at_once_on", lambda device: True)  # the accelerator's path, on the CPU
+    made_at_once = []
+    at_once = datasets.ImageDataset._augmented_epoch
+    monkeypatch.setattr(datasets.ImageDataset, "_augmented_epoch",
+                        lambda self, *a: made_at_once.append(at_once(self, *a)) or made_at_once[-1])  # fmt: skip
     write_cifar_python(tmp_path / "cifar", "cifar10", n_train=32, n_test=8)
-    on_device = write("device.yaml", RUN.replace("DEVICE", "device: cpu").replace("BATCHED", "true"))
-    per_sample = write("host.yaml", RUN.replace("DEVICE", "num_workers: 0").replace("BATCHED", "false"))
+    config = RUN.replace(" ERASING", ", {type: random_erasing, args: {p: 0.5}}" if erasing else "")
+    on_device = write("device.yaml", config.replace("DEVICE", "device: cpu").replace("BATCHED", "true"))
+    per_sample = write("host.yaml", config.replace("DEVICE", "num_workers: 0").replace("BATCHED", "false"))
 
     def run(cfg, folder, resume=None):
         train_run(validate_config(mf.load_config(cfg)), folder, resume=resume)
@@ -187,6 +195,7 @@ def test_a_run_with_its_data_on_the_device_resumes_bit_for_bit_and_trains_as_per
     shutil.copy(middle, resumed_dir / "checkpoints" / middle.name)
     resumed, resumed_metrics = run(on_device, resumed_dir, load_checkpoint(middle))
     assert resumed_metrics == metrics and all(torch.equal(resumed[k], model[k]) for k in model)
+    assert any(made is not None for made in made_at_once) != erasing  # which path the device runs took
     (tmp_path / "host").mkdir()
     host, host_metrics = run(per_sample, tmp_path / "host")
     assert host_metrics == metrics and all(torch.equal(host[k], model[k]) for k in model)

@@ -258,7 +258,7 @@ class ImageDataset(Dataset):
         pipeline = self.pipeline
         if isinstance(self.source, TensorPictures):
             placed = copy_to(positions, self.source.pictures.device)
-            made = self._augmented_epoch(pipeline, epoch) if pipeline.random and placed.device.type != "cpu" else None
+            made = self._augmented_epoch(pipeline, epoch) if pipeline.random and _at_once_on(placed.device) else None
             if made is not None:  # an accelerator: this epoch's crops and flips were made for every picture at once
                 images = pipeline.to_float(made.index_select(0, placed))
                 return images if self.tensor_transform is None else self.tensor_transform(images)
@@ -333,6 +333,13 @@ class ImageDataset(Dataset):
                 SampleRandomness.seed(sample_seed(self.seed, epoch, int(self.ids[idx[0]]), stream=1))
                 images, labels = self.mixing(images, labels)
         return {"input": images, "label": labels, "index": copy_to(self.ids[idx], labels.device)}
+
+
+def _at_once_on(device: torch.device) -> bool:
+    """Whether a split held on ``device`` makes each epoch's crops and flips for every picture at once
+    (:meth:`ImageDataset._augmented_epoch`): on an accelerator, where a batch's ~40 small launches
+    cost more than one gather; on the CPU a batch's own operations cost the same either way."""
+    return device.type != "cpu"
 
 
 class JoinedImageDataset(Dataset):
