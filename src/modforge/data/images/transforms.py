@@ -304,19 +304,16 @@ class ImagePipeline:
             self._plans[key] = plan
         return self._plans[key]
 
-    def batch(self, pictures: torch.Tensor, seeds: Sequence[int] | None, *,
-              draws: torch.Tensor | None = None) -> torch.Tensor | None:  # fmt: skip
+    def batch(self, pictures: torch.Tensor, seeds: Sequence[int]) -> torch.Tensor | None:
         """uint8 pictures ``[B, C, H, W]`` through the pipeline as a batch, sample ``i`` drawing
         from ``seeds[i]`` exactly as :meth:`__call__` does under that seed (the same pictures), on
-        the pictures' device; None when ``before`` has no batched form (see :meth:`plan`).
-        ``draws``: the samples' draws made already (:func:`.batched.draws_at_once`; no float
-        transform after the geometry), in place of ``seeds``."""
+        the pictures' device; None when ``before`` has no batched form (see :meth:`plan`)."""
         plan = self.plan(*pictures.shape[-2:])
         if plan is None:
             return None
         from .batched import raw_draws
 
-        raw, states = (draws, None) if draws is not None else raw_draws(plan, seeds, keep_states=bool(self.after))
+        raw, states = raw_draws(plan, seeds, keep_states=bool(self.after))
         out = self.to_float(plan(pictures, raw))
         if states:
             with SampleRandomness.kept():  # float transforms one at a time, each from where v2 left off
