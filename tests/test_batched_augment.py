@@ -158,29 +158,39 @@ train:
 """
 
 
-@pytest.mark.parametrize("erasing", [True, False], ids=["batch-by-batch-then-erasing", "epoch-at-once"])
+@pytest.mark.parametrize("way", ["batch-by-batch-then-erasing", "epoch-at-once", "uint8-from-workers"])
 def test_a_run_with_its_data_on_the_device_resumes_bit_for_bit_and_trains_as_per_sample_v2(
-    write, tmp_path, monkeypatch, erasing
+    write, tmp_path, monkeypatch, way
 ):
-    """data.device (here the CPU) with batched crops, flips, MixUp/CutMix and per-sample erasing
-    (else each epoch's crops and flips made at once, as on an accelerator): resumed from a mid-epoch
-    checkpoint it ends exactly where the uninterrupted run ends — and exactly where the same config
-    ends with per-sample v2 transforms in host memory."""
+    """Three ways a GPU run makes its pictures, here on the CPU: data.device with batched crops,
+    flips, MixUp/CutMix and per-sample erasing; data.device with each epoch's crops and flips made
+    at once (as on an accelerator); pictures in host memory leaving two loader workers as uint8,
+    normalised where the model trains (as with CUDA). Resumed from a mid-epoch checkpoint each ends
+    exactly where its uninterrupted run ends — and exactly where the same config ends with
+    per-sample v2 transforms in host memory."""
     import modforge as mf
     import modforge.data.images.dataset as datasets
+    from modforge.experiment.experiment import Experiment
     from modforge.experiment.runner import train_run
     from modforge.experiment.schema import validate_config
     from modforge.train.checkpoint import load_checkpoint
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(datasets, "_at_once_on", lambda device: True)  # the accelerator's path, on the CPU
-    made_at_once = []
-    at_once = datasets.ImageDataset._augmented_epoch
+    monkeypatch.setattr(datasets, "_at_once_on", lambda device: way == "epoch-at-once")  # the accelerator's, on the CPU
+    training_gpu = [torch.device("cpu")]  # CUDA's path, on the CPU (the per-sample reference below: none)
+    monkeypatch.setattr(Experiment, "_training_gpu", lambda self: training_gpu[0])
+    taken = []  # (the epoch made at once, the split serving uint8): which paths the runs took
+    at_once, serving = datasets.ImageDataset._augmented_epoch, datasets.ImageDataset.serving_uint8
     monkeypatch.setattr(datasets.ImageDataset, "_augmented_epoch",
-                        lambda self, *a: made_at_once.append(at_once(self, *a)) or made_at_once[-1])  # fmt: skip
+                        lambda self, *a: taken.append(("at once", at_once(self, *a))) or taken[-1][1])  # fmt: skip
+    monkeypatch.setattr(datasets.ImageDataset, "serving_uint8",
+                        lambda self: taken.append(("uint8", serving(self))) or taken[-1][1])  # fmt: skip
     write_cifar_python(tmp_path / "cifar", "cifar10", n_train=32, n_test=8)
-    config = RUN.replace(" ERASING", ", {type: random_erasing, args: {p: 0.5}}" if erasing else "")
-    on_device = write("device.yaml", config.replace("DEVICE", "device: cpu").replace("BATCHED", "true"))
+    config = RUN.replace(" ERASING", ", {type: random_erasing, args: {p: 0.5}}" if way.endswith("erasing") else "")
+    if way == "uint8-from-workers":  # no batch mixing: the pictures must reach the training process as uint8
+        config = config.replace("    mix: {mixup_alpha: 0.4, cutmix_alpha: 1.0}\n", "")
+    ours = "num_workers: 2" if way == "uint8-from-workers" else "device: cpu"
+    on_device = write("device.yaml", config.replace("DEVICE", ours).replace("BATCHED", "true"))
     per_sample = write("host.yaml", config.replace("DEVICE", "num_workers: 0").replace("BATCHED", "false"))
 
     def run(cfg, folder, resume=None):
@@ -195,8 +205,11 @@ def test_a_run_with_its_data_on_the_device_resumes_bit_for_bit_and_trains_as_per
     shutil.copy(middle, resumed_dir / "checkpoints" / middle.name)
     resumed, resumed_metrics = run(on_device, resumed_dir, load_checkpoint(middle))
     assert resumed_metrics == metrics and all(torch.equal(resumed[k], model[k]) for k in model)
-    assert any(made is not None for made in made_at_once) != erasing  # which path the device runs took
+    paths = {kind for kind, made in taken if made is not None}
+    assert paths == {"batch-by-batch-then-erasing": set(), "epoch-at-once": {"at once"},
+                     "uint8-from-workers": {"uint8"}}[way]  # fmt: skip
     (tmp_path / "host").mkdir()
+    training_gpu[0] = None
     host, host_metrics = run(per_sample, tmp_path / "host")
     assert host_metrics == metrics and all(torch.equal(host[k], model[k]) for k in model)
 
@@ -217,6 +230,22 @@ def test_batches_made_on_a_cuda_device_are_the_host_batches(transforms):
         assert ours["input"].is_cuda and ours["label"].is_cuda
         assert all(torch.equal(ours[k].cpu(), theirs[k]) for k in theirs)
     assert (placed._epoch_pictures is not None) == (transforms is CIFAR)  # crops and flips only: made at once
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/device_check.py runs it)")
+def test_pictures_leaving_the_workers_as_uint8_are_normalised_on_the_gpu_to_the_host_numbers():
+    from modforge.data.device_finish import FinishedOnDevice
+
+    split = _split(CIFAR, (3, 32, 32), n=64)
+    settings = LoaderSettings(batch_size=16, num_workers=2)
+    ours = make_loader(split, settings, train=True, generator=torch.Generator().manual_seed(0),
+                       finish_on=torch.device("cuda"))  # fmt: skip
+    theirs = make_loader(split, settings, train=True, generator=torch.Generator().manual_seed(0))
+    assert isinstance(ours, FinishedOnDevice) and ours.dataset.__getitems__([0, 1])["input"].dtype == torch.uint8
+    for a, b in zip(ours, theirs, strict=True):
+        assert a["input"].is_cuda and torch.equal(a["input"].cpu(), b["input"])
+        assert torch.equal(a["label"], b["label"]) and torch.equal(a["index"], b["index"])
 
 
 def test_an_epoch_augmented_at_once_gives_each_sample_the_pictures_its_seed_gives(monkeypatch):

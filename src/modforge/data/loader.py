@@ -44,6 +44,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
 from .base import collate
+from .device_finish import FinishedOnDevice
 from .placement import DEVICE_NAMES, check_data_device, place
 
 __all__ = [
@@ -293,6 +294,7 @@ def make_loader(
     num_replicas: int = 1,
     rank: int = 0,
     mask_aware: bool | Callable[[], bool] = False,
+    finish_on: torch.device | None = None,
 ) -> DataLoader:
     """A DataLoader over ``dataset``: shuffled by a :class:`ResumableRandomSampler` for
     training, in order for evaluation; with ``num_replicas > 1``, this process's shard
@@ -301,7 +303,9 @@ def make_loader(
     ``eval_batch_size`` is given — or, with ``eval_max_samples`` and a model that handles
     padding (``mask_aware``: a bool or a callable returning one), in length-bucketed batches
     (:class:`LengthBucketBatchSampler`; whole batches shared among the processes). ``max_samples`` sizes training
-    batches by total samples (:class:`DynamicBatchSampler`)."""
+    batches by total samples (:class:`DynamicBatchSampler`). ``finish_on``: the training device, when
+    a picture split held in host memory may leave the workers as uint8 and be normalised there
+    (:mod:`.device_finish`; the loader then yields its batches' pictures on that device)."""
     if not train and settings.eval_max_samples is not None and getattr(dataset, "pads_batches", False):
         bucketed = _bucketed_loader(dataset, settings, num_replicas, rank, mask_aware)
         if bucketed is not None:
@@ -313,6 +317,10 @@ def make_loader(
             log.info("data.device: %s — the training batches are made there, in the training process "
                      "(data.num_workers: %d applies to evaluation only)", settings.device, workers)  # fmt: skip
         workers, pin = 0, False
+    served = None
+    if train and finish_on is not None and settings.device is None and callable(getattr(dataset, "serving_uint8", None)):
+        served = dataset.serving_uint8()
+        dataset = served if served is not None else dataset
     batch_size = settings.batch_size if train else (settings.eval_batch_size or settings.batch_size)
     if not train and settings.eval_batch_size is None and getattr(dataset, "pads_batches", False):
         batch_size = 1  # whole files padded together would be scored with each other's padding
@@ -337,7 +345,7 @@ def make_loader(
             seed_draw=seed_draw)  # fmt: skip
     else:
         batches = EpochTaggedBatches(sampler, batch_size, drop_last, seed_draw=seed_draw, dataset=tagged)
-    return DataLoader(
+    loader = DataLoader(
         dataset,
         batch_sampler=batches,
         num_workers=workers,
@@ -347,6 +355,9 @@ def make_loader(
         persistent_workers=persistent,
         prefetch_factor=settings.prefetch_factor if workers > 0 else None,
     )
+    if served is not None:
+        return FinishedOnDevice(loader, finish_on, served.pipeline.to_float)  # type: ignore[return-value]
+    return loader
 
 
 def _training_item_length(dataset: Dataset) -> int:

@@ -330,11 +330,23 @@ class Experiment:
         (``data.batch_size`` is per process)."""
         generator = torch.Generator().manual_seed(self.seed)
         shard = {"num_replicas": distributed.world_size(), "rank": distributed.rank()}
-        train = make_loader(self.splits.train, self.loader, train=True, generator=generator, **shard)
+        train = make_loader(self.splits.train, self.loader, train=True, generator=generator, **shard,
+                            finish_on=self._training_gpu() if self.loader.pin_memory else None)  # fmt: skip
         shard["mask_aware"] = self.scores_padded_batches
         val = make_loader(self.splits.val, self.loader, train=False, **shard) if self.splits.val is not None else None
         test = make_loader(self.splits.test, self.loader, train=False, **shard) if self.splits.test is not None else None
         return train, val, test
+
+    def _training_gpu(self) -> torch.device | None:
+        """The CUDA device ``train.device`` trains on (``auto`` and ``cuda`` as ``data.device``
+        resolves them), or None: where training pictures may be normalised after their copy."""
+        if not torch.cuda.is_available():
+            return None
+        try:
+            device = resolve_data_device(str(self.settings.device))
+        except ConfigError:
+            return None
+        return device if device.type == "cuda" else None
 
     def scores_padded_batches(self) -> bool:
         """Whether padded batches of whole files score as the files alone: a mask-aware model

@@ -28,6 +28,7 @@ pipelines or fixed transforms differ (the tasks of a domain-incremental sequence
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -183,6 +184,7 @@ class ImageDataset(Dataset):
         self.picture_transform, self.tensor_transform = picture_transform, tensor_transform
         self.epoch = 0
         self._epoch_pictures: tuple[tuple, torch.Tensor] | None = None  # on a device: _augmented_epoch
+        self._uint8_out = False  # serving_uint8: the pictures leave as uint8, normalised where they train
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -236,16 +238,17 @@ class ImageDataset(Dataset):
         source = type(first.source).join([p.source for p in parts])  # type: ignore[arg-type]
         return first._like(source, torch.cat([p.labels for p in parts]), torch.cat([p.ids for p in parts]), first.train)
 
-    def picture(self, position: int, epoch: int | None = None) -> torch.Tensor:
+    def picture(self, position: int, epoch: int | None = None, *, to_float: bool = True) -> torch.Tensor:
         """Sample ``position`` after its pipeline and fixed transforms (float ``[C, H, W]``, or what
-        ``tensor_transform`` makes of it), as epoch ``epoch`` draws it."""
+        ``tensor_transform`` makes of it), as epoch ``epoch`` draws it; ``to_float=False``: after
+        the transforms on the uint8 picture only (no float transform follows: :meth:`serving_uint8`)."""
         pipeline = self.pipeline
         raw = self.source.read(position)
         if self.picture_transform is not None:
             raw = self.picture_transform(raw.unsqueeze(0))[0]
         with SampleRandomness.kept():
             SampleRandomness.seed(sample_seed(self.seed, self.epoch if epoch is None else epoch, int(self.ids[position])))
-            image = pipeline(raw)
+            image = pipeline(raw) if to_float else pipeline.geometry(raw)
         return image if self.tensor_transform is None else self.tensor_transform(image.unsqueeze(0))[0]
 
     def __getitem__(self, position: int) -> dict[str, torch.Tensor]:
@@ -260,18 +263,39 @@ class ImageDataset(Dataset):
             placed = copy_to(positions, self.source.pictures.device)
             made = self._augmented_epoch(pipeline, epoch) if pipeline.random and _at_once_on(placed.device) else None
             if made is not None:  # an accelerator: this epoch's crops and flips were made for every picture at once
-                images = pipeline.to_float(made.index_select(0, placed))
+                images = made.index_select(0, placed)
+                images = images if self._uint8_out else pipeline.to_float(images)
                 return images if self.tensor_transform is None else self.tensor_transform(images)
             raw = self.source.read_many(placed)
             if self.picture_transform is not None:
                 raw = self.picture_transform(raw)
             if pipeline.random:
-                images = pipeline.batch(raw, sample_seeds(self.seed, epoch, self.ids[positions]))
+                images = pipeline.batch(raw, sample_seeds(self.seed, epoch, self.ids[positions]),
+                                        to_float=not self._uint8_out)  # fmt: skip
             else:
-                images = pipeline.to_float(raw)
+                images = raw if self._uint8_out else pipeline.to_float(raw)
             if images is not None:
-                return images if self.tensor_transform is None else self.tensor_transform(images)
-        return torch.stack([self.picture(int(p), epoch) for p in positions])
+                return self._finished(images) if self.tensor_transform is None else self.tensor_transform(images)
+        return self._finished(torch.stack([self.picture(int(p), epoch, to_float=not self._uint8_out)
+                                           for p in positions]))  # fmt: skip
+
+    def _finished(self, images: torch.Tensor) -> torch.Tensor:
+        """``images`` as this split serves them: normalised float32, or (:meth:`serving_uint8`) the
+        uint8 pictures when they are uint8 (anything else is normalised here)."""
+        if self._uint8_out and images.dtype != torch.uint8:
+            return self.pipeline.to_float(images)
+        return images
+
+    def serving_uint8(self) -> ImageDataset | None:
+        """This training split serving its augmented pictures as uint8, for the training process
+        to normalise on its GPU (:mod:`modforge.data.device_finish`: a quarter of the bytes through
+        the workers and the bus) — or None where something after the crops and flips needs floats:
+        a float transform (random erasing), batch mixing, a tensor transform."""
+        if not self.train or self.pipeline.after or self.mixing is not None or self.tensor_transform is not None:
+            return None
+        served = copy.copy(self)
+        served._uint8_out = True
+        return served
 
     _EPOCH_CHUNK = 8192
     """Pictures augmented in one go when a split makes its epoch at once (bounds the index maps'

@@ -281,10 +281,14 @@ class ImagePipeline:
             self._on[device] = (torch.tensor(255.0, device=device), on(self.mean), on(self.std))
         return self._on[device]
 
-    def __call__(self, picture: torch.Tensor) -> torch.Tensor:
+    def geometry(self, picture: torch.Tensor) -> torch.Tensor:
+        """The transforms on the uint8 picture alone (``before``: no conversion to float)."""
         for transform in self.before:
             picture = transform(picture)
-        picture = self.to_float(picture)
+        return picture
+
+    def __call__(self, picture: torch.Tensor) -> torch.Tensor:
+        picture = self.to_float(self.geometry(picture))
         for transform in self.after:
             picture = transform(picture)
         return picture
@@ -304,16 +308,19 @@ class ImagePipeline:
             self._plans[key] = plan
         return self._plans[key]
 
-    def batch(self, pictures: torch.Tensor, seeds: Sequence[int]) -> torch.Tensor | None:
+    def batch(self, pictures: torch.Tensor, seeds: Sequence[int], *, to_float: bool = True) -> torch.Tensor | None:
         """uint8 pictures ``[B, C, H, W]`` through the pipeline as a batch, sample ``i`` drawing
         from ``seeds[i]`` exactly as :meth:`__call__` does under that seed (the same pictures), on
-        the pictures' device; None when ``before`` has no batched form (see :meth:`plan`)."""
+        the pictures' device; None when ``before`` has no batched form (see :meth:`plan`).
+        ``to_float=False``: the uint8 pictures after ``before`` (with no ``after`` to follow)."""
         plan = self.plan(*pictures.shape[-2:])
         if plan is None:
             return None
         from .batched import raw_draws
 
         raw, states = raw_draws(plan, seeds, keep_states=bool(self.after))
+        if not to_float:
+            return plan(pictures, raw)
         out = self.to_float(plan(pictures, raw))
         if states:
             with SampleRandomness.kept():  # float transforms one at a time, each from where v2 left off
