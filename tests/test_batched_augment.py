@@ -242,7 +242,8 @@ def test_pictures_leaving_the_workers_as_uint8_are_normalised_on_the_gpu_to_the_
     ours = make_loader(split, settings, train=True, generator=torch.Generator().manual_seed(0),
                        finish_on=torch.device("cuda"))  # fmt: skip
     theirs = make_loader(split, settings, train=True, generator=torch.Generator().manual_seed(0))
-    assert isinstance(ours, FinishedOnDevice) and ours.dataset.__getitems__([0, 1])["input"].dtype == torch.uint8
+    assert isinstance(ours, FinishedOnDevice) and ours.loader.dataset.__getitems__([0, 1])["input"].dtype == torch.uint8
+    assert ours.dataset is split  # read directly (a distillation's sizing batch): the split, normalised
     for a, b in zip(ours, theirs, strict=True):
         assert a["input"].is_cuda and torch.equal(a["input"].cpu(), b["input"])
         assert torch.equal(a["label"], b["label"]) and torch.equal(a["index"], b["index"])

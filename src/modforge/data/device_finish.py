@@ -29,17 +29,21 @@ __all__ = ["FinishedOnDevice"]
 
 class FinishedOnDevice:
     """A loader whose batches' uint8 ``input`` is copied to ``device`` and finished there by
-    ``finish`` (uint8 pictures → normalised float); everything else a loader has — its length,
-    sampler, generator, dataset — is the wrapped loader's.
+    ``finish`` (uint8 pictures → normalised float); its ``dataset`` is the split as it serves
+    samples read directly (normalised: a distillation's sizing batch, the trainer's ``set_epoch``,
+    which tags the batches the workers make), and everything else a loader has — its length,
+    sampler, generator — is the wrapped loader's.
 
     Args:
         loader: the training DataLoader (its dataset serving uint8 pictures).
         device: the training device.
         finish: uint8 pictures on ``device`` → what the model takes.
+        dataset: the split itself (not serving uint8).
     """
 
-    def __init__(self, loader: Any, device: torch.device, finish: Callable[[torch.Tensor], torch.Tensor]):
-        self.loader, self.device, self.finish = loader, device, finish
+    def __init__(self, loader: Any, device: torch.device, finish: Callable[[torch.Tensor], torch.Tensor],
+                 dataset: Any):  # fmt: skip
+        self.loader, self.device, self.finish, self.dataset = loader, device, finish, dataset
 
     def __len__(self) -> int:
         return len(self.loader)

@@ -317,10 +317,9 @@ def make_loader(
             log.info("data.device: %s — the training batches are made there, in the training process "
                      "(data.num_workers: %d applies to evaluation only)", settings.device, workers)  # fmt: skip
         workers, pin = 0, False
-    served = None
+    served, split = None, dataset
     if train and finish_on is not None and settings.device is None and callable(getattr(dataset, "serving_uint8", None)):
         served = dataset.serving_uint8()
-        dataset = served if served is not None else dataset
     batch_size = settings.batch_size if train else (settings.eval_batch_size or settings.batch_size)
     if not train and settings.eval_batch_size is None and getattr(dataset, "pads_batches", False):
         batch_size = 1  # whole files padded together would be scored with each other's padding
@@ -346,7 +345,7 @@ def make_loader(
     else:
         batches = EpochTaggedBatches(sampler, batch_size, drop_last, seed_draw=seed_draw, dataset=tagged)
     loader = DataLoader(
-        dataset,
+        served if served is not None else dataset,  # the split tags the batches' epochs; its uint8 copy makes them
         batch_sampler=batches,
         num_workers=workers,
         pin_memory=pin and torch.cuda.is_available(),
@@ -356,7 +355,7 @@ def make_loader(
         prefetch_factor=settings.prefetch_factor if workers > 0 else None,
     )
     if served is not None:
-        return FinishedOnDevice(loader, finish_on, served.pipeline.to_float)  # type: ignore[return-value]
+        return FinishedOnDevice(loader, finish_on, served.pipeline.to_float, split)  # type: ignore[return-value]
     return loader
 
 
