@@ -48,7 +48,7 @@ class FinishedOnDevice:
     def __len__(self) -> int:
         return len(self.loader)
 
-    def __getattr__(self, name: str) -> Any:  # sampler, generator, dataset, batch_sampler…
+    def __getattr__(self, name: str) -> Any:  # batch_sampler, generator, num_workers…: the loader's
         return getattr(self.__dict__["loader"], name)
 
     def __iter__(self) -> Iterator[Any]:
