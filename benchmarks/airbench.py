@@ -364,9 +364,10 @@ def speed(*, epochs: float, runs: int, workers: int) -> dict[str, Any]:
 
 def profile(*, steps: int = 48) -> str:
     """Where the time of ``steps`` optimizer steps goes, for airbench's ``train94`` and for modforge's
-    config on tensors held on the GPU and as shipped (``--profile``, after ``--speed``; diagnosis for later sessions, which may have
-    no device): torch.profiler's busiest operations by GPU time and by host time, the GPU's busy share of
-    the wall time, and how often the host waited for the device."""
+    config on tensors held on the GPU, as shipped, and in ``16-true`` (``--profile``, after ``--speed``:
+    a diagnosis for later sessions, which may have no device): torch.profiler's busiest operations by
+    GPU time and by host time, the GPU's busy share of the wall time, and how often the host waited
+    for the device."""
     from airbench import lib_airbench94, utils
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiled
@@ -400,11 +401,11 @@ def profile(*, steps: int = 48) -> str:
         with mock.patch.object(utils, "CifarLoader", lambda *a, **k: None):
             report(f"airbench train94, {steps} steps", lambda: lib_airbench94.train94(loader, epochs=epochs,
                                                                                       verbose=False))  # fmt: skip
-        for mode in ("tensors", "device"):  # on the GPU: plain tensors, then the config as shipped
+        write_cifar_python(Path(tmp) / "cifar10", raw, labels)
+        for mode in ("tensors", "device", "half"):  # on the GPU: plain tensors, the config as shipped, in 16-true
             root = None if mode == "tensors" else str(Path(tmp) / "cifar10")
-            if root:
-                write_cifar_python(Path(root), raw, labels)
-            cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=48, device="cuda", precision="16", root=root,
+            cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=48, device="cuda",
+                                precision="16-true" if mode == "half" else "16", root=root,
                                 data_changes={"device": "cuda", "num_workers": 0})  # fmt: skip
             exp = Experiment.build(cfg, tensor_splits(normalised(raw), labels) if mode == "tensors" else None)
             train_loader = exp.loaders()[0]
