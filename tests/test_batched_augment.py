@@ -251,8 +251,9 @@ def test_pictures_leaving_the_workers_as_uint8_are_normalised_on_the_gpu_to_the_
 
 def test_an_epoch_augmented_at_once_gives_each_sample_the_pictures_its_seed_gives(monkeypatch):
     # on an accelerator a split makes the epoch's pictures at its first batch (here run on the CPU, in chunks)
-    split = _split([{"type": "random_crop", "args": {"size": 30, "padding": 3, "padding_mode": "reflect"}},
-                    "random_horizontal_flip", {"type": "random_vertical_flip", "args": {"p": 0.3}}], (3, 32, 32))
+    split_transforms = [{"type": "random_crop", "args": {"size": 30, "padding": 3, "padding_mode": "reflect"}},
+                        "random_horizontal_flip", {"type": "random_vertical_flip", "args": {"p": 0.3}}]
+    split = _split(split_transforms, (3, 32, 32))
     monkeypatch.setattr(ImageDataset, "_EPOCH_CHUNK", 16)  # 40 pictures: chunks of 16, 16 and 8
     split.set_epoch(4)
     made = split._augmented_epoch(split.pipeline, 4)
@@ -261,7 +262,11 @@ def test_an_epoch_augmented_at_once_gives_each_sample_the_pictures_its_seed_give
     positions = torch.tensor([5, 0, 39, 17, 17, 2])
     by_seed = torch.stack([split.picture(int(p)) for p in positions])
     assert torch.equal(split.pipeline.to_float(made.index_select(0, positions)), by_seed)
-    assert not torch.equal(split._augmented_epoch(split.pipeline, 5), made)  # the next epoch draws anew
+    fifth = split._augmented_epoch(split.pipeline, 5)
+    assert not torch.equal(fifth, made)  # the next epoch draws anew
+    assert split._draw_block[0] == 4  # ... from the draws made for epochs 4 to 11 at once
+    resumed = _split(split_transforms, (3, 32, 32))  # a resumed run: its block starts at its own epoch
+    assert torch.equal(resumed._augmented_epoch(resumed.pipeline, 5), fifth) and resumed._draw_block[0] == 5
     permuted = split.with_fixed_transforms(picture=lambda x: x.flip(-1).contiguous())  # a fixed per-picture transform
     permuted.set_epoch(4)
     assert torch.equal(split.pipeline.to_float(permuted._augmented_epoch(split.pipeline, 4).index_select(0, positions)),

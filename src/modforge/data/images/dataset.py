@@ -184,6 +184,7 @@ class ImageDataset(Dataset):
         self.picture_transform, self.tensor_transform = picture_transform, tensor_transform
         self.epoch = 0
         self._epoch_pictures: tuple[tuple, torch.Tensor] | None = None  # on a device: _augmented_epoch
+        self._draw_block: tuple[int, int, torch.device, torch.Tensor] | None = None  # its draws, 8 epochs at once
         self._uint8_out = False  # serving_uint8: the pictures leave as uint8, normalised where they train
 
     def __len__(self) -> int:
@@ -310,8 +311,6 @@ class ImageDataset(Dataset):
         epoch. The same pictures as batch by batch (each sample's draws are its own); it holds a
         second copy of the split's pictures on the device for the epoch. None: made per batch."""
         from .batched import draws_at_once
-        from .mersenne import first_outputs_on
-        from .transforms import sample_seed_array
 
         pictures = self.source.pictures  # type: ignore[union-attr]
         key = (epoch, pictures.device)
@@ -322,8 +321,7 @@ class ImageDataset(Dataset):
         if plan is None or pipeline.after or not draws_at_once(plan):
             return None
         self._epoch_pictures = None  # the last epoch's pictures go before this epoch's are made
-        seeds = torch.from_numpy(sample_seed_array(self.seed, epoch, self.ids).astype("int64"))
-        draws = first_outputs_on(copy_to(seeds, pictures.device), len(plan.draws))
+        draws = self._epoch_draws(epoch, len(plan.draws), pictures.device)
         made: torch.Tensor | None = None
         for start in range(0, len(pictures), self._EPOCH_CHUNK):  # one chunk's maps and pictures at a time
             chunk = pictures[start:start + self._EPOCH_CHUNK]
@@ -335,6 +333,26 @@ class ImageDataset(Dataset):
             made[start:start + len(out)] = out
         self._epoch_pictures = (key, made)
         return made
+
+    _EPOCHS_DRAWN = 8
+    """Epochs whose draws are made together: the seeding recurrence costs ~2,000 small launches
+    whatever the number of seeds, so once for eight epochs instead of at every epoch's start."""
+
+    def _epoch_draws(self, epoch: int, count: int, device: torch.device) -> torch.Tensor:
+        """Every sample's ``count`` draws for ``epoch`` (``[N, count]``, by position) on ``device``,
+        from a block of :data:`_EPOCHS_DRAWN` epochs made at once (a resumed run starts a block at
+        its own epoch: the draws of an epoch do not depend on the block it was made in)."""
+        from .mersenne import first_outputs_on
+        from .transforms import sample_seed_array
+
+        block = self._draw_block
+        if block is None or block[1:3] != (count, device) or not block[0] <= epoch < block[0] + len(block[3]):
+            epochs = range(epoch, epoch + self._EPOCHS_DRAWN)
+            seeds = torch.cat([torch.from_numpy(sample_seed_array(self.seed, e, self.ids).astype("int64"))
+                               for e in epochs])  # fmt: skip
+            table = first_outputs_on(copy_to(seeds, device), count).view(len(epochs), len(self.ids), count)
+            block = self._draw_block = (epoch, count, device, table)
+        return block[3][epoch - block[0]]
 
     def to_device(self, device: torch.device | str) -> ImageDataset:
         """This split with its pictures and labels held on ``device`` (ids stay on the host: they
