@@ -56,12 +56,17 @@ class Capabilities:
         dynamic_shapes: one prepared runnable accepts any batch size (and sequence length).
         needs_example_input: :meth:`Engine.prepare` needs an example batch (tracing,
             compilation, export).
+        prepared_under_autocast: what :meth:`Engine.prepare` makes is specialised to the autocast
+            state it runs under (torch.compile's graphs), so a trainer prepares it under the run's
+            own autocast; an engine that would bake the casts into its artifact (tracing) is
+            prepared outside it.
     """
 
     can_train: bool
     multi_device: bool
     dynamic_shapes: bool
     needs_example_input: bool
+    prepared_under_autocast: bool = False
 
 
 class Engine(abc.ABC):

@@ -43,7 +43,8 @@ class Compile(WeightsEngine):
             (see the ``eager`` engine); ``contiguous`` (default) keeps them as built.
     """
 
-    capabilities = Capabilities(can_train=True, multi_device=True, dynamic_shapes=True, needs_example_input=True)
+    capabilities = Capabilities(can_train=True, multi_device=True, dynamic_shapes=True, needs_example_input=True,
+                                prepared_under_autocast=True)  # fmt: skip
 
     def __init__(self, mode: Mode = "default", backend: str = "inductor", fullgraph: bool = False,
                  dynamic: Optional[bool] = None, fallback_random: bool = True,

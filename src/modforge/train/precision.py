@@ -61,8 +61,8 @@ def store_weights_in(model: nn.Module, dtype: torch.dtype) -> int:
                 parameter.data = parameter.data.to(dtype)
                 cast += 1
         for name, buffer in list(module.named_buffers(recurse=False)):
-            if buffer is not None and buffer.is_floating_point() and buffer.dtype != dtype:
-                module._buffers[name] = buffer.to(dtype)
+            if buffer.is_floating_point() and buffer.dtype != dtype:
+                setattr(module, name, buffer.to(dtype))  # still the module's buffer (persistent or not)
                 cast += 1
     return cast
 

@@ -12,7 +12,6 @@ import torch
 import torch.nn as nn
 
 from ..core.errors import ModforgeError
-from ..engines.compile import Compile
 
 __all__ = ["TrainerExecution"]
 
@@ -51,8 +50,8 @@ class TrainerExecution:
         self.engine.arrange(self.model)  # before DDP wraps it: the reducer's buckets take the final layout
         # torch.compile's warm-up under the run's autocast: the graphs it compiles are the ones training and
         # evaluation then run (outside it, the first training step would compile the model a second time)
-        warming = self._autocast() if isinstance(self.engine, Compile) else contextlib.nullcontext()
-        with warming:
+        under = self.engine.capabilities.prepared_under_autocast
+        with self._autocast() if under else contextlib.nullcontext():
             runnable = self.engine.prepare(self._replicated(), example, train=True)
         self._runnable_parts = self._runnable_made_of()  # after: an engine may convert the model (float64)
         return runnable
