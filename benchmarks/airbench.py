@@ -14,11 +14,14 @@ its folder on ``PYTHONPATH``; it needs torchvision):
   modforge's learning rates are scaled by ``batch / 1024`` (exact for a power-of-two batch).
 * ``--speed`` (CUDA): wall time of ``train94`` on airbench's own GPU-resident loader (random
   uint8 pictures saved as its ``train.pt``) against modforge's config trained on the same
-  pictures for the same number of optimizer steps, both after one warm-up run; modforge three ways:
+  pictures for the same number of optimizer steps, both after one warm-up run; modforge five ways:
   ``device`` — the config as shipped (``data.device: auto``: the pictures kept and augmented in
   whole batches on the GPU), reading CIFAR-10's python batches written by the benchmark;
   ``loader`` — the same with the pictures in host memory, augmented in loader workers; ``tensors`` — the pictures as normalised
-  tensors held on the GPU, no augmentation (what the trainer and model cost on their own).
+  tensors held on the GPU, no augmentation (what the trainer and model cost on their own); ``half`` — the
+  config with its weights in fp16 (``precision: 16-true``); ``graphs`` — the config compiled with CUDA graphs
+  (``reduce-overhead``), timed from the start of training, after the compilation and warm-up (as airbench
+  times its own compiled variant).
 
     python benchmarks/airbench.py --parity [--steps 20] [--write]
     python benchmarks/airbench.py --speed [--quick] [--write] [--profile]
@@ -66,7 +69,11 @@ MODES = {  # how modforge's side of --speed is fed
     "device": "modforge, the config as shipped (`data.device: auto`: augmented in batches on the GPU)",
     "loader": "modforge, the config with its pictures in host memory (augmentation in loader workers)",
     "half": "modforge, the config as shipped but its weights stored in fp16 (`precision: 16-true`)",
+    "graphs": "modforge, the config as shipped, compiled with CUDA graphs (`engine: compile`, `reduce-overhead`; "
+              "compilation not timed)",
 }
+COMPILED = {"graphs": {"type": "compile", "args": {"mode": "reduce-overhead", "memory_format": "channels_last"}}}
+"""The modes that train through torch.compile, and the engine each sets."""
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -134,7 +141,8 @@ class AirbenchBatches:
 # ------------------------------------------------------------------------------------ modforge
 def recipe_config(*, batch: int, steps: int, steps_per_epoch: int, device: str, precision: str,
                   whiten_samples: int = 5000, whiten_bias_epochs: int | None = None,
-                  root: str | None = None, data_changes: dict[str, Any] | None = None) -> Any:  # fmt: skip
+                  root: str | None = None, data_changes: dict[str, Any] | None = None,
+                  engine: dict[str, Any] | None = None) -> Any:  # fmt: skip
     """The shipped config, sized for ``steps`` optimizer steps of ``batch`` pictures: the learning
     rates scaled by ``batch / 1024`` as its comment says, loading in-process unless ``root`` is given."""
     cfg = load_config(CONFIG)
@@ -147,7 +155,7 @@ def recipe_config(*, batch: int, steps: int, steps_per_epoch: int, device: str, 
     data.update(data_changes or {})
     train["max_epochs"] = math.ceil(steps / steps_per_epoch)
     train["max_steps"] = steps
-    train.update(device=device, precision=precision, log_every=10**9)
+    train.update(device=device, precision=precision, log_every=10**9, **({"engine": engine} if engine else {}))
     train["optimizer"]["args"]["lr"] *= batch / 1024
     train["optimizer"]["param_groups"][0]["args"]["lr"] *= batch / 1024
     for spec in train["callbacks"]:
@@ -162,6 +170,18 @@ def tensor_splits(inputs: torch.Tensor, labels: torch.Tensor) -> DataSplits:
     data = ArrayDataset(inputs, labels)
     return DataSplits(train=data, val=None, test=None, num_classes=10, in_dim=3, layout="image",
                       input_shape=(3, 32, 32))  # fmt: skip
+
+
+class StartClock(Callback):
+    """The time training starts: the first hook of ``fit`` after the engine prepared (compiled) the model."""
+
+    order = -(10**9)  # before every other callback (the whitening is timed)
+    started: float | None = None
+
+    def on_fit_start(self, trainer) -> None:
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.started = time.perf_counter()
 
 
 class LossRecorder(Callback):
@@ -309,18 +329,21 @@ def _synchronised_seconds(run) -> float:
     return time.perf_counter() - start
 
 
-def fit_seconds(cfg: Any, splits: DataSplits | None) -> float:
+def fit_seconds(cfg: Any, splits: DataSplits | None, *, from_training_start: bool = False) -> float:
     """Seconds of one ``Trainer.fit`` of a fresh build of ``cfg`` (the build and the data reading
-    are not timed; the whitening, the loader's workers and every step are)."""
+    are not timed; the whitening, the loader's workers and every step are; ``from_training_start``:
+    nor is the engine's preparation — a compilation and its warm-up)."""
     exp = Experiment.build(cfg, splits)
     train_loader = exp.loaders()[0]
     trainer = exp.trainer(train_loader, None)
+    clock = StartClock()
+    trainer.add_callback(clock)
     sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
     sync()
     start = time.perf_counter()
     trainer.fit(train_loader)
     sync()
-    return time.perf_counter() - start
+    return time.perf_counter() - (clock.started if from_training_start else start)
 
 
 def speed(*, epochs: float, runs: int, workers: int) -> dict[str, Any]:
@@ -349,16 +372,18 @@ def speed(*, epochs: float, runs: int, workers: int) -> dict[str, Any]:
         inputs = normalised(raw)
         changes = {"loader": {"num_workers": workers, "device": None, "persistent_workers": True},
                    "device": {"device": "cuda", "num_workers": 0}, "tensors": {"device": "cuda"},
-                   "half": {"device": "cuda", "num_workers": 0}}
+                   "half": {"device": "cuda", "num_workers": 0}, "graphs": {"device": "cuda", "num_workers": 0}}
         for mode in MODES:
             root = None if mode == "tensors" else str(folder / "cifar10")
             cfg = recipe_config(batch=1024, steps=steps, steps_per_epoch=len(loader), device="cuda",
                                 precision="16-true" if mode == "half" else "16", root=root,
-                                data_changes=changes.get(mode))  # fmt: skip
+                                data_changes=changes.get(mode), engine=COMPILED.get(mode))  # fmt: skip
             splits = tensor_splits(inputs, labels) if mode == "tensors" else None
-            if mode == "tensors":
-                fit_seconds(cfg, splits)  # warm-up (cuDNN autotuning; the other modes' runs reuse it)
-            out[f"modforge_{mode}_s"] = sorted(fit_seconds(cfg, splits) for _ in range(runs))[runs // 2]
+            compiled = mode in COMPILED
+            if mode == "tensors" or compiled:  # warm-up (cuDNN autotuning; compiled: Inductor's caches)
+                fit_seconds(cfg, splits)
+            out[f"modforge_{mode}_s"] = sorted(fit_seconds(cfg, splits, from_training_start=compiled)
+                                               for _ in range(runs))[runs // 2]  # fmt: skip
     return out
 
 

@@ -116,13 +116,13 @@ def plan(python: str, quick: bool = False) -> list[Step]:
                                           ("gpu", "continual_gpu", "input_pipeline", "airbench"))  # fmt: skip
     tests = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", *marked_test_files()]
     return [
-        Step("cuda-tests", tests, 45, packages=("modforge",)),
-        Step("gpu", [python, gpu, "--quick", "--runs", "5", "--profile", *writes(gpu)], 240, script=gpu,
+        Step("cuda-tests", tests, 75, packages=("modforge",)),
+        Step("gpu", [python, gpu, "--quick", "--runs", "5", "--profile", *writes(gpu)], 210, script=gpu,
              packages=("modforge",)),
         Step(
             "continual",
             [python, continual, "--quick", "--mammoth", ".mammoth", *writes(continual)],
-            45,
+            40,
             script=continual,
             packages=("modforge", "kornia"),
             folder=".mammoth",
@@ -130,14 +130,14 @@ def plan(python: str, quick: bool = False) -> list[Step]:
         Step(
             "input-pipeline",
             [python, pipeline, "--device", "cuda", "--quick", *writes(pipeline)],
-            75,
+            60,
             script=pipeline,
             packages=("modforge",),
         ),
         Step(
             "airbench",
             [python, airbench, "--speed", "--profile", *(["--quick"] if quick else []), *writes(airbench)],
-            190,
+            210,
             script=airbench,
             packages=("modforge", "airbench"),
         ),

@@ -3,7 +3,8 @@
 1. **CIFAR-shaped ResNet-18 training** (3×32×32 uint8 pictures in memory, 4-pixel padded
    crops and flips through modforge's image pipeline, batch 256, SGD with momentum) in
    images/s, for each setting: fp32; AMP fp16 with a GradScaler; bf16 autocast; bf16 with
-   channels_last; bf16 + channels_last + torch.compile. Both contenders read the same dataset
+   channels_last; bf16 + channels_last + torch.compile, and the same with CUDA graphs
+   (torch.compile's ``reduce-overhead``: the step's kernels replayed from a recording). Both contenders read the same dataset
    through DataLoaders with the same workers and pinned memory, copy batches with
    ``non_blocking``, build the same model (``resnet18``, cifar stem, + linear head) from the
    same seed; the loop is what one would write by hand (autocast, scaler, ``channels_last``
@@ -40,12 +41,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import epoch_runner, interleaved_times  # noqa: E402
 
 TARGET = 1.00
-SETTINGS = {  # name: (precision, memory format, compiled)
-    "fp32": ("32", "contiguous", False),
-    "AMP fp16 + GradScaler": ("16", "contiguous", False),
-    "bf16": ("bf16", "contiguous", False),
-    "bf16 + channels_last": ("bf16", "channels_last", False),
-    "bf16 + channels_last + compile": ("bf16", "channels_last", True),
+SETTINGS = {  # name: (precision, memory format, torch.compile's mode or None: eager)
+    "fp32": ("32", "contiguous", None),
+    "AMP fp16 + GradScaler": ("16", "contiguous", None),
+    "bf16": ("bf16", "contiguous", None),
+    "bf16 + channels_last": ("bf16", "channels_last", None),
+    "bf16 + channels_last + compile": ("bf16", "channels_last", "default"),
+    "bf16 + channels_last + compile, CUDA graphs": ("bf16", "channels_last", "reduce-overhead"),
 }
 
 
@@ -92,10 +94,11 @@ def modforge_epoch(splits, setting: tuple, device, batch: int, workers: int):
     from modforge.engines import build_engine
     from modforge.train.trainer import Trainer
 
-    precision, memory_format, compiled = setting
+    precision, memory_format, mode = setting
     torch.manual_seed(0)
     model = resnet18()
-    engine = build_engine({"type": "compile" if compiled else "eager", "args": {"memory_format": memory_format}})
+    args = {"memory_format": memory_format, **({"mode": mode} if mode else {})}
+    engine = build_engine({"type": "compile" if mode else "eager", "args": args})
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     settings = LoaderSettings(batch_size=batch, num_workers=workers, persistent_workers=workers > 0,
                               pin_memory=device.type == "cuda")  # fmt: skip
@@ -115,12 +118,12 @@ def loop_epoch(splits, setting: tuple, device, batch: int, workers: int):
 
     from modforge.data.base import collate
 
-    precision, memory_format, compiled = setting
+    precision, memory_format, mode = setting
     torch.manual_seed(0)
     model = resnet18().to(device)
     if memory_format == "channels_last":
         model = model.to(memory_format=torch.channels_last)
-    step_model = torch.compile(model) if compiled else model
+    step_model = torch.compile(model, mode=None if mode == "default" else mode) if mode else model
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     scaler = torch.amp.GradScaler(device.type) if precision == "16" else None
     dtype = {"16": torch.float16, "bf16": torch.bfloat16}.get(precision)

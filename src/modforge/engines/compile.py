@@ -6,6 +6,14 @@ the example batch once (forward and, for training, backward; in train and eval m
 without leaving a trace on the run (RNG, batch-norm statistics and gradients restored).
 If that fails, the engine falls back to eager **with a warning** — never silently.
 Artifacts are the eager weights plus metadata; loading compiles the rebuilt model again.
+
+CUDA graphs (``mode: reduce-overhead`` or ``max-autotune`` on a CUDA model): the step's kernels
+are replayed from a recording instead of launched one by one from Python, which removes most of
+the host's work per step — what limits a small network trained in large batches on a fast GPU.
+A replay writes its outputs into the same memory as the last one, so a loss or logits kept from
+an earlier step (the trainer's per-batch losses, an evaluation's scores) would silently change, or
+raise when read. The runnable therefore hands back copies of its tensor outputs
+(:class:`OwnedOutputs`: one small copy kernel per output, against the ~100 launches a replay saves).
 """
 
 from __future__ import annotations
@@ -66,6 +74,8 @@ class Compile(WeightsEngine):
                 fullgraph=self.fullgraph,
                 dynamic=self.dynamic,
             )
+            if replays_cuda_graphs(self.mode, model):
+                compiled = OwnedOutputs(compiled)
             if example is None:
                 return compiled
             self._warm_up(model, compiled, example, train)
@@ -95,3 +105,46 @@ class Compile(WeightsEngine):
                         loss.backward()
             with training_mode(model, False), torch.no_grad():
                 compiled(example)
+
+
+GRAPH_MODES = ("reduce-overhead", "max-autotune")
+"""torch.compile's modes that record CUDA graphs (cudagraph trees) for a model on a CUDA device."""
+
+
+def replays_cuda_graphs(mode: str, model: Any) -> bool:
+    """Whether torch.compile in ``mode`` replays CUDA graphs for ``model`` (its weights on CUDA;
+    on the CPU Inductor skips the graphs and the outputs are fresh tensors already)."""
+    if mode not in GRAPH_MODES:
+        return False
+    first = next(iter(model.parameters()), None) if isinstance(model, torch.nn.Module) else None
+    return first is not None and first.device.type == "cuda"
+
+
+class OwnedOutputs(torch.nn.Module):
+    """A compiled model whose tensor outputs are the caller's to keep: copies of what the CUDA-graph
+    replay wrote, so the next replay cannot change them. Gradients flow through the copies."""
+
+    def __init__(self, compiled: torch.nn.Module):
+        super().__init__()
+        self.compiled = compiled
+
+    @property
+    def _orig_mod(self) -> torch.nn.Module:
+        """The eager model, as on torch.compile's own wrapper (saving an artifact reads it)."""
+        return self.compiled._orig_mod
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return owned(self.compiled(*args, **kwargs))
+
+
+def owned(out: Any) -> Any:
+    """``out`` with every tensor in it (in dicts, lists and tuples) replaced by a copy."""
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, dict):
+        return {k: owned(v) for k, v in out.items()}
+    if isinstance(out, tuple) and hasattr(out, "_fields"):  # a named tuple
+        return type(out)(*(owned(v) for v in out))
+    if isinstance(out, (list, tuple)):
+        return type(out)(owned(v) for v in out)
+    return out
