@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from modforge.cli.main import main
+from train_processes import run_warm
 
 pytestmark = pytest.mark.hostile
 
@@ -204,9 +205,10 @@ def trust_head(in_dim: int, num_classes: int):
 
 
 def modforge(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """A fresh process: nothing loaded but what the command itself loads."""
-    return subprocess.run([sys.executable, "-m", "modforge", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    """A process of its own: nothing loaded but what the command itself loads — no plug-in, no copy of one.
+    A warm child (:func:`train_processes.run_warm`): forked from a server that imported torch and modforge's
+    built-in parts only, so without a fresh interpreter's seconds of imports."""
+    return run_warm(*args, cwd=cwd, timeout=600)
 
 
 def train_project(project: Path, monkeypatch, capsys, config: dict) -> Path:

@@ -15,6 +15,10 @@ when the server started, at the first warm child of a test worker: a test that n
 variables in its child wants a cold one.)
 ``cold=True`` keeps the ``python -m modforge`` path covered (test_experiment's kill test uses it);
 ``MODFORGE_TEST_COLD_CHILDREN=1`` makes every child cold.
+
+:func:`run_warm` runs any ``modforge ARGS`` so, to its end, for the tests that need a process of its own
+(nothing loaded but what the command loads: no plug-in the test process imported) but not a fresh
+interpreter — not for tests of what an interpreter imports at start (its cwd, its path) or of its startup.
 """
 
 from __future__ import annotations
@@ -76,9 +80,11 @@ def _forkserver() -> multiprocessing.context.BaseContext:
     return context
 
 
-def _train_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path: tuple[str, ...], stderr: str) -> None:
-    """A warm child's body: what ``python -m modforge train ARGS`` in ``cwd`` with ``env`` does, and
-    the interpreter's exit — threads joined, exit handlers run, output flushed — with its status."""
+def _modforge_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path: tuple[str, ...], stdout: str,
+                       stderr: str) -> None:  # fmt: skip
+    """A warm child's body: what ``python -m modforge ARGS`` in ``cwd`` with ``env`` does, and the
+    interpreter's exit — threads joined, exit handlers run, output flushed — with its status. Its stdout
+    goes to the file ``stdout`` (``os.devnull``: discarded), its stderr to the file ``stderr``."""
     for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter sets it
@@ -92,11 +98,11 @@ def _train_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path: tu
     import modforge.__main__ as entry
 
     sys.path[:] = [cwd, *sys_path]
-    sys.argv = [entry.__file__, "train", *args]
+    sys.argv = [entry.__file__, *args]
     sys.stdout.flush()
     sys.stderr.flush()
-    with open(os.devnull, "wb") as devnull, open(stderr, "ab") as err:  # stdout to DEVNULL, stderr kept
-        os.dup2(devnull.fileno(), 1)
+    with open(stdout, "ab") as out, open(stderr, "ab") as err:
+        os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
     from modforge.cli.trial_server import exit_as_interpreter, run_modforge  # what a sweep's warm trial runs
 
@@ -107,17 +113,27 @@ def _train_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path: tu
         exit_as_interpreter(code)
 
 
-class WarmTraining:
-    """``modforge train ARGS`` in a warm child (see the module's docstring), with the part of
-    :class:`subprocess.Popen`'s surface the kill loop uses: ``pid``, ``poll``, ``wait``, ``kill``,
-    and ``stderr`` (its text once it ended)."""
+ALL_COLD = os.environ.get("MODFORGE_TEST_COLD_CHILDREN", "") not in ("", "0")
+"""``MODFORGE_TEST_COLD_CHILDREN=1``: every child (kill tests', :func:`run_warm`'s) is a
+fresh interpreter (to compare the two paths, or to rule the warm one out)."""
 
-    def __init__(self, args: list[str], cwd: Path):
-        fd, self._stderr_path = tempfile.mkstemp(prefix="mf-warm-", suffix=".stderr")
-        os.close(fd)
+
+class WarmModforge:
+    """``modforge ARGS`` in a warm child (see the module's docstring), with the part of
+    :class:`subprocess.Popen`'s surface the kill loop uses: ``pid``, ``poll``, ``wait``, ``kill``,
+    and ``stderr`` (its text once it ended); ``stdout`` too where ``keep_stdout`` (else discarded)."""
+
+    def __init__(self, args: list[str], cwd: Path, *, env: dict[str, str] | None = None, keep_stdout: bool = False):
+        self._paths = []
+        for name in ("stdout", "stderr") if keep_stdout else ("stderr",):
+            fd, path = tempfile.mkstemp(prefix="mf-warm-", suffix=f".{name}")
+            os.close(fd)
+            self._paths.append(path)
+        self._stdout_path, self._stderr_path = self._paths if keep_stdout else (os.devnull, self._paths[0])
+        environment = dict(os.environ if env is None else env)
         self._process = _forkserver().Process(
-            target=_train_in_child, args=(list(args), str(cwd), dict(os.environ), _plain_sys_path(), self._stderr_path),
-            name="modforge-train")  # fmt: skip
+            target=_modforge_in_child, name="modforge",
+            args=(list(args), str(cwd), environment, _plain_sys_path(), self._stdout_path, self._stderr_path))  # fmt: skip
         self._process.start()
         self.pid = self._process.pid
         self.returncode: int | None = None
@@ -130,7 +146,7 @@ class WarmTraining:
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)
         if self.poll() is None:
-            raise subprocess.TimeoutExpired("modforge train (warm child)", timeout)
+            raise subprocess.TimeoutExpired("modforge (warm child)", timeout)
         return self.returncode
 
     def kill(self) -> None:
@@ -143,15 +159,43 @@ class WarmTraining:
     def stderr(self) -> str:
         return Path(self._stderr_path).read_text(errors="replace")
 
+    @property
+    def stdout(self) -> str:
+        return Path(self._stdout_path).read_text(errors="replace") if self._stdout_path != os.devnull else ""
+
     def close(self) -> None:
-        """Once it ended: the stderr file and the process handle released."""
-        Path(self._stderr_path).unlink(missing_ok=True)
+        """Once it ended: the output files and the process handle released."""
+        for path in self._paths:
+            Path(path).unlink(missing_ok=True)
         self._process.close()
 
 
-ALL_COLD = os.environ.get("MODFORGE_TEST_COLD_CHILDREN", "") not in ("", "0")
-"""``MODFORGE_TEST_COLD_CHILDREN=1``: every kill test's children are fresh interpreters (to compare the
-two paths, or to rule the warm one out)."""
+class WarmTraining(WarmModforge):
+    """``modforge train ARGS`` in a warm child (:class:`WarmModforge`), its stdout discarded."""
+
+    def __init__(self, args: list[str], cwd: Path):
+        super().__init__(["train", *args], cwd)
+
+
+def run_warm(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = HANG_S,
+             cold: bool = False) -> subprocess.CompletedProcess:  # fmt: skip
+    """``python -m modforge ARGS`` in ``cwd`` (with ``env``, else this process's environment) run to its
+    end, as :func:`subprocess.run` with ``capture_output=True, text=True`` would: in a warm child (a
+    fork of the server, which imported torch and modforge's built-in parts, never a plug-in), or with
+    ``cold`` (or ``MODFORGE_TEST_COLD_CHILDREN=1``) in a fresh interpreter. Its stdin is empty."""
+    command = [sys.executable, "-m", "modforge", *args]
+    if cold or ALL_COLD:
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+    child = WarmModforge(list(args), cwd, env=env, keep_stdout=True)
+    try:
+        code = child.wait(timeout)
+        return subprocess.CompletedProcess(command, code, child.stdout, child.stderr)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.close()
 
 
 def _start(args: list[str], cwd: Path, cold: bool) -> subprocess.Popen | WarmTraining:
