@@ -35,6 +35,29 @@ def _eval_files(corpus: Path) -> list[list[str]]:
     return [line.split() for line in (corpus / "protocols" / "eval.txt").read_text().splitlines() if line.strip()]
 
 
+@pytest.fixture(scope="module")
+def one_epoch(corpus, tmp_path_factory) -> Path:
+    """``lfcc_mlp.yaml`` trained for one epoch on the corpus, once for the tests that only test, export and
+    predict from such a run: each gets a copy of its own (:func:`_one_epoch_run`)."""
+    from modforge.cli.main import main
+    from registry_state import registries_restored
+
+    run = tmp_path_factory.mktemp("one-epoch") / "run"
+    with registries_restored():
+        code = main(["train", str(ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml"), *_overrides(corpus, epochs=1),
+                     "--run-dir", str(run)])  # fmt: skip
+    assert code == 0
+    return run
+
+
+def _one_epoch_run(one_epoch: Path, tmp_path: Path) -> None:
+    """The module's one-epoch run copied to ``tmp_path / "run"`` (the test's cwd): what
+    ``modforge train lfcc_mlp.yaml ... train.max_epochs=1 --run-dir run`` leaves there."""
+    import shutil
+
+    shutil.copytree(one_epoch, tmp_path / "run", symlinks=True)
+
+
 def test_train_and_test_a_small_system(cli, corpus, tmp_path):
     config = str(ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml")
     res = cli("train", config, *_overrides(corpus), "--run-dir", "run")
@@ -85,9 +108,8 @@ def test_windowed_scoring_averages_windows_per_file(cli, corpus, tmp_path):
     assert len(table) == len(_eval_files(corpus))  # 0.5 s files in 0.2 s windows: 3 windows each, one score
 
 
-def test_cross_dataset_evaluation_with_overrides(cli, corpus, tmp_path):
-    config = str(ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml")
-    assert cli("train", config, *_overrides(corpus, epochs=1), "--run-dir", "run").code == 0
+def test_cross_dataset_evaluation_with_overrides(cli, corpus, one_epoch, tmp_path):
+    _one_epoch_run(one_epoch, tmp_path)
     meta = tmp_path / "itw" / "meta.csv"
     meta.parent.mkdir()
     rows = ["file,speaker,label"]
@@ -144,9 +166,8 @@ def test_score_table_averages_rows_of_a_file():
 
 
 @pytest.mark.slow
-def test_export_to_onnx_and_predict_an_audio_file(cli, corpus, tmp_path):
-    config = str(ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml")
-    assert cli("train", config, *_overrides(corpus, epochs=1), "--run-dir", "run").code == 0
+def test_export_to_onnx_and_predict_an_audio_file(cli, corpus, one_epoch, tmp_path):
+    _one_epoch_run(one_epoch, tmp_path)
     res = cli("export", "run", "--engine", "onnx")
     assert res.code == 0, res.err
     artifact = next((tmp_path / "run" / "exports").glob("*.onnx"))
@@ -189,12 +210,11 @@ def test_audio_runs_with_crops_and_augmentation_resume_exactly(cli, corpus, tmp_
     assert (whole / "scores.txt").read_text() == (parts / "scores.txt").read_text()
 
 
-def test_a_test_split_of_one_class_still_writes_scores_and_summary(cli, corpus, tmp_path):
+def test_a_test_split_of_one_class_still_writes_scores_and_summary(cli, corpus, one_epoch, tmp_path):
     spoof_only = tmp_path / "spoof_only.csv"
     rows = [f"{corpus}/wav/{f[1]}.wav,spoof,{f[1]},{f[3]}" for f in _eval_files(corpus) if f[4] == "spoof"]
     spoof_only.write_text("path,label,id,attack\n" + "\n".join(rows) + "\n")
-    config = str(ROOT / "configs" / "spoofing" / "lfcc_mlp.yaml")
-    assert cli("train", config, *_overrides(corpus, epochs=1), "--run-dir", "run").code == 0
+    _one_epoch_run(one_epoch, tmp_path)
     res = cli("test", "run", "data.type=audio_manifest", "data.args.train=null", f"data.args.test={spoof_only}")
     assert res.code == 0, res.err
     (record_path,) = (tmp_path / "run" / "evaluations").glob("best-test-*.json")
