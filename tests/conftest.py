@@ -4,6 +4,7 @@ config; the long files ordered first for the two workers."""
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -119,6 +120,23 @@ def pytest_configure(config):
     # few multi-process tests then start last and finish long after the other worker ran out of files
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """Collection writes its byte-code caches, the test modules' assert-rewritten code above all
+    (``tests/__pycache__/*-pytest-*.pyc``), even under ``PYTHONDONTWRITEBYTECODE``: pytest reads such
+    a cache whatever that says, but only writes it where bytecode may be written — so every worker
+    of every run rewrote every test module's asserts again (about 6 CPU-seconds a worker, half of
+    collecting the suite). The cache is pytest's own: keyed by the source's mtime and size, rewritten
+    when a test file changes. Only while collecting: what the tests run is left as the environment
+    says, and child processes get the environment as it is."""
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = before
 
 
 def pytest_collection_modifyitems(config, items):
