@@ -5,6 +5,8 @@ timm's feature maps and drives ``fpn`` + ``fcos`` on the shapes set; nothing rea
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -19,8 +21,25 @@ from modforge.core.errors import ConfigError
 from modforge.testing import check_part
 from part_checks import assert_contract, refuse_network, with_random_bn_statistics
 
-timm = pytest.importorskip("timm")
-safetensors_torch = pytest.importorskip("safetensors.torch")
+
+class _OnFirstUse:
+    """A module imported when a test first uses it, not when the file is collected: each of the two test
+    workers collects every file, and only the one running this file needs timm (its import, torchvision's
+    included, costs seconds)."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("_"):  # pytest's probes of the module's names while collecting (_mock_name...)
+            raise AttributeError(attribute)
+        return getattr(importlib.import_module(self._name), attribute)
+
+
+pytestmark = pytest.mark.skipif(not all(importlib.util.find_spec(name) for name in ("timm", "safetensors")),
+                                reason="timm and safetensors are not installed")  # fmt: skip
+timm = _OnFirstUse("timm")
+safetensors_torch = _OnFirstUse("safetensors.torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 FCOS_TIMM = ROOT / "configs" / "detection" / "shapes_fcos_timm.yaml"
