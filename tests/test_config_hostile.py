@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from modforge.core.config import load_config
 from modforge.core.errors import ConfigError, ConfigFileError, ConfigSyntaxError
 from modforge.core.yaml_guard import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_NODES, read_config_text, safe_yaml_load
+from train_processes import run_warm
 
 pytestmark = pytest.mark.hostile
 
@@ -51,10 +51,9 @@ def guarded(fn: Callable[[], Any], unblock: Callable[[], None] | None = None) ->
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """``python -m modforge ARGS`` in a subprocess that is killed rather than left hanging."""
-    return subprocess.run(
-        [sys.executable, "-m", "modforge", *args], capture_output=True, text=True, cwd=cwd, timeout=120
-    )
+    """``python -m modforge ARGS`` in a subprocess that is killed rather than left hanging (a warm child:
+    :func:`train_processes.run_warm`)."""
+    return run_warm(*args, cwd=cwd, timeout=120)
 
 
 def billion_laughs(levels: int = 7, width: int = 10) -> str:

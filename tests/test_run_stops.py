@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from exec_prelude import wrapped
 from modforge.cli.stops import RunStopped, Terminated, kept_lines, sigterm_interrupts, stopped
 from modforge.train.checkpoint import load_checkpoint
 from run_configs import cnn, run_config
+from train_processes import WarmModforge
 
 CONFIG = run_config("{type: digits, args: {as_image: true}, batch_size: 128}", cnn(4, 8), neck="global_avg_pool",
                     train=dict(max_epochs=10000, optimizer="{type: adamw, args: {lr: 1.0e-3}}", metrics="[accuracy]",
@@ -30,25 +28,27 @@ CONFIG = run_config("{type: digits, args: {as_image: true}, batch_size: 128}", c
 @pytest.mark.slow
 def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text(CONFIG)
+    # a warm child (train_processes.WarmModforge: a fork of a server that imported torch and modforge, without
+    # a fresh interpreter's seconds of imports) running `python -m modforge train`, its SIGINT as a terminal's
+    # would be — Python's KeyboardInterrupt handler, as a fresh interpreter sets it (a test worker may run with
+    # SIGINT ignored, which a child started the usual way would inherit, and Python then never turns Ctrl-C
+    # into KeyboardInterrupt)
     env = {**os.environ, "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": "1"}
-    # the child's SIGINT as a terminal's would be: a test worker may run with SIGINT ignored, which a
-    # child would inherit (and Python then never turns Ctrl-C into KeyboardInterrupt)
-    child = subprocess.Popen(
-        wrapped([sys.executable, "-m", "modforge", "train", "c.yaml", "--run-dir", "run"], default_sigint=True),
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    child = WarmModforge(["train", "c.yaml", "--run-dir", "run"], tmp_path, env=env)
     last = tmp_path / "run" / "checkpoints" / "last.pt"
     try:
         deadline = time.monotonic() + 120
         while not last.exists() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert last.exists(), "the run wrote no checkpoint in time"
-        child.send_signal(signal.SIGINT)
-        _out, err = child.communicate(timeout=120)
+        os.kill(child.pid, signal.SIGINT)
+        child.wait(timeout=120)
+        err = child.stderr
     finally:
         if child.poll() is None:
             child.kill()
-            child.communicate()
+            child.wait()
+        child.close()
     assert child.returncode == 130, err
     payload = load_checkpoint(last)  # what the stop left on disk is what the message must name
     assert "error: interrupted (Ctrl-C)\n" in err
