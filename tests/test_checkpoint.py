@@ -5,9 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from modforge.train.checkpoint import (
     find_resumable,
     load_checkpoint,
 )
+from train_processes import WarmModforge
 
 
 def payload(step: int) -> dict:
@@ -103,13 +101,19 @@ while True:
 @pytest.mark.parametrize("delay", [0.05, 0.13, 0.29])
 def test_sigkill_during_saves_never_leaves_a_torn_file(tmp_path, delay):
     path = tmp_path / "last.pt"
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    # ``python -c WRITER PATH`` in a warm child (a fork of the server that imported torch and modforge once)
+    proc = WarmModforge([str(path)], tmp_path, keep_stdout=True, code=WRITER)
     try:
-        assert proc.stdout.readline()  # at least one complete save exists
+        deadline = time.monotonic() + 120
+        while "\n" not in proc.stdout and proc.poll() is None:  # at least one complete save exists
+            assert time.monotonic() < deadline, "no save in time"
+            time.sleep(0.005)
+        assert proc.poll() is None, proc.stderr
         time.sleep(delay)
     finally:
-        proc.send_signal(signal.SIGKILL)
+        proc.kill()
         proc.wait()
+        proc.close()
     loaded = load_checkpoint(path)
     step = loaded["global_step"]
     assert step >= 1 and bool((loaded["model"]["w"] == float(step)).all())  # every value from one complete save

@@ -81,10 +81,11 @@ def _forkserver() -> multiprocessing.context.BaseContext:
 
 
 def _modforge_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path: tuple[str, ...], stdout: str,
-                       stderr: str) -> None:  # fmt: skip
-    """A warm child's body: what ``python -m modforge ARGS`` in ``cwd`` with ``env`` does, and the
-    interpreter's exit — threads joined, exit handlers run, output flushed — with its status. Its stdout
-    goes to the file ``stdout`` (``os.devnull``: discarded), its stderr to the file ``stderr``."""
+                       stderr: str, code: str | None = None) -> None:  # fmt: skip
+    """A warm child's body: what ``python -m modforge ARGS`` (with ``code``: ``python -c CODE ARGS``) in
+    ``cwd`` with ``env`` does, and the interpreter's exit — threads joined, exit handlers run, output
+    flushed — with its status. Its stdout goes to the file ``stdout`` (``os.devnull``: discarded), its
+    stderr to the file ``stderr``."""
     for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter sets it
@@ -98,7 +99,7 @@ def _modforge_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path:
     import modforge.__main__ as entry
 
     sys.path[:] = [cwd, *sys_path]
-    sys.argv = [entry.__file__, *args]
+    sys.argv = ["-c" if code is not None else entry.__file__, *args]
     sys.stdout.flush()
     sys.stderr.flush()
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
@@ -106,11 +107,28 @@ def _modforge_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path:
         os.dup2(err.fileno(), 2)
     from modforge.cli.trial_server import exit_as_interpreter, run_modforge  # what a sweep's warm trial runs
 
-    code = 1
+    status = 1
     try:
-        code = run_modforge(sys.argv[1:])
+        status = run_modforge(sys.argv[1:]) if code is None else _run_code(code)
     finally:
-        exit_as_interpreter(code)
+        exit_as_interpreter(status)
+
+
+def _run_code(code: str) -> int:
+    """What ``python -c CODE`` does with ``CODE``, as its exit status."""
+    import traceback
+
+    try:
+        exec(compile(code, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:  # noqa: BLE001 - the interpreter prints it and exits 1
+        traceback.print_exc()
+        return 1
+    return 0
 
 
 ALL_COLD = os.environ.get("MODFORGE_TEST_COLD_CHILDREN", "") not in ("", "0")
@@ -119,11 +137,13 @@ fresh interpreter (to compare the two paths, or to rule the warm one out)."""
 
 
 class WarmModforge:
-    """``modforge ARGS`` in a warm child (see the module's docstring), with the part of
-    :class:`subprocess.Popen`'s surface the kill loop uses: ``pid``, ``poll``, ``wait``, ``kill``,
-    and ``stderr`` (its text once it ended); ``stdout`` too where ``keep_stdout`` (else discarded)."""
+    """``modforge ARGS`` (with ``code``: ``python -c CODE ARGS``) in a warm child (see the module's
+    docstring), with the part of :class:`subprocess.Popen`'s surface the kill loop uses: ``pid``, ``poll``,
+    ``wait``, ``kill``, and ``stderr`` (its text so far); ``stdout`` too where ``keep_stdout`` (else
+    discarded)."""
 
-    def __init__(self, args: list[str], cwd: Path, *, env: dict[str, str] | None = None, keep_stdout: bool = False):
+    def __init__(self, args: list[str], cwd: Path, *, env: dict[str, str] | None = None, keep_stdout: bool = False,
+                 code: str | None = None):  # fmt: skip
         self._paths = []
         for name in ("stdout", "stderr") if keep_stdout else ("stderr",):
             fd, path = tempfile.mkstemp(prefix="mf-warm-", suffix=f".{name}")
@@ -133,7 +153,7 @@ class WarmModforge:
         environment = dict(os.environ if env is None else env)
         self._process = _forkserver().Process(
             target=_modforge_in_child, name="modforge",
-            args=(list(args), str(cwd), environment, _plain_sys_path(), self._stdout_path, self._stderr_path))  # fmt: skip
+            args=(list(args), str(cwd), environment, _plain_sys_path(), self._stdout_path, self._stderr_path, code))  # fmt: skip
         self._process.start()
         self.pid = self._process.pid
         self.returncode: int | None = None
