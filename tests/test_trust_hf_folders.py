@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ pytest.importorskip("transformers")
 
 import modforge as mf  # noqa: E402
 from modforge.components.frontends.ssl import SSLFrontend  # noqa: E402
+from train_processes import run_warm  # noqa: E402
 
 pytestmark = pytest.mark.hostile
 
@@ -56,12 +56,14 @@ def evil_folder(root: Path, marker: Path, *, model_type: str = "evil-ssl", auto_
 
 
 def run_python(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    """``code`` in a fresh interpreter whose stdin answers "y" to any prompt, with its own
-    Hugging Face cache (a copied module would land there, not in the user's)."""
+    """``code`` in a process of its own whose stdin answers "y" to any prompt, with its own Hugging Face
+    cache (a copied module would land there, not in the user's): a warm child
+    (:func:`train_processes.run_warm`, forked from a server that imported torch and modforge but neither
+    transformers nor huggingface_hub — the child imports them, reading this environment, as a fresh
+    interpreter would)."""
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}  # fmt: skip
-    return subprocess.run([sys.executable, "-c", code], input="y\ny\ny\n", capture_output=True, text=True,
-                          timeout=120, env=env, cwd=tmp_path)  # fmt: skip
+    return run_warm(code=code, stdin="y\ny\ny\n", timeout=120, env=env, cwd=tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -81,11 +81,11 @@ def _forkserver() -> multiprocessing.context.BaseContext:
 
 
 def _modforge_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path: tuple[str, ...], stdout: str,
-                       stderr: str, code: str | None = None) -> None:  # fmt: skip
+                       stderr: str, code: str | None = None, stdin: str = os.devnull) -> None:  # fmt: skip
     """A warm child's body: what ``python -m modforge ARGS`` (with ``code``: ``python -c CODE ARGS``) in
     ``cwd`` with ``env`` does, and the interpreter's exit — threads joined, exit handlers run, output
-    flushed — with its status. Its stdout goes to the file ``stdout`` (``os.devnull``: discarded), its
-    stderr to the file ``stderr``."""
+    flushed — with its status. Its stdin is the file ``stdin``, its stdout goes to the file ``stdout``
+    (``os.devnull``: discarded), its stderr to the file ``stderr``."""
     for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter sets it
@@ -102,9 +102,11 @@ def _modforge_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path:
     sys.argv = ["-c" if code is not None else entry.__file__, *args]
     sys.stdout.flush()
     sys.stderr.flush()
-    with open(stdout, "ab") as out, open(stderr, "ab") as err:
+    with open(stdin, "rb") as given, open(stdout, "ab") as out, open(stderr, "ab") as err:
+        os.dup2(given.fileno(), 0)
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - multiprocessing set it to devnull
     from modforge.cli.trial_server import exit_as_interpreter, run_modforge  # what a sweep's warm trial runs
 
     status = 1
@@ -140,20 +142,27 @@ class WarmModforge:
     """``modforge ARGS`` (with ``code``: ``python -c CODE ARGS``) in a warm child (see the module's
     docstring), with the part of :class:`subprocess.Popen`'s surface the kill loop uses: ``pid``, ``poll``,
     ``wait``, ``kill``, and ``stderr`` (its text so far); ``stdout`` too where ``keep_stdout`` (else
-    discarded)."""
+    discarded). Its stdin reads the text ``stdin`` (by default nothing)."""
 
     def __init__(self, args: list[str], cwd: Path, *, env: dict[str, str] | None = None, keep_stdout: bool = False,
-                 code: str | None = None):  # fmt: skip
+                 code: str | None = None, stdin: str = ""):  # fmt: skip
         self._paths = []
         for name in ("stdout", "stderr") if keep_stdout else ("stderr",):
             fd, path = tempfile.mkstemp(prefix="mf-warm-", suffix=f".{name}")
             os.close(fd)
             self._paths.append(path)
         self._stdout_path, self._stderr_path = self._paths if keep_stdout else (os.devnull, self._paths[0])
+        stdin_path = os.devnull
+        if stdin:
+            fd, stdin_path = tempfile.mkstemp(prefix="mf-warm-", suffix=".stdin")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(stdin)
+            self._paths.append(stdin_path)
         environment = dict(os.environ if env is None else env)
         self._process = _forkserver().Process(
             target=_modforge_in_child, name="modforge",
-            args=(list(args), str(cwd), environment, _plain_sys_path(), self._stdout_path, self._stderr_path, code))  # fmt: skip
+            args=(list(args), str(cwd), environment, _plain_sys_path(), self._stdout_path, self._stderr_path, code,
+                  stdin_path))  # fmt: skip
         self._process.start()
         self.pid = self._process.pid
         self.returncode: int | None = None
@@ -197,17 +206,18 @@ class WarmTraining(WarmModforge):
         super().__init__(["train", *args], cwd)
 
 
-def run_warm(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = HANG_S,
-             cold: bool = False) -> subprocess.CompletedProcess:  # fmt: skip
-    """``python -m modforge ARGS`` in ``cwd`` (with ``env``, else this process's environment) run to its
-    end, as :func:`subprocess.run` with ``capture_output=True, text=True`` would: in a warm child (a
-    fork of the server, which imported torch and modforge's built-in parts, never a plug-in), or with
-    ``cold`` (or ``MODFORGE_TEST_COLD_CHILDREN=1``) in a fresh interpreter. Its stdin is empty."""
-    command = [sys.executable, "-m", "modforge", *args]
+def run_warm(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = HANG_S, cold: bool = False,
+             code: str | None = None, stdin: str = "") -> subprocess.CompletedProcess:  # fmt: skip
+    """``python -m modforge ARGS`` (with ``code``: ``python -c CODE ARGS``) in ``cwd`` (with ``env``, else
+    this process's environment) run to its end, as :func:`subprocess.run` with ``capture_output=True,
+    text=True`` would: in a warm child (a fork of the server, which imported torch and modforge's built-in
+    parts, never a plug-in), or with ``cold`` (or ``MODFORGE_TEST_COLD_CHILDREN=1``) in a fresh
+    interpreter. Its stdin reads the text ``stdin`` (by default nothing)."""
+    command = [sys.executable, *(["-c", code] if code is not None else ["-m", "modforge"]), *args]
     if cold or ALL_COLD:
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
-    child = WarmModforge(list(args), cwd, env=env, keep_stdout=True)
+                              input=stdin)  # fmt: skip
+    child = WarmModforge(list(args), cwd, env=env, keep_stdout=True, code=code, stdin=stdin)
     try:
         code = child.wait(timeout)
         return subprocess.CompletedProcess(command, code, child.stdout, child.stderr)
