@@ -30,6 +30,7 @@ from unittest import mock
 import pytest
 
 from tiny_run import TINY
+from train_processes import run_warm
 
 pytestmark = pytest.mark.hostile
 
@@ -304,8 +305,9 @@ def test_a_wandb_offline_run_connects_nowhere(tmp_path):
     (tmp_path / "tiny.yaml").write_text(TINY + "  callbacks: [{type: wandb, args: {mode: offline}}]\n")
     listener = CountingListener()
     try:
-        res = subprocess.run([sys.executable, "-c", AUDITED_TRAINING], cwd=tmp_path, env=_wandb_env(tmp_path, listener),
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
+        # the training process: a warm child (train_processes.run_warm: forked from a server that imported torch
+        # and modforge, not wandb — imported here, after the audit hook, under this environment)
+        res = run_warm(code=AUDITED_TRAINING, cwd=tmp_path, env=_wandb_env(tmp_path, listener), timeout=300)
     finally:
         listener.close()
     assert res.returncode == 0, res.stderr[-3000:]
