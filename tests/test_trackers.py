@@ -23,6 +23,7 @@ from modforge.train.callbacks.tracker import flatten, summary_figures
 from modforge.train.checkpoint import load_checkpoint
 from registry_state import registries_restored
 from run_configs import ADAM, mlp, run_config, synthetic
+from train_processes import run_warm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -307,8 +308,10 @@ sys.exit(code)
 def test_trackers_are_not_imported_when_unused(write, tmp_path):
     config = write("tiny.yaml", TINY)
     env = _tracker_env(tmp_path / "home")
-    proc = subprocess.run([sys.executable, "-c", PROBE, "train", str(config), "--run-dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    # the run in a warm child (train_processes.run_warm): forked from a server that imported torch and modforge's
+    # built-in parts — the loggers' modules among them, as the run itself would — and neither tracker library
+    proc = run_warm("train", str(config), "--run-dir", str(tmp_path / "run"), code=PROBE, cwd=tmp_path, env=env,
+                    timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     modules = json.loads(proc.stdout.rsplit("__MODULES__", 1)[1])
     assert not [m for m in modules if m.split(".")[0] in ("wandb", "mlflow")]
