@@ -183,3 +183,31 @@ def test_first_losses_equal_airbenchs_own_code():
     result = bench.parity(steps=10, batch=32, pictures=160, floor=False)
     assert len(result["modforge"]) == len(result["airbench"]) == 10
     assert result["max_abs_diff"] <= 1e-3 and all(math.isfinite(v) for v in result["modforge"])
+
+
+
+def test_compiled_with_16_bit_weights_the_last_group_and_pooling_give_finite_gradients_like_eager():
+    # the global max-pool's gradient reaches one position per channel (airbench's MaxPool2d(3)); an amax,
+    # compiled by Inductor with 16-bit activations, found no position equal to the maximum it had stored: 0/0
+    from modforge.train.precision import store_weights_in
+
+    torch.manual_seed(0)
+    network = mf.BACKBONES.build({"type": "airbench", "args": {"widths": [8, 16, 16]}}, path="backbone", in_dim=3)
+    store_weights_in(network, torch.bfloat16)
+    last = network.groups[2]
+    maps = torch.randn(8, 16, 7, 7)  # what the second group hands the last one for a 32x32 picture
+
+    def input_gradient(forward) -> torch.Tensor:
+        x = maps.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            forward(x).float().sum().backward()
+        return x.grad.float()
+
+    eager = input_gradient(lambda x: network._pooled(last(x)))
+    compiled = input_gradient(torch.compile(lambda x: network._pooled(last(x)), backend="inductor"))
+    assert torch.isfinite(compiled).all()
+    # a maximum may sit elsewhere when Inductor keeps float32 between the operations: the sizes agree
+    assert compiled.norm() == pytest.approx(eager.norm(), rel=0.25) and eager.norm() > 0
+    ties = torch.zeros(1, 1, 3, 3, requires_grad=True)  # every position the maximum: the gradient goes to one
+    network._pooled(ties).sum().backward()
+    assert ties.grad.count_nonzero() == 1

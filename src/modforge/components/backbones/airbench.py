@@ -14,7 +14,13 @@ Matches ``airbench94.py`` of KellerJordan/cifar10-airbench (PyPI ``airbench`` 0.
   ``eps=1e-12``, running averages that keep 0.6 of the old value per step (PyTorch's
   ``momentum=0.4``) and a frozen scale of 1 (only its shift trains);
 * a global max-pool (airbench's ``MaxPool2d(3)`` on the final 3×3 map of a 32×32 input) and
-  a multiplication by ``scale`` (airbench's ``Mul(1/9)`` after its bias-free classifier).
+  a multiplication by ``scale`` (airbench's ``Mul(1/9)`` after its bias-free classifier). It is
+  a max-pool over the whole map, as airbench's, rather than ``amax``: a pooling layer remembers
+  where each maximum was, so its gradient reaches one position per channel, as airbench's does;
+  ``amax``'s gradient finds the maxima again by comparing the map with them, which under
+  torch.compile with 16-bit activations compares values Inductor recomputed in float32 with
+  the maxima it stored in 16 bits — no position matches, and the gradient becomes 0/0 (NaN
+  from the first step; measured on the CPU with ``precision: 16-true`` and ``bf16-true``).
 
 The classifier is the ``linear`` head with ``bias: false``: ``W(x) / 9`` and ``W(x / 9)`` are
 the same function, so the scale sits here, before the head.
@@ -140,7 +146,11 @@ class Airbench(Backbone):
         x = self.activ(self.whiten(x))
         for group in self.groups:
             x = group(x)
-        return torch.amax(x, dim=(2, 3)) * self.scale
+        return self._pooled(x)
+
+    def _pooled(self, x: torch.Tensor) -> torch.Tensor:
+        """The features of the last group's map: its maximum per channel (see the module docstring), scaled."""
+        return F.adaptive_max_pool2d(x, 1).flatten(1) * self.scale
 
     def _mirror(self, x: torch.Tensor) -> torch.Tensor:
         """The picture and its mirror image, equally (airbench's ``infer_mirror``)."""
