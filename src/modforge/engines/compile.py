@@ -47,6 +47,13 @@ class Compile(WeightsEngine):
         fallback_random: random operations (dropout) draw from PyTorch's generator exactly
             as in eager mode, so a compiled run reproduces (and resumes) an eager one;
             False lets Inductor generate its own random numbers (a little faster, other numbers).
+        emulate_precision_casts: in 16 bits (``precision`` ``bf16``, ``16``, ``-true``) Inductor
+            rounds each operation's result to 16 bits as eager mode does (its
+            ``emulate_precision_casts``). Left to itself it keeps float32 between fused operations
+            but stores 16-bit values for the backward pass, so a gradient that compares the
+            two — a maximum's (``amax``: AASIST, LCNN, RawNet2) — finds no maximum and is 0/0, NaN
+            from the first step (pytorch#151352; measured on the CPU in bf16). False: Inductor's own
+            rounding (a little faster, other numbers, and those NaNs).
         memory_format: ``channels_last`` lays the model's 4-D weights out NHWC before compiling
             (see the ``eager`` engine); ``contiguous`` (default) keeps them as built.
     """
@@ -55,16 +62,18 @@ class Compile(WeightsEngine):
                                 prepared_under_autocast=True)  # fmt: skip
 
     def __init__(self, mode: Mode = "default", backend: str = "inductor", fullgraph: bool = False,
-                 dynamic: Optional[bool] = None, fallback_random: bool = True,
+                 dynamic: Optional[bool] = None, fallback_random: bool = True, emulate_precision_casts: bool = True,
                  memory_format: MemoryFormat = "contiguous"):  # fmt: skip
         self.mode, self.backend, self.fullgraph, self.dynamic = mode, backend, fullgraph, dynamic
         self.fallback_random, self.memory_format = fallback_random, memory_format
+        self.emulate_precision_casts = emulate_precision_casts
 
     def prepare(self, model: Any, example: dict[str, Any] | None = None, *, train: bool = False) -> Callable:
-        if self.fallback_random:
-            import torch._inductor.config as inductor_config
+        import torch._inductor.config as inductor_config
 
-            inductor_config.fallback_random = True  # read at every (re)compilation, so set for the process
+        # read at every (re)compilation, so set for the process (the engine prepared last decides)
+        inductor_config.fallback_random = self.fallback_random
+        inductor_config.emulate_precision_casts = self.emulate_precision_casts
         apply_memory_format(model, self.memory_format)
         try:
             compiled = torch.compile(
