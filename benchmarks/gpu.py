@@ -123,6 +123,10 @@ def loop_epoch(splits, setting: tuple, device, batch: int, workers: int):
     model = resnet18().to(device)
     if memory_format == "channels_last":
         model = model.to(memory_format=torch.channels_last)
+    if mode:  # rounded in 16 bits as eager rounds, as modforge's compile engine does (read at each compilation)
+        import torch._inductor.config as inductor_config
+
+        inductor_config.emulate_precision_casts = True
     step_model = torch.compile(model, mode=None if mode == "default" else mode) if mode else model
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     scaler = torch.amp.GradScaler(device.type) if precision == "16" else None
