@@ -32,6 +32,10 @@ def test_owned_outputs_are_copies_wherever_the_tensors_sit():
     assert copy["pair"].a.data_ptr() != logits.data_ptr() and copy["k"] == 3
     copy["loss"].backward()  # gradients flow through the copy
     assert loss.grad == 2.0
+    pooled = torch.ones(3)
+    again = owned({"embedding": pooled, "features": pooled, "input": logits}, {id(logits): logits})
+    assert again["embedding"] is again["features"] and again["embedding"] is not pooled  # one copy of one tensor
+    assert again["input"] is logits  # the caller's own input: handed back, not copied
 
 
 def _model() -> torch.nn.Module:
@@ -51,6 +55,10 @@ def test_only_graph_modes_on_a_cuda_model_are_wrapped():
     assert replays_cuda_graphs("max-autotune", meta) is False
     wrapped = OwnedOutputs(torch.compile(model, backend="eager"))
     assert wrapped._orig_mod is model  # what saving an artifact reads
+    batch = _batches(1)[0]
+    out = wrapped(batch)
+    assert out["input"] is batch["input"] and out["label"] is batch["label"]  # the model hands the batch on
+    assert torch.equal(out["logits"], model(batch)["logits"])
 
 
 class StepLosses(Callback):

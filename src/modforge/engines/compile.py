@@ -143,17 +143,33 @@ class OwnedOutputs(torch.nn.Module):
         return self.compiled._orig_mod
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return owned(self.compiled(*args, **kwargs))
+        given = {id(t): t for t in _tensors_in((args, kwargs))}  # the caller's own tensors, handed back as they are
+        return owned(self.compiled(*args, **kwargs), given)
 
 
-def owned(out: Any) -> Any:
-    """``out`` with every tensor in it (in dicts, lists and tuples) replaced by a copy."""
+def _tensors_in(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors_in(v)]
+    return []
+
+
+def owned(out: Any, memo: dict[int, torch.Tensor] | None = None) -> Any:
+    """``out`` with every tensor in it (in dicts, lists and tuples) replaced by a copy; a tensor met
+    twice (``embedding`` and ``features``) by the same copy. ``memo`` (id → tensor) seeds what is
+    handed back as it is (the caller's inputs) and collects the copies."""
+    memo = {} if memo is None else memo
     if isinstance(out, torch.Tensor):
-        return out.clone()
+        if id(out) not in memo:
+            memo[id(out)] = out.clone()
+        return memo[id(out)]
     if isinstance(out, dict):
-        return {k: owned(v) for k, v in out.items()}
+        return {k: owned(v, memo) for k, v in out.items()}
     if isinstance(out, tuple) and hasattr(out, "_fields"):  # a named tuple
-        return type(out)(*(owned(v) for v in out))
+        return type(out)(*(owned(v, memo) for v in out))
     if isinstance(out, (list, tuple)):
-        return type(out)(owned(v) for v in out)
+        return type(out)(owned(v, memo) for v in out)
     return out
