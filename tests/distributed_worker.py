@@ -59,10 +59,12 @@ def half(batch: dict[str, torch.Tensor], rank: int, world: int) -> dict[str, tor
     return {k: (v[rank * size : (rank + 1) * size] if v.dim() else v) for k, v in batch.items()}
 
 
-def one_step(accumulate: int = 1) -> dict[str, torch.Tensor]:
-    model = fixed_model()
+def one_step(accumulate: int = 1, precision: str = "32") -> dict[str, torch.Tensor]:
+    """One optimizer step on this process's half of the batch (``bf16-true``: the linear layers' weights
+    in bf16, their LayerNorms in float32 — two dtypes in DDP's gradient buckets)."""
+    model = fixed_model("layer" if precision != "32" else "none")
     trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), max_epochs=1,
-                      async_checkpoints=False, accumulate=accumulate)
+                      async_checkpoints=False, accumulate=accumulate, precision=precision)
     mine = half(fixed_batch(), distributed.rank(), distributed.world_size())
     trainer.fit([half(mine, i, accumulate) for i in range(accumulate)])
     assert trainer.global_step == 1
@@ -155,7 +157,8 @@ def main() -> int:
     pairs = sys.argv[1:]
     distributed.setup()
     for mode, out in zip(pairs[::2], pairs[1::2], strict=True):
-        modes = {"step": one_step, "accumulate": lambda: one_step(2), "metrics": synced_metrics,
+        modes = {"step": one_step, "accumulate": lambda: one_step(2), "bf16-true": lambda: one_step(precision="bf16-true"),
+                 "metrics": synced_metrics,
                  "evaluate": evaluate_sharded, "buckets": lambda out=out: bucketed_scores(out)}
         result = modes[mode]()
         if distributed.is_main_process():

@@ -72,8 +72,8 @@ def test_collected_shards_are_put_back_in_data_order():
 
 
 # --------------------------------------------------------------- processes
-TWO_PROCESS_MODES = ("step", "accumulate", "metrics", "evaluate", "buckets")
-ONE_PROCESS_MODES = ("step", "accumulate", "metrics")  # what the 2-process results are compared with
+TWO_PROCESS_MODES = ("step", "accumulate", "bf16-true", "metrics", "evaluate", "buckets")
+ONE_PROCESS_MODES = ("step", "accumulate", "bf16-true", "metrics")  # what the 2-process results are compared with
 
 
 def _write_wavs(wavs) -> None:
@@ -99,7 +99,8 @@ def runs(tmp_path_factory):
     two = torchrun(2, str(WORKER), *[a for m in TWO_PROCESS_MODES for a in (m, str(folder / f"{m}-two.pt"))],
                    cwd=folder)  # fmt: skip
     worker = _worker()
-    alone = {"step": worker.one_step, "accumulate": lambda: worker.one_step(2), "metrics": worker.synced_metrics}
+    alone = {"step": worker.one_step, "accumulate": lambda: worker.one_step(2),
+             "bf16-true": lambda: worker.one_step(precision="bf16-true"), "metrics": worker.synced_metrics}
     one = {mode: alone[mode]() for mode in ONE_PROCESS_MODES}
     return folder, two, one
 
@@ -113,13 +114,18 @@ def _results(runs, mode: str, *, single: bool = False):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["step", "accumulate"])  # accumulate: 2 micro-batches, DDP syncs only the last
-def test_one_ddp_step_of_two_processes_equals_one_step_on_the_whole_batch(runs, mode):
+@pytest.mark.parametrize("mode", ["step", "accumulate", "bf16-true"])  # accumulate: 2 micro-batches, DDP syncs
+def test_one_ddp_step_of_two_processes_equals_one_step_on_the_whole_batch(runs, mode):  # only the last
+    # bf16-true: 16-bit weights and float32 norms reduced in their own dtypes, within bf16's rounding (2^-8)
     two, one = _results(runs, mode, single=True)
-    start = _worker().fixed_model().state_dict()
+    start = _worker().fixed_model("layer" if mode == "bf16-true" else "none").state_dict()
+    close = {"rtol": 1e-2, "atol": 1e-2} if mode == "bf16-true" else {"rtol": 1e-5, "atol": 1e-6}
     for key in one:
-        torch.testing.assert_close(two[key], one[key], rtol=1e-5, atol=1e-6)
-        assert not torch.allclose(one[key], start[key]), f"{key} did not move: the step did nothing"
+        assert two[key].dtype == one[key].dtype, key
+        torch.testing.assert_close(two[key], one[key], **close)
+        assert not torch.allclose(one[key].float(), start[key].float()), f"{key} did not move: the step did nothing"
+    if mode == "bf16-true":
+        assert {v.dtype for k, v in one.items() if v.is_floating_point()} == {torch.bfloat16, torch.float32}
 
 
 def _worker():
