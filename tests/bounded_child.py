@@ -67,7 +67,8 @@ PRELOAD = ("numpy", "modforge.core.errors", "modforge.data.extract", "modforge.d
 """What the warm children's server imports once: what the hostile-reader and archive children import first."""
 
 _SERVER_CODE = """\
-import atexit, importlib, json, os, resource, sys, threading, traceback
+import importlib, json, os, resource, sys
+from modforge.cli.trial_server import exit_as_interpreter, interpreter_status
 for name in sys.argv[1:]:
     importlib.import_module(name)
 requests, replies = sys.stdin.buffer, sys.stdout
@@ -92,25 +93,10 @@ for line in requests:
                 os.close(opened)
             sys.stdin = open(0, encoding="utf-8", closefd=False)
             sys.argv = ["-c"]
-            try:
-                exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-                status = 0
-            except SystemExit as exc:
-                if exc.code is None or isinstance(exc.code, int):
-                    status = exc.code or 0
-                else:
-                    print(exc.code, file=sys.stderr)
-            except BaseException:
-                traceback.print_exc()
-            threading._shutdown()
-            atexit._run_exitfuncs()
+            status = interpreter_status(lambda: exec(compile(request["code"], "<string>", "exec"),
+                                                     {"__name__": "__main__", "__builtins__": __builtins__}))
         finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(status)
+            exit_as_interpreter(status)
     replies.write(json.dumps({"pid": pid}) + "\\n")
     replies.flush()
     _, waited = os.waitpid(pid, 0)

@@ -118,19 +118,10 @@ def _modforge_in_child(args: list[str], cwd: str, env: dict[str, str], sys_path:
 
 def _run_code(code: str) -> int:
     """What ``python -c CODE`` does with ``CODE``, as its exit status."""
-    import traceback
+    from modforge.cli.trial_server import interpreter_status
 
-    try:
-        exec(compile(code, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        print(exc.code, file=sys.stderr)
-        return 1
-    except BaseException:  # noqa: BLE001 - the interpreter prints it and exits 1
-        traceback.print_exc()
-        return 1
-    return 0
+    return interpreter_status(lambda: exec(compile(code, "<string>", "exec"),
+                                           {"__name__": "__main__", "__builtins__": __builtins__}))  # fmt: skip
 
 
 ALL_COLD = os.environ.get("MODFORGE_TEST_COLD_CHILDREN", "") not in ("", "0")

@@ -36,6 +36,7 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 
 __all__ = ["PRELOAD", "exit_as_interpreter", "main", "run_modforge"]
 
@@ -147,10 +148,21 @@ def run_modforge(args: list[str]) -> int:
     import modforge.__main__ as entry
 
     sys.argv = [entry.__file__, *args]
-    try:
+
+    def run() -> int:
         from modforge.cli.main import main as modforge_main
 
         return modforge_main(args) or 0
+
+    return interpreter_status(run)
+
+
+def interpreter_status(run: Callable[[], int | None]) -> int:
+    """The exit status an interpreter gives for ``run()``: what it returns (None: 0), a
+    ``SystemExit``'s code (a message is printed and gives 1), 1 after printing the traceback of
+    any other exception."""
+    try:
+        return run() or 0
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
