@@ -38,7 +38,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-__all__ = ["PRELOAD", "exit_as_interpreter", "main", "run_modforge"]
+__all__ = ["PRELOAD", "exit_as_interpreter", "interpreter_status", "main", "run_modforge"]
 
 PRELOAD = ("torch", "torch._dynamo", "torch.utils.data", "numpy", "pydantic", "yaml", "matplotlib.pyplot",
            "matplotlib.backends.backend_agg", "modforge.cli.main", "modforge.cli.commands.train_run",
