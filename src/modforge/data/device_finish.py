@@ -49,6 +49,8 @@ class FinishedOnDevice:
         return len(self.loader)
 
     def __getattr__(self, name: str) -> Any:  # batch_sampler, generator, num_workers…: the loader's
+        if "loader" not in self.__dict__:  # before __init__ (copy, pickle): no attribute, as on any object
+            raise AttributeError(name)
         return getattr(self.__dict__["loader"], name)
 
     def __iter__(self) -> Iterator[Any]:
