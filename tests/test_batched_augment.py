@@ -249,6 +249,22 @@ def test_pictures_leaving_the_workers_as_uint8_are_normalised_on_the_gpu_to_the_
         assert torch.equal(a["label"], b["label"]) and torch.equal(a["index"], b["index"])
 
 
+
+def test_a_loader_finishing_pictures_on_the_device_copies_like_a_loader():
+    import copy
+
+    from modforge.data.device_finish import FinishedOnDevice
+
+    split = _split(CIFAR, (3, 32, 32), n=32)
+    ours = make_loader(split, LoaderSettings(batch_size=8), train=True, generator=torch.Generator().manual_seed(0),
+                       finish_on=torch.device("cpu"))  # fmt: skip
+    assert isinstance(ours, FinishedOnDevice)
+    clone = copy.copy(ours)  # copy probes attributes of a bare instance first: an AttributeError, not a KeyError
+    assert len(clone) == len(ours) == 4 and clone.batch_sampler is ours.batch_sampler
+    with pytest.raises(AttributeError):
+        getattr(FinishedOnDevice.__new__(FinishedOnDevice), "batch_sampler")  # noqa: B009 - the lookup is the test
+
+
 def test_an_epoch_augmented_at_once_gives_each_sample_the_pictures_its_seed_gives(monkeypatch):
     # on an accelerator a split makes the epoch's pictures at its first batch (here run on the CPU, in chunks)
     split_transforms = [{"type": "random_crop", "args": {"size": 30, "padding": 3, "padding_mode": "reflect"}},
