@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 
@@ -212,6 +213,56 @@ def test_a_run_with_its_data_on_the_device_resumes_bit_for_bit_and_trains_as_per
     training_gpu[0] = None
     host, host_metrics = run(per_sample, tmp_path / "host")
     assert host_metrics == metrics and all(torch.equal(host[k], model[k]) for k in model)
+
+
+CONTINUAL = """
+seed: 1
+data:
+  type: seq
+  args: {dataset: {type: cifar10, args: {root: cifar, val_fraction: 0.0}}, classes_per_task: 5}
+  batch_size: 8
+  num_workers: 2
+  transforms:
+    train: [{type: random_crop, args: {size: 32, padding: 4}}, random_horizontal_flip]
+    batched: true
+model: {backbone: {type: cnn, args: {channels: [4]}}, neck: global_avg_pool, head: linear, losses: [cross_entropy]}
+train: {optimizer: {type: sgd, args: {lr: 0.05}}, num_threads: 1, progress: never}
+continual: {algorithm: {type: derpp, args: {buffer_size: 12}}, epochs_per_task: 1}
+"""
+
+
+def test_a_continual_runs_task_loaders_serve_uint8_from_the_workers_as_a_run_does(write, tmp_path, monkeypatch):
+    """Each task's training loader of a continual run takes the path a plain run's takes on CUDA
+    (pictures leave the loader workers as uint8 and are normalised where the model trains; here
+    the CPU stands in): the same weights, buffer replays and accuracies as the float path."""
+    import modforge as mf
+    import modforge.data.images.dataset as datasets
+    from modforge.experiment.experiment import Experiment
+    from modforge.experiment.runner import train_run
+    from modforge.experiment.schema import validate_config
+    from modforge.train.checkpoint import load_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    write_cifar_python(tmp_path / "cifar", "cifar10", n_train=40, n_test=10)
+    training_gpu = [torch.device("cpu")]  # CUDA's path, on the CPU; then None: the float path
+    monkeypatch.setattr(Experiment, "_training_gpu", lambda self: training_gpu[0])
+    served, serving = [], datasets.ImageDataset.serving_uint8
+    monkeypatch.setattr(datasets.ImageDataset, "serving_uint8",
+                        lambda self: served.append(serving(self)) or served[-1])  # fmt: skip
+    config = validate_config(mf.load_config(write("seq.yaml", CONTINUAL)))
+    runs = {}
+    for way in ("uint8", "float"):
+        (tmp_path / way).mkdir()
+        train_run(config, tmp_path / way)
+        runs[way] = load_checkpoint(tmp_path / way / "checkpoints" / "last.pt")
+        training_gpu[0] = None
+    assert len(served) == 2 and all(split is not None for split in served)  # both tasks' loaders, uint8 once
+    uint8, floats = runs["uint8"], runs["float"]
+    assert all(torch.equal(uint8["model"][k], floats["model"][k]) for k in floats["model"])
+    summaries = [json.loads((tmp_path / way / "summary.json").read_text()) for way in ("uint8", "float")]
+    for setting in ("class_il", "task_il"):
+        assert summaries[0][setting] == summaries[1][setting]
+    assert summaries[0]["samples_seen"] == summaries[1]["samples_seen"] and sum(summaries[0]["samples_seen"]) == 40
 
 
 @pytest.mark.cuda

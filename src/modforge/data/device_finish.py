@@ -11,8 +11,9 @@ no float transform (random erasing), no batch mixing (MixUp/CutMix), no tensor t
 (:meth:`~.images.dataset.ImageDataset.serving_uint8` says whether). The training loader then
 yields batches whose input is already on the GPU and normalised, exactly the numbers the worker
 would have made (:meth:`~.images.transforms.ImagePipeline.to_float` divides the same way on every
-device). Chosen by :meth:`~modforge.experiment.experiment.Experiment.loaders` when training on
-CUDA from host memory with ``data.pin_memory`` on.
+device). Chosen for every training loader of a run — a continual run's, one a task, included — by
+:meth:`~modforge.experiment.experiment.Experiment.finish_device` when training on CUDA from host
+memory with ``data.pin_memory`` on.
 """
 
 from __future__ import annotations

@@ -331,11 +331,18 @@ class Experiment:
         generator = torch.Generator().manual_seed(self.seed)
         shard = {"num_replicas": distributed.world_size(), "rank": distributed.rank()}
         train = make_loader(self.splits.train, self.loader, train=True, generator=generator, **shard,
-                            finish_on=self._training_gpu() if self.loader.pin_memory else None)  # fmt: skip
+                            finish_on=self.finish_device())  # fmt: skip
         shard["mask_aware"] = self.scores_padded_batches
         val = make_loader(self.splits.val, self.loader, train=False, **shard) if self.splits.val is not None else None
         test = make_loader(self.splits.test, self.loader, train=False, **shard) if self.splits.test is not None else None
         return train, val, test
+
+    def finish_device(self) -> torch.device | None:
+        """Where a training loader's pictures held in host memory may leave the workers as uint8 and
+        be normalised after their copy (``make_loader``'s ``finish_on``): the CUDA device training
+        runs on, with ``data.pin_memory`` on; None otherwise. Every training loader of a run asks
+        here (a continual run's, one a task)."""
+        return self._training_gpu() if self.loader.pin_memory else None
 
     def _training_gpu(self) -> torch.device | None:
         """The CUDA device ``train.device`` trains on (``auto`` and ``cuda`` as ``data.device``

@@ -260,12 +260,13 @@ def evaluate_continual(exp: Any, payload: dict[str, Any], split: str = "test") -
 
 def _train_loader(exp: Any, trains: list, index: int, *, cumulative: bool):
     """Task ``index``'s training loader (its own seeded order) over ``trains[index]``; with
-    ``cumulative``, over the data of tasks 0..index (JOINT)."""
+    ``cumulative``, over the data of tasks 0..index (JOINT). Its pictures reach a CUDA device as
+    a plain run's do (uint8 from the workers, normalised there: ``Experiment.finish_device``)."""
     from ...continual.benchmarks import concat_splits
 
     data = concat_splits(trains[: index + 1]) if cumulative else trains[index]
     generator = torch.Generator().manual_seed((exp.seed * 1_000_003 + index) % (1 << 63))
-    return make_loader(data, exp.loader, train=True, generator=generator, **_shard())
+    return make_loader(data, exp.loader, train=True, generator=generator, **_shard(), finish_on=exp.finish_device())
 
 
 def _shard() -> dict[str, int]:
