@@ -51,9 +51,10 @@ class Compile(WeightsEngine):
             rounds each operation's result to 16 bits as eager mode does (its
             ``emulate_precision_casts``). Left to itself it keeps float32 between fused operations
             but stores 16-bit values for the backward pass, so a gradient that compares the
-            two — a maximum's (``amax``: AASIST, LCNN, RawNet2) — finds no maximum and is 0/0, NaN
-            from the first step (pytorch#151352; measured on the CPU in bf16). False: Inductor's own
-            rounding (a little faster, other numbers, and those NaNs).
+            two — a maximum's (``amax``) after a fused operation — can find no maximum and is 0/0,
+            NaN from the first step (pytorch#151352; measured on the CPU in bf16 with the airbench
+            network; LCNN and RawNet2 stayed finite either way). False: Inductor's own rounding
+            (a little faster, other numbers, and where it bites those NaNs).
         memory_format: ``channels_last`` lays the model's 4-D weights out NHWC before compiling
             (see the ``eager`` engine); ``contiguous`` (default) keeps them as built.
     """
