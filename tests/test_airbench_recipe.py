@@ -185,8 +185,6 @@ def test_first_losses_equal_airbenchs_own_code():
     assert result["max_abs_diff"] <= 1e-3 and all(math.isfinite(v) for v in result["modforge"])
 
 
-
-
 def test_the_global_max_pool_sends_each_channels_gradient_to_one_position_as_airbenchs_max_pool():
     # airbench's MaxPool2d(3) remembers where each maximum was; an amax compares the map with the
     # maximum again in backward, which under torch.compile in 16 bits (Inductor's float32 map against

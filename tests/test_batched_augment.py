@@ -300,7 +300,6 @@ def test_pictures_leaving_the_workers_as_uint8_are_normalised_on_the_gpu_to_the_
         assert torch.equal(a["label"], b["label"]) and torch.equal(a["index"], b["index"])
 
 
-
 def test_a_loader_finishing_pictures_on_the_device_copies_like_a_loader():
     import copy
 

@@ -114,8 +114,9 @@ def _results(runs, mode: str, *, single: bool = False):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["step", "accumulate", "bf16-true"])  # accumulate: 2 micro-batches, DDP syncs
-def test_one_ddp_step_of_two_processes_equals_one_step_on_the_whole_batch(runs, mode):  # only the last
+@pytest.mark.parametrize("mode", ["step", "accumulate", "bf16-true"])
+def test_one_ddp_step_of_two_processes_equals_one_step_on_the_whole_batch(runs, mode):
+    # accumulate: 2 micro-batches, DDP syncs only the last
     # bf16-true: 16-bit weights and float32 norms reduced in their own dtypes, within bf16's rounding (2^-8)
     two, one = _results(runs, mode, single=True)
     start = _worker().fixed_model("layer" if mode == "bf16-true" else "none").state_dict()
