@@ -364,6 +364,26 @@ def test_decode_agrees_with_postprocess_and_exports_to_onnx():
     assert torch.allclose(torch.from_numpy(got[2]), quality, atol=1e-5)
 
 
+def test_decode_works_on_all_levels_at_once():
+    """The exported decoding is one transpose, one box decode and two sigmoids for every level
+    together (per level, each would be a node set of its own in the graph), and gives what decoding
+    each level alone gives (the boxes bit for bit)."""
+    head = FCOSHead([16, 16, 16], num_classes=3, tower_depth=1, norm_groups=4).eval()
+    with torch.no_grad():
+        raw = head.net(_raw_for(head))
+    sizes = torch.tensor([[64, 64], [60, 50]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(lambda *maps: fcos_decode(list(maps), head.strides, 3, sizes), tuple(raw))
+    kinds = [node.kind() for node in traced.graph.nodes()]
+    assert kinds.count("aten::transpose") == 1 and kinds.count("aten::sigmoid") == 2 and kinds.count("aten::sub") == 1
+    together = fcos_decode(raw, head.strides, 3, sizes)
+    alone = [fcos_decode([r], [s], 3, sizes) for r, s in zip(raw, head.strides, strict=True)]
+    assert torch.equal(together[0], torch.cat([a[0] for a in alone], dim=1))  # boxes: the same arithmetic
+    for k in (1, 2):  # sigmoids: vectorised over another memory layout, equal to the last unit or so
+        assert torch.allclose(together[k], torch.cat([a[k] for a in alone], dim=1), rtol=1e-6, atol=0)
+
+
 # ------------------------------------------------------------- end to end
 class SquaresNet(nn.Module):
     """A UP-style test backbone: three stride-2 convolutions to stride 8, then two more; writes

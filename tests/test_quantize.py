@@ -264,3 +264,58 @@ def test_the_ends_are_the_first_and_last_matrix_layers():
     torch.onnx.export(Net(), (torch.zeros(1, 3, 8, 8),), buffer, dynamo=False)
     assert sorted(end_nodes(buffer.getvalue(), "first")) == ["/a/Conv", "/b/Conv"]
     assert end_nodes(buffer.getvalue(), "last") == ["/fc/Gemm"]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_shapes_are_read_before_the_dequantization(monkeypatch, tmp_path):
+    """A graph exported with free height and width asks for its feature maps' shapes (a GroupNorm's
+    reshape back, an interpolation to another map's size); after int8 quantization those reads take the
+    quantized tensor, not a whole map dequantized for four integers, and the outputs do not change."""
+    import io
+
+    import onnx
+    import torch
+
+    from modforge.engines import quantize
+    from modforge.engines.onnx_runtime import OnnxRunner
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.norm, self.b = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GroupNorm(4, 8), torch.nn.Conv2d(8, 8, 3, stride=2)
+
+        def forward(self, x):
+            y = torch.relu(self.norm(self.a(x)))
+            z = torch.nn.functional.interpolate(self.b(y), size=y.shape[-2:], mode="nearest")
+            return self.b(y + z).mean((2, 3))
+
+    torch.manual_seed(0)
+    buffer = io.BytesIO()
+    torch.onnx.export(Net().eval(), (torch.zeros(1, 3, 16, 16),), buffer, dynamo=False, input_names=["input"],
+                      output_names=["logits"], dynamic_axes={"input": {0: "batch", 2: "height", 3: "width"}})  # fmt: skip
+    rng = np.random.default_rng(0)
+    calibration = [rng.standard_normal((2, 3, 16, 16)).astype(np.float32) for _ in range(2)]
+
+    def dequantized_shapes(model_bytes: bytes) -> int:
+        nodes = onnx.load_from_string(model_bytes).graph.node
+        dequantized = {n.output[0] for n in nodes if n.op_type == "DequantizeLinear"}
+        return sum(n.op_type == "Shape" and n.input[0] in dequantized for n in nodes)
+
+    rewritten = quantize.quantize_onnx(buffer.getvalue(), "int8", calibration)
+    monkeypatch.setattr(quantize, "shapes_before_dequantize", lambda model_bytes: model_bytes)
+    plain = quantize.quantize_onnx(buffer.getvalue(), "int8", calibration)
+    assert dequantized_shapes(plain) >= 2 and dequantized_shapes(rewritten) == 0
+    onnx.checker.check_model(onnx.load_from_string(rewritten))
+
+    def dequantizations_run(model_bytes: bytes, name: str) -> int:  # ONNX Runtime gives each reader its own
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.optimized_model_filepath = str(tmp_path / name)
+        ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+        return sum(n.op_type == "DequantizeLinear" for n in onnx.load(tmp_path / name).graph.node)
+
+    assert dequantizations_run(rewritten, "rewritten.onnx") < dequantizations_run(plain, "plain.onnx")
+    x = rng.standard_normal((3, 3, 12, 20)).astype(np.float32)  # another size: the shapes are read, not fixed
+    assert np.array_equal(OnnxRunner(rewritten)({"input": x})["logits"], OnnxRunner(plain)({"input": x})["logits"])

@@ -24,6 +24,12 @@ concatenations). Quantized, those would round box coordinates of up to a few hun
 levels; kept in float they cost a few percent of the compute (their inputs are still int8-quantized
 activations).
 
+After a static quantization, a ``Shape`` (or ``Size``) that read a dequantized tensor reads the
+quantized one instead (:func:`shapes_before_dequantize`): graphs exported with free height and width
+ask for the shapes of their feature maps (a GroupNorm's reshape back, an interpolation to a lateral
+map's size), and ONNX Runtime gives each reader its own ``DequantizeLinear`` — a whole feature map
+turned back into float32 to read four integers. The FCOS detection reference had 25 of them.
+
 The result is another ONNX graph that :class:`~.onnx_runtime.OnnxRunner` runs as any other.
 """
 
@@ -40,7 +46,8 @@ from typing import Any
 from ..core.cwd import working_directory
 from .base import EngineError
 
-__all__ = ["CALIBRATION_METHODS", "FLOAT_ENDS", "QUANTIZE_MODES", "end_nodes", "float_tail_nodes", "quantize_onnx"]
+__all__ = ["CALIBRATION_METHODS", "FLOAT_ENDS", "QUANTIZE_MODES", "end_nodes", "float_tail_nodes", "quantize_onnx",
+           "shapes_before_dequantize"]
 
 QUANTIZE_MODES = ("int8", "int8-dynamic")
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
@@ -48,6 +55,8 @@ CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
 FLOAT_ENDS = ("first", "last")
 """The ends of a network ``float_ends`` can keep in float32."""
 MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+SHAPE_OPS = frozenset({"Shape", "Size"})
+"""Operators that read only their input's shape: the same before and after a ``DequantizeLinear``."""
 
 
 def quantize_onnx(model_bytes: bytes, mode: str, calibration: Iterable[Any] = (), *, input_name: str = "input",
@@ -100,7 +109,40 @@ def quantize_onnx(model_bytes: bytes, mode: str, calibration: Iterable[Any] = ()
             other = "int8-dynamic" if mode == "int8" else "int8"
             raise EngineError(f"{mode} quantization of this model failed ({type(exc).__name__}: {first[:240]}); "
                               f"try --quantize {other}") from exc  # fmt: skip
-        return target.read_bytes()
+        quantized = target.read_bytes()
+    return quantized if mode == "int8-dynamic" else shapes_before_dequantize(quantized)
+
+
+def shapes_before_dequantize(model_bytes: bytes) -> bytes:
+    """``model_bytes`` with every ``Shape``/``Size`` node that reads a ``DequantizeLinear``'s output
+    reading that node's quantized input instead (a dequantization keeps the shape), and the
+    dequantizations no node reads any more removed (the module doc)."""
+    import onnx
+
+    model = onnx.load_from_string(model_bytes)
+    graph = model.graph
+    dequantized = {node.output[0]: node.input[0] for node in graph.node if node.op_type == "DequantizeLinear"}
+    moved = 0
+    for node in graph.node:
+        if node.op_type in SHAPE_OPS and node.input[0] in dequantized:
+            node.input[0] = dequantized[node.input[0]]
+            moved += 1
+    if not moved:
+        return model_bytes
+    read = set(_names_read(graph)) | {out.name for out in graph.output}
+    unread = [node for node in graph.node if node.op_type == "DequantizeLinear" and node.output[0] not in read]
+    for node in unread:
+        graph.node.remove(node)
+    return model.SerializeToString()
+
+
+def _names_read(graph: Any) -> Iterator[str]:
+    """Every tensor name a node of ``graph`` reads, its subgraphs' nodes (``If``/``Loop`` bodies) included."""
+    for node in graph.node:
+        yield from node.input
+        for attribute in node.attribute:
+            for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                yield from _names_read(subgraph)
 
 
 def float_tail_nodes(model_bytes: bytes) -> list[str]:

@@ -167,18 +167,14 @@ def fcos_decode(
         ``(boxes [B, P, 4], class probabilities [B, P, C], quality [B, P])`` — sigmoids of the
         logits; FCOS ranks by probability × quality.
     """
-    all_boxes: list[torch.Tensor] = []
-    all_probs: list[torch.Tensor] = []
-    all_quality: list[torch.Tensor] = []
+    # the levels' locations side by side first, then one transpose, one decode and one sigmoid of each
+    # kind for all of them: an exported graph has a handful of nodes here instead of a set per level
+    flat = torch.cat([level.flatten(2) for level in raw], dim=2).transpose(1, 2)  # [B, P, C + 5]
+    sizes = [[level.shape[2], level.shape[3]] for level in raw]
+    points = level_points(sizes, strides, flat.dtype, flat.device)
     limit = image_sizes.unsqueeze(1) if image_sizes is not None else None
-    for n in range(len(raw)):
-        level = raw[n]
-        flat = level.flatten(2).transpose(1, 2)  # [B, HW, C + 5]
-        points = level_points([[level.shape[2], level.shape[3]]], [strides[n]], flat.dtype, flat.device)
-        all_boxes.append(decode_ltrb(points.unsqueeze(0), flat[:, :, num_classes : num_classes + 4], limit))
-        all_probs.append(torch.sigmoid(flat[:, :, :num_classes]))
-        all_quality.append(torch.sigmoid(flat[:, :, num_classes + 4]))
-    return torch.cat(all_boxes, dim=1), torch.cat(all_probs, dim=1), torch.cat(all_quality, dim=1)
+    boxes = decode_ltrb(points.unsqueeze(0), flat[:, :, num_classes : num_classes + 4], limit)
+    return boxes, torch.sigmoid(flat[:, :, :num_classes]), torch.sigmoid(flat[:, :, num_classes + 4])
 
 
 def fcos_outputs(raw: list[torch.Tensor], strides: list[int], num_classes: int) -> torch.Tensor:
