@@ -282,7 +282,11 @@ def test_shapes_are_read_before_the_dequantization(monkeypatch, tmp_path):
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.a, self.norm, self.b = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GroupNorm(4, 8), torch.nn.Conv2d(8, 8, 3, stride=2)
+            self.a, self.norm, self.b = (
+                torch.nn.Conv2d(3, 8, 3, padding=1),
+                torch.nn.GroupNorm(4, 8),
+                torch.nn.Conv2d(8, 8, 3, stride=2),
+            )
 
         def forward(self, x):
             y = torch.relu(self.norm(self.a(x)))

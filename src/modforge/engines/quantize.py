@@ -46,8 +46,15 @@ from typing import Any
 from ..core.cwd import working_directory
 from .base import EngineError
 
-__all__ = ["CALIBRATION_METHODS", "FLOAT_ENDS", "QUANTIZE_MODES", "end_nodes", "float_tail_nodes", "quantize_onnx",
-           "shapes_before_dequantize"]
+__all__ = [
+    "CALIBRATION_METHODS",
+    "FLOAT_ENDS",
+    "QUANTIZE_MODES",
+    "end_nodes",
+    "float_tail_nodes",
+    "quantize_onnx",
+    "shapes_before_dequantize",
+]
 
 QUANTIZE_MODES = ("int8", "int8-dynamic")
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
