@@ -53,7 +53,11 @@ def test_a_static_int8_graph_is_calibrated_reported_and_predicts(trained, cli):
                                "loss_points": check["loss_points"]}]  # fmt: skip
     assert "int8: static, QDQ, calibrated on 4 val batch(es) — minmax calibration, per-channel weights" in res.out
     assert "val accuracy" in res.out and "within --max-loss 1" in res.out
-    assert "test accuracy fp32 → int8" in res.out and "270 samples" in res.out and "× faster" in res.out
+    assert (
+        "test accuracy fp32 → int8" in res.out
+        and "270 samples" in res.out
+        and ("× faster" in res.out or "× SLOWER" in res.out)
+    )
     line = next(ln for ln in res.out.splitlines() if "test accuracy fp32 → int8" in ln)
     fp32, int8 = (float(v) for v in line.split()[5:8:2])
     assert fp32 > 0.7 and abs(fp32 - int8) <= 0.03  # ≤ 3 points given up on this small CNN
@@ -137,7 +141,11 @@ def test_a_detector_quantizes_its_network_keeps_its_decoding_in_float_and_report
     assert cli("train", config, f"data.args.root={tmp_path / 'set'}", *small, "--run-dir", str(run)).code == 0
     res = cli("export", str(run), "--engine", "onnx", "--quantize", "int8", "--calibration-batches", "1")
     assert res.code == 0, res.err
-    assert "test mAP fp32 → int8" in res.out and "mAP@0.5 fp32 → int8" in res.out and "× faster" in res.out
+    assert (
+        "test mAP fp32 → int8" in res.out
+        and "mAP@0.5 fp32 → int8" in res.out
+        and ("× faster" in res.out or "× SLOWER" in res.out)
+    )
     assert "top-1 agreement" not in res.out
     artifact = run / "exports" / "best-onnx-int8.onnx"
     graph = onnx.load(str(artifact)).graph
@@ -323,3 +331,17 @@ def test_shapes_are_read_before_the_dequantization(monkeypatch, tmp_path):
     assert dequantizations_run(rewritten, "rewritten.onnx") < dequantizations_run(plain, "plain.onnx")
     x = rng.standard_normal((3, 3, 12, 20)).astype(np.float32)  # another size: the shapes are read, not fixed
     assert np.array_equal(OnnxRunner(rewritten)({"input": x})["logits"], OnnxRunner(plain)({"input": x})["logits"])
+
+
+def test_the_report_says_when_int8_is_slower():
+    """A graph int8 made slower (tiny networks: the conversions cost more than the integer arithmetic
+    saves) is reported as slower, with what serves better — not as "0.85× faster"."""
+    from modforge.experiment.quantized import QuantizationReport
+
+    def latency(fp32_ms: float, int8_ms: float) -> str:
+        report = QuantizationReport("int8", 8, "val", "test", 100, 0.9, 0.9, 1.0, fp32_ms, int8_ms)
+        return dict(report.rows())["latency batch 1 fp32 → int8"]
+
+    assert latency(2.0, 1.0) == "2.000 → 1.000 ms (2.00× faster)"
+    slower = latency(0.011, 0.013)
+    assert slower.startswith("0.011 → 0.013 ms (1.18× SLOWER") and "the fp32 artifact serves better" in slower

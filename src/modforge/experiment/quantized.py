@@ -83,9 +83,15 @@ class QuantizationReport:
             rows.append((f"{self.split} {name} fp32 → int8", f"{a:.4f} → {b:.4f} ({b - a:+.4f})"))
         if self.agreement is not None:
             rows.append((f"{self.split} top-1 agreement", f"{self.agreement:.4f}"))
-        rows.append(("latency batch 1 fp32 → int8",
-                     f"{self.fp32_ms:.3f} → {self.int8_ms:.3f} ms ({self.speedup:.2f}× faster)"))  # fmt: skip
+        rows.append(("latency batch 1 fp32 → int8", f"{self.fp32_ms:.3f} → {self.int8_ms:.3f} ms ({self._speed()})"))
         return rows
+
+    def _speed(self) -> str:
+        """The speed-up in words; a graph int8 made slower is said to be slower, with why and what serves better."""
+        if self.speedup >= 1.0:
+            return f"{self.speedup:.2f}× faster"
+        return (f"{1 / self.speedup:.2f}× SLOWER: on a graph this small the conversions between int8 and float32 "
+                "cost more than the integer arithmetic saves; the fp32 artifact serves better")  # fmt: skip
 
     def _check_row(self) -> str:
         check = self.check
