@@ -21,6 +21,7 @@ from .dense_net import DenseNet, conv_tower, level_points, prior_bias
 
 __all__ = [
     "DenseDetectionHead",
+    "class_targets",
     "DenseNet",
     "conv_tower",
     "detections_per_image",
@@ -71,18 +72,22 @@ class DenseDetectionHead:
     def target_boxes(
         self, target: Mapping[str, Any], dtype: torch.dtype, device: torch.device
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One target's ``(boxes [G, 4], labels [G])`` without its crowd boxes (``iscrowd``; mmdetection
-        drops COCO's crowd regions the same way), labels checked against ``num_classes``."""
-        boxes = torch.as_tensor(target["boxes"]).to(device=device, dtype=dtype).reshape(-1, 4)
-        labels = torch.as_tensor(target["labels"]).to(device=device, dtype=torch.long).reshape(-1)
+        """One target's ``(boxes [G, 4], labels [G])`` on ``device`` without its crowd boxes (``iscrowd``;
+        mmdetection drops COCO's crowd regions the same way), labels checked against ``num_classes``.
+
+        The crowd boxes are dropped and the labels checked where the target lies — on the host, as a
+        loader hands targets over — and only then is what is kept moved: on a GPU, masking and checking
+        after the move would make the host wait for the device three times per image."""
+        boxes = torch.as_tensor(target["boxes"]).reshape(-1, 4)
+        labels = torch.as_tensor(target["labels"]).reshape(-1)
         crowd = target.get("iscrowd")
         if crowd is not None:
-            kept = ~torch.as_tensor(crowd).to(device=device, dtype=torch.bool).reshape(-1)
-            boxes, labels = boxes[kept], labels[kept]
-        if bool(((labels < 0) | (labels >= self.num_classes)).any()):  # one host sync per image, not two
+            kept = ~torch.as_tensor(crowd).to(device=labels.device, dtype=torch.bool).reshape(-1)
+            boxes, labels = boxes[kept.to(boxes.device)], labels[kept]
+        if bool(((labels < 0) | (labels >= self.num_classes)).any()):
             raise ValueError(f"{self.head_name}: target labels must be in 0..{self.num_classes - 1}, got "
                              f"{sorted(set(labels.tolist()))}")  # fmt: skip
-        return boxes, labels
+        return boxes.to(device=device, dtype=dtype), labels.to(device=device, dtype=torch.long)
 
     def check_prior(self, prior_prob: float) -> None:
         """The focal-loss prior must be a probability strictly inside (0, 1)."""
@@ -170,3 +175,11 @@ class DenseDetectionHead:
         else:
             height, width = features[0].shape[-2] * self.strides[0], features[0].shape[-1] * self.strides[0]
         return torch.tensor([[height, width]], device=device).expand(count, 2)
+
+
+def class_targets(labels: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
+    """The focal loss's targets ``[..., num_classes]`` from labels in ``0..num_classes`` (``num_classes``:
+    background, a row of zeros). ``F.one_hot`` checks its labels' range on the host — on a GPU, two
+    waits for the device every step; these labels come from the assignment, in range by construction."""
+    rows = torch.zeros(*labels.shape, num_classes + 1, dtype=dtype, device=labels.device)
+    return rows.scatter_(-1, labels.unsqueeze(-1), 1.0)[..., :num_classes]

@@ -80,7 +80,15 @@ from ...core.registries import register_head
 from ..base import Head
 from ..boxes import box_area, box_iou, decode_ltrb, encode_ltrb, load_torchvision_ops
 from ..losses.detection import giou_loss, quality_bce_loss, sigmoid_focal_loss
-from .dense import DenseDetectionHead, DenseNet, conv_tower, level_points, ranked_detections, thresholded
+from .dense import (
+    DenseDetectionHead,
+    DenseNet,
+    class_targets,
+    conv_tower,
+    level_points,
+    ranked_detections,
+    thresholded,
+)
 
 __all__ = ["FCOSHead", "FCOSNet", "fcos_decode", "fcos_outputs", "fcos_postprocess", "fcos_targets", "level_points"]
 
@@ -446,14 +454,18 @@ class FCOSHead(DenseDetectionHead, Head):
         points, labels, boxes = self.assign(sizes, targets, flat.dtype, flat.device)
         positive = labels < c
         num_pos = positive.sum().clamp(min=1).to(flat.dtype)
-        onehot = F.one_hot(labels, c + 1)[..., :c].to(flat.dtype)
-        cls_loss = sigmoid_focal_loss(flat[..., :c], onehot, self.focal_alpha, self.focal_gamma) / num_pos
-        distances, quality = flat[..., c : c + 4][positive], flat[..., c + 4][positive]
+        cls_loss = sigmoid_focal_loss(flat[..., :c], class_targets(labels, c, flat.dtype), self.focal_alpha,
+                                      self.focal_gamma) / num_pos  # fmt: skip
+        # the positives' (image, location) pairs found once — the one wait for the device a step — and read by
+        # index below (a boolean mask would find them again at every use, and in the backward pass)
+        image, location = positive.nonzero(as_tuple=True)
+        chosen = flat[image, location]  # [N, C + 5]
+        distances, quality = chosen[:, c : c + 4], chosen[:, c + 4]
         if distances.shape[0] == 0:  # nothing to regress: zero, but still part of the graph
             zero = flat[..., c:].sum() * 0
             return {"cls_loss": cls_loss, "box_loss": zero, "quality_loss": zero}
-        pos_points = points.unsqueeze(0).expand(flat.shape[0], -1, -1)[positive]
-        gt = boxes[positive]
+        pos_points = points[location]
+        gt = boxes[image, location]
         predicted = decode_ltrb(pos_points, distances)
         if self.quality_kind == "centerness":
             ltrb = encode_ltrb(pos_points, gt)

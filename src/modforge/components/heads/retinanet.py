@@ -62,7 +62,15 @@ from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Pr
 from ...core.registries import register_head
 from ..base import Head
 from ..boxes import clip_to_image, decode_deltas, encode_deltas, load_torchvision_ops
-from .dense import DenseDetectionHead, DenseNet, conv_tower, level_points, ranked_detections, thresholded
+from .dense import (
+    DenseDetectionHead,
+    DenseNet,
+    class_targets,
+    conv_tower,
+    level_points,
+    ranked_detections,
+    thresholded,
+)
 
 __all__ = [
     "RetinaNetHead",
@@ -378,14 +386,15 @@ class RetinaNetHead(DenseDetectionHead, Head):
         positive = (labels >= 0) & (labels < c)
         num_pos = positive.sum().clamp(min=1).to(logits.dtype)
         counted = labels != IGNORED
-        onehot = F.one_hot(labels.clamp(min=0), c + 1)[..., :c].to(logits.dtype)
+        onehot = class_targets(labels.clamp(min=0), c, logits.dtype)
         cls_loss = ops.sigmoid_focal_loss(logits[counted], onehot[counted], self.focal_alpha, self.focal_gamma,
                                           reduction="sum") / num_pos  # fmt: skip
-        predicted = deltas[positive]
+        image, anchor = positive.nonzero(as_tuple=True)  # found once, read by index (see FCOSHead.losses)
+        predicted = deltas[image, anchor]
         if predicted.shape[0] == 0:  # nothing to regress: zero, but still part of the graph
             return {"cls_loss": cls_loss, "box_loss": deltas.sum() * 0}
-        pos_anchors = anchors.unsqueeze(0).expand(deltas.shape[0], -1, -1)[positive]
-        gt = boxes[positive]
+        pos_anchors = anchors[anchor]
+        gt = boxes[image, anchor]
         if self.box_loss_kind == "giou":
             box_loss = ops.generalized_box_iou_loss(decode_deltas(pos_anchors, predicted), gt, reduction="sum")
         elif self.box_loss_kind == "smooth_l1":
