@@ -80,15 +80,7 @@ from ...core.registries import register_head
 from ..base import Head
 from ..boxes import box_area, box_iou, decode_ltrb, encode_ltrb, load_torchvision_ops
 from ..losses.detection import giou_loss, quality_bce_loss, sigmoid_focal_loss
-from .dense import (
-    DenseDetectionHead,
-    DenseNet,
-    class_targets,
-    conv_tower,
-    level_points,
-    ranked_detections,
-    thresholded,
-)
+from .dense import DenseDetectionHead, DenseNet, class_targets, conv_tower, level_points, ranked_detections, thresholded
 
 __all__ = ["FCOSHead", "FCOSNet", "fcos_decode", "fcos_outputs", "fcos_postprocess", "fcos_targets", "level_points"]
 

@@ -62,15 +62,7 @@ from ...core.constraints import NonNegativeFloat, PositiveFloat, PositiveInt, Pr
 from ...core.registries import register_head
 from ..base import Head
 from ..boxes import clip_to_image, decode_deltas, encode_deltas, load_torchvision_ops
-from .dense import (
-    DenseDetectionHead,
-    DenseNet,
-    class_targets,
-    conv_tower,
-    level_points,
-    ranked_detections,
-    thresholded,
-)
+from .dense import DenseDetectionHead, DenseNet, class_targets, conv_tower, level_points, ranked_detections, thresholded
 
 __all__ = [
     "RetinaNetHead",
