@@ -3,8 +3,9 @@
 A batch's targets come from the loader on the host: each image's crowd boxes are dropped and its
 labels checked there, and only what is kept moves to the device (masking and checking after the
 move made a GPU wait three times per image). In the loss, the positive locations are found once
-(one ``nonzero``) and read by index, and the classification targets are made without ``F.one_hot``'s
-range check (two waits). Checked on the CPU by counting the data-dependent operations the loss
+(one ``nonzero``) and read by index, the classification targets are made without ``F.one_hot``'s
+range check (two waits), and FCOS fills each location's stride and range on the device (no copy, no
+``repeat_interleave`` by a device tensor). Checked on the CPU by counting the data-dependent operations the loss
 dispatches, and on the ``meta`` device, whose tensors hold no values; on a GPU (``cuda`` mark, run
 by ``benchmarks/device_check.py``) under ``torch.cuda.set_sync_debug_mode``.
 """
@@ -26,7 +27,7 @@ STRIDES = [8, 16, 32]
 
 class DataDependent(TorchDispatchMode):
     """Counts the operations that read a tensor's values on the host: ``item`` and the like, ``nonzero``,
-    and indexing by a boolean mask (a ``nonzero`` inside)."""
+    indexing by a boolean mask (a ``nonzero`` inside) and ``repeat_interleave`` by a tensor (its total)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -37,7 +38,7 @@ class DataDependent(TorchDispatchMode):
         indices = args[1] if name.startswith("index") and len(args) > 1 and isinstance(args[1], (list, tuple)) else ()
         if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
             self.counts[f"{name} by mask"] += 1
-        elif name in ("_local_scalar_dense", "nonzero", "masked_select", "_unique2"):
+        elif name in ("_local_scalar_dense", "nonzero", "masked_select", "_unique2", "repeat_interleave"):
             self.counts[name] += 1
         return func(*args, **(kwargs or {}))
 
@@ -110,12 +111,14 @@ def test_on_a_gpu_the_fcos_loss_waits_for_the_device_once():  # pragma: no cover
     g = torch.Generator().manual_seed(1)
     feats = [torch.randn(2, 16, 64 // s, 64 // s, generator=g).cuda() for s in STRIDES]
     raw = head.net(feats)
+    # on the host and pinned, as a loader with pin_memory hands them over
+    targets = [{k: v.pin_memory() for k, v in target.items()} for target in _targets()]
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            losses = head.losses(raw, _targets())  # the targets on the host, as a loader hands them over
+            losses = head.losses(raw, targets)
             sum(losses.values()).backward()
         finally:
             torch.cuda.set_sync_debug_mode("default")

@@ -87,7 +87,9 @@ class DenseDetectionHead:
         if bool(((labels < 0) | (labels >= self.num_classes)).any()):
             raise ValueError(f"{self.head_name}: target labels must be in 0..{self.num_classes - 1}, got "
                              f"{sorted(set(labels.tolist()))}")  # fmt: skip
-        return boxes.to(device=device, dtype=dtype), labels.to(device=device, dtype=torch.long)
+        # non-blocking: from pinned memory (a loader with pin_memory pins the targets too) the copy does not wait
+        return (boxes.to(device=device, dtype=dtype, non_blocking=True),
+                labels.to(device=device, dtype=torch.long, non_blocking=True))  # fmt: skip
 
     def check_prior(self, prior_prob: float) -> None:
         """The focal-loss prior must be a probability strictly inside (0, 1)."""

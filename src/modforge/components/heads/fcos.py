@@ -422,11 +422,13 @@ class FCOSHead(DenseDetectionHead, Head):
         ``sizes`` (h, w per level); label ``num_classes`` is background."""
         points = level_points(sizes, self.strides, dtype, device)
         counts = [h * w for h, w in sizes]
-        per_level = torch.tensor(counts, device=device)
-        strides = torch.repeat_interleave(torch.tensor(self.strides, device=device), per_level)
-        ranges = torch.repeat_interleave(
-            torch.tensor(self.regress_ranges, dtype=dtype, device=device), per_level, dim=0
-        )
+        # each location's stride and range, filled on the device: no copy from the host, and no
+        # ``repeat_interleave`` by a device tensor (it reads the total back: a wait for the device)
+        strides = torch.cat([torch.full((n,), s, dtype=torch.long, device=device)
+                             for n, s in zip(counts, self.strides, strict=True)])  # fmt: skip
+        ranges = torch.cat([torch.stack([torch.full((n,), lo, dtype=dtype, device=device),
+                                         torch.full((n,), hi, dtype=dtype, device=device)], dim=1)
+                            for n, (lo, hi) in zip(counts, self.regress_ranges, strict=True)])  # fmt: skip
         labels, boxes = self.assign_each(
             targets,
             dtype,
