@@ -341,6 +341,27 @@ def test_an_epoch_augmented_at_once_gives_each_sample_the_pictures_its_seed_give
     assert erasing._augmented_epoch(erasing.pipeline, 0) is None  # a float transform after: made per batch
 
 
+def test_on_the_host_an_epochs_draws_are_made_once_and_give_each_sample_its_pictures(monkeypatch):
+    """On the CPU a split makes every sample's crop and flip draws at the epoch's first batch (one
+    vectorised seeding recurrence, not one per batch); each batch reads its rows: the pictures its
+    samples' seeds give, whatever the batch, epoch by epoch."""
+    import modforge.data.images.mersenne as mersenne
+
+    made = []
+    real = mersenne.first_outputs
+    monkeypatch.setattr(mersenne, "first_outputs", lambda seeds, count: made.append(len(seeds)) or real(seeds, count))
+    split, by_batch = _split(CIFAR, (3, 32, 32)), _split(CIFAR, (3, 32, 32))
+    monkeypatch.setattr(by_batch, "_host_draws", lambda *args: None)  # the draws made batch by batch instead
+    for epoch in (0, 1):
+        split.set_epoch(epoch)
+        by_batch.set_epoch(epoch)
+        for positions in ([5, 0, 39], [17, 2, 2, 30], list(range(39, 0, -1))):
+            assert torch.equal(split.__getitems__(positions)["input"], by_batch.__getitems__(positions)["input"])
+    assert made.count(40) == 2 and split._host_table[0] == (1, 3)  # the whole split once an epoch: 3 draws each
+    erasing = _split([*CIFAR, {"type": "random_erasing", "args": {"p": 0.5}}], (3, 32, 32))
+    assert erasing._host_draws(erasing.pipeline, erasing.source.pictures[:2], torch.tensor([0, 1]), 0) is None
+
+
 def test_data_on_one_device_and_the_model_on_another_is_one_error_naming_both_keys(write):
     from modforge.core.config import load_config
     from modforge.experiment.runner import Experiment

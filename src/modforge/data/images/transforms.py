@@ -308,17 +308,23 @@ class ImagePipeline:
             self._plans[key] = plan
         return self._plans[key]
 
-    def batch(self, pictures: torch.Tensor, seeds: Sequence[int], *, to_float: bool = True) -> torch.Tensor | None:
+    def batch(self, pictures: torch.Tensor, seeds: Sequence[int], *, to_float: bool = True,
+              drawn: torch.Tensor | None = None) -> torch.Tensor | None:  # fmt: skip
         """uint8 pictures ``[B, C, H, W]`` through the pipeline as a batch, sample ``i`` drawing
         from ``seeds[i]`` exactly as :meth:`__call__` does under that seed (the same pictures), on
         the pictures' device; None when ``before`` has no batched form (see :meth:`plan`).
-        ``to_float=False``: the uint8 pictures after ``before`` (with no ``after`` to follow)."""
+        ``to_float=False``: the uint8 pictures after ``before`` (with no ``after`` to follow).
+        ``drawn``: the samples' draws made already (``[B, K]``, as :func:`.batched.raw_draws` makes
+        them from ``seeds``; only with no ``after``, which would need the generators' states)."""
         plan = self.plan(*pictures.shape[-2:])
         if plan is None:
             return None
         from .batched import raw_draws
 
-        raw, states = raw_draws(plan, seeds, keep_states=bool(self.after))
+        if drawn is not None and not self.after:
+            raw, states = drawn, None
+        else:
+            raw, states = raw_draws(plan, seeds, keep_states=bool(self.after))
         if not to_float:
             return plan(pictures, raw)
         out = self.to_float(plan(pictures, raw))
