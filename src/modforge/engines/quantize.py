@@ -122,34 +122,17 @@ def quantize_onnx(model_bytes: bytes, mode: str, calibration: Iterable[Any] = ()
 
 def shapes_before_dequantize(model_bytes: bytes) -> bytes:
     """``model_bytes`` with every ``Shape``/``Size`` node that reads a ``DequantizeLinear``'s output
-    reading that node's quantized input instead (a dequantization keeps the shape), and the
-    dequantizations no node reads any more removed (the module doc)."""
+    reading that node's quantized input instead (a dequantization keeps the shape; the module doc).
+    The dequantizations stay for their other readers: ONNX Runtime gives each reader its own copy
+    when it prepares the graph, so no longer reading one is what saves it."""
     import onnx
 
     model = onnx.load_from_string(model_bytes)
-    graph = model.graph
-    dequantized = {node.output[0]: node.input[0] for node in graph.node if node.op_type == "DequantizeLinear"}
-    moved = 0
-    for node in graph.node:
-        if node.op_type in SHAPE_OPS and node.input[0] in dequantized:
-            node.input[0] = dequantized[node.input[0]]
-            moved += 1
-    if not moved:
-        return model_bytes
-    read = set(_names_read(graph)) | {out.name for out in graph.output}
-    unread = [node for node in graph.node if node.op_type == "DequantizeLinear" and node.output[0] not in read]
-    for node in unread:
-        graph.node.remove(node)
-    return model.SerializeToString()
-
-
-def _names_read(graph: Any) -> Iterator[str]:
-    """Every tensor name a node of ``graph`` reads, its subgraphs' nodes (``If``/``Loop`` bodies) included."""
-    for node in graph.node:
-        yield from node.input
-        for attribute in node.attribute:
-            for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
-                yield from _names_read(subgraph)
+    dequantized = {node.output[0]: node.input[0] for node in model.graph.node if node.op_type == "DequantizeLinear"}
+    moved = [node for node in model.graph.node if node.op_type in SHAPE_OPS and node.input[0] in dequantized]
+    for node in moved:
+        node.input[0] = dequantized[node.input[0]]
+    return model.SerializeToString() if moved else model_bytes
 
 
 def float_tail_nodes(model_bytes: bytes) -> list[str]:
